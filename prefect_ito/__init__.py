@@ -1,5 +1,21 @@
-"""prefect-ito: run ML training on a completed Itô compute booking by delegating to the desk backend."""
+"""prefect-ito: run ML training on a completed Itô compute booking via the desk backend.
+
+Importing the package registers its blocks with Prefect (through the ``prefect.collections``
+entry point), so ``prefect block register -m prefect_ito`` and the Prefect UI know them.
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from prefect_ito.blocks import ItoBooking, ItoCredentials
+from prefect_ito.client import ItoClient
+from prefect_ito.exceptions import ItoError
+
+__all__ = [
+    "ItoBooking",
+    "ItoClient",
+    "ItoCredentials",
+    "ItoError",
+    "__version__",
+]

@@ -16,7 +16,7 @@ import json
 import math
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 
-SCHEMA_VERSION = "ito.training.v0"
+SCHEMA_VERSION: Final = "ito.training.v0"
 API_PREFIX = "/v0"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -204,7 +204,9 @@ class TrainingRequest(_Model):
     def canonical_manifest(self) -> bytes:
         """Return the canonical JSON manifest: sorted keys, no whitespace, UTF-8."""
         fields = self.model_dump(mode="json", include=set(TrainingRequest.model_fields))
-        return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(
+            fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
 
     def digest(self) -> str:
         """Return the manifest digest, ``sha256:<hex>`` of :meth:`canonical_manifest`."""

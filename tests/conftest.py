@@ -24,7 +24,93 @@ os.environ.update(
         "XDG_DATA_HOME": str(_SESSION_HOME / "xdg-data"),
         "PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring",
         "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING": "true",
+        "PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS": "1",
+        "PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS": "1",
     }
 )
 for _name in ("ITO_COMPUTE_TOKEN", "ITO_COMPUTE_API_URL", "PREFECT_API_URL", "PREFECT_API_KEY"):
     os.environ.pop(_name, None)
+
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import httpx  # noqa: E402
+import pytest  # noqa: E402
+
+
+def free_port() -> int:
+    """Return a loopback port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """Stop a process this suite started: SIGTERM, then SIGKILL, always by its own PID."""
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=timeout)
+
+
+def start_prefect_server(
+    home: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``prefect server start`` on a free loopback port; return it and its API URL."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server_env = {**os.environ, "PREFECT_HOME": str(home), **(env or {})}
+    log = (home / "server.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=server_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    api_url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"prefect server exited: see {home / 'server.log'}")
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return process, api_url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    stop_process(process)
+    raise RuntimeError(f"prefect server did not answer within 120 s: see {home / 'server.log'}")
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[str]:
+    """One real Prefect server (SQLite) for the whole session; yields its API URL.
+
+    Prefect's client in this process is pointed at it; child processes get ``PREFECT_API_URL``
+    from the tests that start them.
+    """
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    process, api_url = start_prefect_server(_SESSION_HOME / "server")
+    try:
+        with temporary_settings({PREFECT_API_URL: api_url}):
+            yield api_url
+    finally:
+        stop_process(process)

@@ -1,0 +1,166 @@
+"""The client's boundary with httpx: bearer auth, transport-error mapping, response parsing.
+
+Each foreign failure is translated at exactly one place here: httpx exceptions in
+:func:`map_transport_errors`, error envelopes through
+:func:`~prefect_ito.exceptions.error_from_envelope`, and contract mismatches into
+:class:`~prefect_ito.exceptions.ItoProtocolError` in :func:`parse_response`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, SecretStr, ValidationError
+
+from prefect_ito._retry import parse_retry_after
+from prefect_ito.contract import REQUEST_ID_HEADER, Envelope
+from prefect_ito.exceptions import (
+    ItoAPIError,
+    ItoConnectionError,
+    ItoProtocolError,
+    ItoTimeoutError,
+    ItoTransportError,
+    error_from_envelope,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+# Failures before any byte of the request could reach the backend; everything else is ambiguous.
+_UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+class BearerAuth(httpx.Auth):
+    """Attach ``Authorization: Bearer …`` at send time, and take it off again afterwards.
+
+    The token lives only in this object, as a ``SecretStr``; no request prefect-ito builds or
+    keeps carries it outside the moment of sending.
+    """
+
+    def __init__(self, token: SecretStr) -> None:
+        self._token = token
+
+    def __repr__(self) -> str:
+        return "BearerAuth(token=SecretStr('**********'))"
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        request.headers["Authorization"] = f"Bearer {self._token.get_secret_value()}"
+        try:
+            yield request
+        finally:
+            # Runs on success and, through the generator's close, on failure too.
+            del request.headers["Authorization"]
+
+
+@contextmanager
+def map_transport_errors(endpoint: str) -> Iterator[None]:
+    """Translate httpx transport errors into the ``ItoTransportError`` family.
+
+    Args:
+        endpoint: The endpoint being called, for the message.
+
+    Raises:
+        ItoTimeoutError: A timeout ran out.
+        ItoConnectionError: The connection failed or was dropped.
+        ItoTransportError: Any other transport failure.
+    """
+    try:
+        yield
+    except httpx.TransportError as exc:
+        ambiguous = not isinstance(exc, _UNSENT)
+        message = f"{endpoint}: {_describe(exc)}"
+        if isinstance(exc, httpx.TimeoutException):
+            raise ItoTimeoutError(message, ambiguous=ambiguous) from exc
+        if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError):
+            raise ItoConnectionError(message, ambiguous=ambiguous) from exc
+        raise ItoTransportError(message, ambiguous=ambiguous) from exc
+
+
+def _describe(exc: httpx.TransportError) -> str:
+    # The class name is enough to act on; httpx's own text is kept out of our message.
+    return f"{type(exc).__name__} talking to the Itô backend"
+
+
+def parse_response(response: httpx.Response, model: type[M], endpoint: str) -> M:
+    """Parse an answer into ``model``, or raise the error it carries.
+
+    Args:
+        response: The backend's answer.
+        model: The contract model of the envelope's ``data``.
+        endpoint: The endpoint that answered, named in protocol errors.
+
+    Returns:
+        The validated ``data``.
+
+    Raises:
+        ItoAPIError: The answer is an error envelope (the mapped subclass).
+        ItoProtocolError: The answer does not match contract v0.
+    """
+    body = _json_object(response, endpoint)
+    if response.is_error or body.get("ok") is not True:
+        raise _api_error(response, body, endpoint)
+    try:
+        envelope = Envelope[model].model_validate(body)  # type: ignore[valid-type]
+    except ValidationError as exc:
+        raise _protocol_error(exc, endpoint) from None
+    if envelope.data is None:
+        raise ItoProtocolError(
+            f"{endpoint} answered ok without data", endpoint=endpoint, field="data"
+        )
+    data: M = envelope.data
+    return data
+
+
+def _json_object(response: httpx.Response, endpoint: str) -> dict[str, Any]:
+    try:
+        body = json.loads(response.content)
+    except (ValueError, UnicodeDecodeError):
+        raise ItoProtocolError(
+            f"{endpoint} answered HTTP {response.status_code} with a body that is not JSON",
+            endpoint=endpoint,
+        ) from None
+    if not isinstance(body, dict):
+        raise ItoProtocolError(
+            f"{endpoint} answered with JSON that is not an envelope object", endpoint=endpoint
+        )
+    return body
+
+
+def _api_error(
+    response: httpx.Response, body: dict[str, Any], endpoint: str
+) -> ItoAPIError | ItoProtocolError:
+    error = body.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    field = error.get("field") if isinstance(error, dict) else None
+    if not (isinstance(code, str) and code and isinstance(message, str)):
+        return ItoProtocolError(
+            f"{endpoint} answered HTTP {response.status_code} without a valid error envelope",
+            endpoint=endpoint,
+            field="error",
+        )
+    return error_from_envelope(
+        code,
+        message,
+        status_code=response.status_code,
+        request_id=response.headers.get(REQUEST_ID_HEADER),
+        field=field if isinstance(field, str) else None,
+        retry_after=parse_retry_after(response.headers.get("Retry-After")),
+    )
+
+
+def _protocol_error(exc: ValidationError, endpoint: str) -> ItoProtocolError:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    # The message names the field and the rule, never the offending value.
+    return ItoProtocolError(
+        f"{endpoint} answered with a body that does not match contract v0: "
+        f"field {field or '<body>'}: {first['msg']}",
+        endpoint=endpoint,
+        field=field,
+    )

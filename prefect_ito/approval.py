@@ -1,0 +1,141 @@
+"""Asking a person whether a proposed loss-spike restart may go ahead.
+
+The backend holds the run and proposes a restart; only a person decides. The main flow (never a
+subflow: Prefect cannot suspend subflows) waits for a typed :class:`RestartDecision`, which the
+Prefect UI renders as a form under the spike's context. A flow run from a deployment suspends,
+holding no infrastructure while it waits; any other flow run pauses in its process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+
+from prefect.context import FlowRunContext
+from prefect.flow_runs import apause_flow_run, asuspend_flow_run
+from prefect.input import RunInput
+from pydantic import Field
+
+from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
+from prefect_ito.exceptions import AwaitingDecision
+
+PAUSE_MARGIN_SECONDS = 5.0
+"""How long before Prefect's own pause deadline an in-process wait gives up by itself."""
+
+
+class RestartDecision(RunInput):
+    """A person's answer to a proposed loss-spike restart."""
+
+    approve: bool = Field(
+        default=False,
+        description="Tick to restart from the proposed checkpoint; leave unticked to reject.",
+    )
+    decided_by: str = Field(
+        min_length=1, description="Your name, as the backend should record who decided."
+    )
+    reason: str = Field(min_length=1, description="Why: recorded with the decision.")
+
+    def to_request(self) -> DecisionRequest:
+        """Return the decision as the backend's contract states it."""
+        choice = DecisionChoice.APPROVE if self.approve else DecisionChoice.REJECT
+        return DecisionRequest(decision=choice, decided_by=self.decided_by, reason=self.reason)
+
+
+def pause_key(action: PendingAction) -> str:
+    """Return the pause key for an action: stable across re-entries, letters digits and dashes."""
+    return "restart-" + re.sub(r"[^a-zA-Z0-9-]+", "-", action.action_id).strip("-").lower()
+
+
+def describe(run: TrainingRun, action: PendingAction) -> str:
+    """Return the markdown a person reads above the decision form."""
+    rise = action.loss - action.baseline_loss
+    return "\n".join(
+        [
+            f"### Loss spike in `{action.stage}` — restart proposed",
+            "",
+            f"The Itô desk backend holds run `{run.run_id}` (booking `{run.booking_id}`) and "
+            "proposes to restart from an earlier checkpoint. Nothing restarts until a person "
+            "decides; prefect-ito never decides by itself.",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| step | {action.step} |",
+            f"| loss | {action.loss:.4f} (baseline {action.baseline_loss:.4f}, +{rise:.4f}) |",
+            f"| proposed checkpoint | `{action.proposed_checkpoint.checkpoint_id}` "
+            f"(step {action.proposed_checkpoint.step}) |",
+            f"| proposed at | {action.proposed_at.isoformat()} |",
+            "",
+            "**Approve** restarts from that checkpoint; **reject** lets the run go on as it is.",
+        ]
+    )
+
+
+def can_suspend() -> bool:
+    """Tell whether this flow run may suspend: it comes from a deployment and is no subflow."""
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return False
+    flow_run = context.flow_run
+    return flow_run.deployment_id is not None and flow_run.parent_task_run_id is None
+
+
+async def ask_person(
+    run: TrainingRun,
+    action: PendingAction,
+    *,
+    timeout: float,
+    poll_interval: float,
+    cancelled: Callable[[], Awaitable[bool]],
+    suspend: bool,
+) -> RestartDecision | None:
+    """Wait for a person's decision on ``action``; return None when the flow run was cancelled.
+
+    Suspending ends this process (Prefect re-runs the flow from the top once resumed; the stable
+    pause key then returns the same answer without asking again). An in-process pause gives up
+    :data:`PAUSE_MARGIN_SECONDS` before Prefect's own deadline, after which the server would turn
+    any final state into "never resumed".
+
+    Raises:
+        AwaitingDecision: nobody decided in time; the action stays pending at the backend.
+    """
+    form = RestartDecision.with_initial_data(description=describe(run, action))
+    if suspend:
+        return await asuspend_flow_run(
+            wait_for_input=form, timeout=int(timeout), key=pause_key(action)
+        )
+    pause = asyncio.ensure_future(
+        apause_flow_run(
+            wait_for_input=form,
+            timeout=int(timeout),
+            poll_interval=max(1, int(poll_interval)),
+            key=pause_key(action),
+        )
+    )
+    try:
+        return await _first_of(
+            pause, cancelled, poll_interval, max(0.0, timeout - PAUSE_MARGIN_SECONDS)
+        )
+    except TimeoutError:
+        raise AwaitingDecision(
+            f"nobody decided on the restart proposed for run {run.run_id} "
+            f"({action.action_id}) within {timeout:g} s; it stays pending at the backend, and "
+            "running the flow again re-attaches and asks again"
+        ) from None
+    finally:
+        pause.cancel()
+
+
+async def _first_of(
+    pause: asyncio.Future[RestartDecision],
+    cancelled: Callable[[], Awaitable[bool]],
+    poll_interval: float,
+    give_up_after: float,
+) -> RestartDecision | None:
+    async with asyncio.timeout(give_up_after):
+        while True:
+            done, _ = await asyncio.wait({pause}, timeout=poll_interval)
+            if done:
+                return pause.result()
+            if await cancelled():
+                return None

@@ -1,0 +1,46 @@
+"""``prefect-ito simulator``: serve the reference desk simulator in the foreground."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import uvicorn
+
+from prefect_ito.cli import app
+from prefect_ito.simulator import Scenario, builtin_scenario, create_app, load_scenario
+from prefect_ito.simulator.builtins import BUILTIN_NAMES
+from prefect_ito.simulator.server import uvicorn_config
+
+
+def resolve_scenario(scenario: str | None) -> Scenario:
+    """Return a built-in scenario by name, or load one from a JSON or YAML file."""
+    if scenario is None:
+        return builtin_scenario("default")
+    if scenario in BUILTIN_NAMES:
+        return builtin_scenario(scenario)
+    return load_scenario(Path(scenario))
+
+
+@app.command
+def simulator(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    scenario: str | None = None,
+    scaffold: bool = False,
+    time_scale: float | None = None,
+) -> None:
+    """Serve the reference desk simulator (no trainer, no model) until interrupted.
+
+    Args:
+        host: Interface to bind; loopback by default.
+        port: TCP port to listen on.
+        scenario: A built-in scenario name or a JSON/YAML scenario file (default: ``default``).
+        scaffold: Answer like production today: training runs are not live.
+        time_scale: Simulated seconds per real second (default: the scenario's).
+    """
+    chosen = resolve_scenario(scenario).with_options(
+        scaffold=scaffold or None, time_scale=time_scale
+    )
+    print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")
+    uvicorn.Server(uvicorn_config(create_app(chosen), host, port, log_level="info")).run()

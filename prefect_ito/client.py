@@ -1,0 +1,412 @@
+"""``ItoClient``: the one HTTP client prefect-ito talks to an Itô desk backend through.
+
+Every call goes through :meth:`ItoClient._request`, which sends, retries what is safe to retry
+(see :mod:`prefect_ito._retry`), and parses the answer into a contract v0 model. The bearer token
+is held by an ``httpx.Auth`` as a ``SecretStr`` and attached only at send time.
+
+Example:
+    ```python
+    from prefect_ito.blocks import ItoCredentials
+
+    async with ItoCredentials.load("BLOCK_NAME").get_client() as client:
+        capabilities = await client.get_capabilities()
+    ```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, SecretStr
+
+from prefect_ito._http import BearerAuth, map_transport_errors, parse_response
+from prefect_ito._retry import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT,
+    LONG_POLL_MARGIN_SECONDS,
+    RetryBudget,
+    backoff,
+    parse_retry_after,
+    should_retry,
+)
+from prefect_ito.contract import (
+    API_PREFIX,
+    IDEMPOTENCY_HEADER,
+    MAX_WAIT_SECONDS,
+    CancelRequest,
+    Capabilities,
+    DecisionRequest,
+    DeviceAuthorization,
+    DeviceTokenRequest,
+    EventPage,
+    Revocation,
+    Submission,
+    TokenGrant,
+    TrainingEligibility,
+    TrainingRun,
+    TrainingRunList,
+    TrainingRunRequest,
+    WhoAmI,
+)
+from prefect_ito.exceptions import ItoTransportError
+from prefect_ito.settings import ItoSettings
+
+__all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "ItoClient"]
+
+logger = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One logical call: everything needed to send it again, unchanged, on a retry."""
+
+    method: str
+    template: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    timeout: httpx.Timeout | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.method} {self.template}"
+
+
+def _segment(value: str) -> str:
+    # Ids are path segments: quote everything, so an id can never change the route.
+    return quote(value, safe="")
+
+
+class ItoClient:
+    """An async client for the Itô desk training API, contract v0.
+
+    Args:
+        base_url: The backend's root URL; contract paths live under ``/v0``.
+        token: The bearer token, or None for the unauthenticated device-login calls.
+        timeout: Per-request timeouts (a long poll stretches its read timeout to fit ``wait``).
+        max_retries: Retries after the first attempt of one call.
+        transport: An httpx transport to send through (tests plug a mock one in here).
+        retry_budget: The budget all of this client's retries draw on (a fresh one by default).
+        sleep: How to wait between attempts.
+
+    Example:
+        ```python
+        async with ItoClient("http://127.0.0.1:8765", token) as client:
+            run = await client.get_training_run("run-1", after_version=3, wait=30)
+        ```
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: SecretStr | None = None,
+        *,
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_budget: RetryBudget | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._timeout = timeout
+        self._max_retries = max_retries
+        self._budget = retry_budget or RetryBudget()
+        self._sleep = sleep
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url,
+            auth=BearerAuth(token) if token is not None else None,
+            timeout=timeout,
+            transport=transport,
+            headers={"Accept": "application/json", "User-Agent": "prefect-ito (contract v0)"},
+        )
+
+    @classmethod
+    def from_settings(
+        cls,
+        base_url: str,
+        token: SecretStr | None = None,
+        *,
+        timeout_seconds: float | None = None,
+    ) -> ItoClient:
+        """Return a client configured from the ``PREFECT_INTEGRATIONS_ITO_*`` settings.
+
+        Args:
+            base_url: The backend's root URL.
+            token: The bearer token, if any.
+            timeout_seconds: Overrides the setting's request timeout when given.
+        """
+        settings = ItoSettings()
+        return cls(
+            base_url,
+            token,
+            timeout=settings.timeout(timeout_seconds),
+            max_retries=settings.max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"ItoClient(base_url={self._base_url!r})"
+
+    @property
+    def base_url(self) -> str:
+        """The backend's root URL."""
+        return self._base_url
+
+    async def __aenter__(self) -> ItoClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    # --- capabilities and bookings ------------------------------------------------------------
+
+    async def get_capabilities(self) -> Capabilities:
+        """Return what the backend offers (``GET /v0/capabilities``)."""
+        call = _Call("GET", "/v0/capabilities", f"{API_PREFIX}/capabilities")
+        return await self._request(call, Capabilities)
+
+    async def get_training_eligibility(self, booking_id: str) -> TrainingEligibility:
+        """Return the backend's view of a booking and whether it may train.
+
+        Args:
+            booking_id: The booking to ask about.
+        """
+        path = f"{API_PREFIX}/bookings/{_segment(booking_id)}/training-eligibility"
+        call = _Call("GET", "/v0/bookings/{booking_id}/training-eligibility", path)
+        return await self._request(call, TrainingEligibility)
+
+    # --- training runs ------------------------------------------------------------------------
+
+    async def submit_training_run(
+        self, request: TrainingRunRequest, *, idempotency_key: str
+    ) -> Submission:
+        """Submit a training run, at most once per idempotency key.
+
+        After an ambiguous failure (the request may have arrived but the answer was lost) the
+        run is first looked up by its key; only if none exists is the submission sent again,
+        with the same key.
+
+        Args:
+            request: The submission body.
+            idempotency_key: One key per logical submission, reused on every retry.
+
+        Returns:
+            The run, with ``replayed`` set when it already existed.
+        """
+        call = _Call(
+            "POST",
+            "/v0/training-runs",
+            f"{API_PREFIX}/training-runs",
+            body=request.model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+        )
+
+        async def recover() -> Submission | None:
+            run = await self.find_run_by_idempotency_key(idempotency_key)
+            if run is not None:
+                logger.info("Submission answer was lost; found run %s by its key", run.run_id)
+                return Submission(run=run, replayed=True)
+            return None
+
+        return await self._request(call, Submission, recover=recover)
+
+    async def find_run_by_idempotency_key(self, key: str) -> TrainingRun | None:
+        """Return the run submitted with ``key``, or None if there is none."""
+        runs = await self._list_runs({"idempotency_key": key})
+        return runs[0] if runs else None
+
+    async def list_active_runs(self, booking_id: str) -> list[TrainingRun]:
+        """Return a booking's unfinished runs, so a new supervisor can re-attach."""
+        return await self._list_runs({"booking_id": booking_id, "active": "true"})
+
+    async def _list_runs(self, params: dict[str, Any]) -> list[TrainingRun]:
+        call = _Call("GET", "/v0/training-runs", f"{API_PREFIX}/training-runs", params=params)
+        return (await self._request(call, TrainingRunList)).runs
+
+    async def get_training_run(
+        self, run_id: str, *, after_version: int | None = None, wait: float | None = None
+    ) -> TrainingRun:
+        """Return a run; with ``after_version`` and ``wait``, long-poll for its next version.
+
+        Args:
+            run_id: The run to read.
+            after_version: Answer as soon as the run's version exceeds this.
+            wait: The most seconds to hold the request open (capped at 60 by the contract).
+        """
+        params: dict[str, Any] = {}
+        timeout = None
+        if after_version is not None:
+            params["after_version"] = after_version
+        if wait is not None:
+            params["wait"] = min(max(wait, 0.0), float(MAX_WAIT_SECONDS))
+            timeout = self._long_poll_timeout(params["wait"])
+        path = f"{API_PREFIX}/training-runs/{_segment(run_id)}"
+        call = _Call("GET", "/v0/training-runs/{run_id}", path, params=params, timeout=timeout)
+        return await self._request(call, TrainingRun)
+
+    def _long_poll_timeout(self, wait: float) -> httpx.Timeout:
+        read = max(self._timeout.read or 0.0, wait + LONG_POLL_MARGIN_SECONDS)
+        return httpx.Timeout(
+            connect=self._timeout.connect,
+            read=read,
+            write=self._timeout.write,
+            pool=self._timeout.pool,
+        )
+
+    async def list_events(self, run_id: str, *, after: int = 0) -> EventPage:
+        """Return a run's events after sequence number ``after``."""
+        path = f"{API_PREFIX}/training-runs/{_segment(run_id)}/events"
+        call = _Call("GET", "/v0/training-runs/{run_id}/events", path, params={"after": after})
+        return await self._request(call, EventPage)
+
+    async def decide(
+        self, run_id: str, action_id: str, decision: DecisionRequest, *, idempotency_key: str
+    ) -> TrainingRun:
+        """Record a person's decision on a pending action.
+
+        Args:
+            run_id: The run held for the decision.
+            action_id: The pending action.
+            decision: Approve or reject, by whom and why.
+            idempotency_key: One key per logical decision, reused on every retry.
+        """
+        path = (
+            f"{API_PREFIX}/training-runs/{_segment(run_id)}/actions/{_segment(action_id)}/decision"
+        )
+        call = _Call(
+            "POST",
+            "/v0/training-runs/{run_id}/actions/{action_id}/decision",
+            path,
+            body=decision.model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+        )
+        return await self._request(call, TrainingRun)
+
+    async def cancel_training_run(
+        self, run_id: str, *, reason: str | None = None, idempotency_key: str
+    ) -> TrainingRun:
+        """Cancel a run's workload (never the booking).
+
+        Args:
+            run_id: The run to cancel.
+            reason: Why, for the backend's record.
+            idempotency_key: One key per logical cancel, reused on every retry.
+        """
+        call = _Call(
+            "POST",
+            "/v0/training-runs/{run_id}/cancel",
+            f"{API_PREFIX}/training-runs/{_segment(run_id)}/cancel",
+            body=CancelRequest(reason=reason).model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+        )
+        return await self._request(call, TrainingRun)
+
+    # --- device authorization -----------------------------------------------------------------
+
+    async def start_device_authorization(self) -> DeviceAuthorization:
+        """Start a device login: the user code and the page where a person approves it."""
+        call = _Call("POST", "/v0/auth/device", f"{API_PREFIX}/auth/device", body={})
+        return await self._request(call, DeviceAuthorization)
+
+    async def exchange_device_code(self, device_code: str) -> TokenGrant:
+        """Ask whether a device login was approved; return the token once it was."""
+        body = DeviceTokenRequest(device_code=device_code).model_dump(mode="json")
+        call = _Call("POST", "/v0/auth/token", f"{API_PREFIX}/auth/token", body=body)
+        return await self._request(call, TokenGrant)
+
+    async def revoke_token(self) -> Revocation:
+        """Revoke this client's own token on the backend."""
+        call = _Call("POST", "/v0/auth/revoke", f"{API_PREFIX}/auth/revoke", body={})
+        return await self._request(call, Revocation)
+
+    async def whoami(self) -> WhoAmI:
+        """Return the account, backend, expiry and scopes of this client's token."""
+        call = _Call("GET", "/v0/auth/whoami", f"{API_PREFIX}/auth/whoami")
+        return await self._request(call, WhoAmI)
+
+    # --- the choke point ----------------------------------------------------------------------
+
+    async def _request(
+        self,
+        call: _Call,
+        model: type[M],
+        *,
+        recover: Callable[[], Awaitable[M | None]] | None = None,
+    ) -> M:
+        """Send ``call`` until it succeeds, fails for good, or runs out of retries.
+
+        Args:
+            call: The call, re-sent unchanged (same idempotency key) on every retry.
+            model: The contract model of the answer's ``data``.
+            recover: After an ambiguous transport failure, find what the lost answer would
+                have been; a non-None result ends the call.
+        """
+        attempt = 0
+        while True:
+            try:
+                response = await self._send(call)
+            except ItoTransportError as exc:
+                if recover is not None and exc.ambiguous:
+                    found = await recover()
+                    if found is not None:
+                        return found
+                delay = self._retry_delay(call, attempt, status_code=None, retry_after=None)
+                if delay is None:
+                    raise
+            else:
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                delay = self._retry_delay(call, attempt, response.status_code, retry_after)
+                if delay is None:
+                    return parse_response(response, model, call.endpoint)
+            logger.debug("Retrying %s in %.2f s (retry %d)", call.endpoint, delay, attempt + 1)
+            await self._sleep(delay)
+            attempt += 1
+
+    def _retry_delay(
+        self, call: _Call, attempt: int, status_code: int | None, retry_after: float | None
+    ) -> float | None:
+        """Return the wait before the next attempt, or None if there is to be none."""
+        if not should_retry(
+            method=call.method,
+            idempotent=call.idempotency_key is not None,
+            status_code=status_code,
+            attempt=attempt,
+            max_retries=self._max_retries,
+            retry_after=retry_after,
+        ):
+            return None
+        if not self._budget.try_spend():
+            logger.warning("Retry budget spent; not retrying %s", call.endpoint)
+            return None
+        return backoff(attempt, retry_after=retry_after)
+
+    async def _send(self, call: _Call) -> httpx.Response:
+        headers = {IDEMPOTENCY_HEADER: call.idempotency_key} if call.idempotency_key else {}
+        with map_transport_errors(call.endpoint):
+            return await self._http.request(
+                call.method,
+                call.path,
+                params=call.params or None,
+                json=call.body,
+                headers=headers,
+                timeout=call.timeout or self._timeout,
+            )

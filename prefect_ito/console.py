@@ -1,0 +1,151 @@
+"""Running the training flow from a terminal: a live view, and a person answering at the prompt.
+
+The flow runs in this process (against ``PREFECT_API_URL`` when set, else Prefect's ephemeral
+mode). When it pauses for a restart decision, the answer goes back through Prefect's resume API —
+the same one the Prefect UI uses — so the flow cannot tell a terminal from the UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from enum import IntEnum
+from typing import Any, cast
+from uuid import UUID
+
+from prefect import State, get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.flow_engine import run_flow_async
+from prefect.flow_runs import aresume_flow_run
+from prefect.input.run_input import keyset_from_paused_state
+from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
+from rich.console import Console
+
+from prefect_ito.approval import RestartDecision
+from prefect_ito.flows import ito_training
+
+Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
+"""Answers a paused flow run, given the markdown it shows a person; None leaves it waiting."""
+
+
+class ExitCode(IntEnum):
+    """The exit codes of ``prefect-ito train``, ``attach`` and ``demo``."""
+
+    SUCCESS = 0
+    ERROR = 1
+    INVALID_INPUT = 2
+    UNAVAILABLE = 3
+    BOOKING = 4
+    RUN_OUTCOME = 5
+    AUTHENTICATION = 6
+    AWAITING_DECISION = 7
+    CANCELLED = 8
+
+
+_EXIT_CODES = {
+    "Completed": ExitCode.SUCCESS,
+    "InvalidParameters": ExitCode.INVALID_INPUT,
+    "Unavailable": ExitCode.UNAVAILABLE,
+    "BookingNotEligible": ExitCode.BOOKING,
+    "BookingBusy": ExitCode.BOOKING,
+    "GateFailed": ExitCode.RUN_OUTCOME,
+    "Refused": ExitCode.RUN_OUTCOME,
+    "BudgetExhausted": ExitCode.RUN_OUTCOME,
+    "Stalled": ExitCode.RUN_OUTCOME,
+    "DeadlineExceeded": ExitCode.RUN_OUTCOME,
+    "Unauthenticated": ExitCode.AUTHENTICATION,
+    "AwaitingDecision": ExitCode.AWAITING_DECISION,
+    "Cancelled": ExitCode.CANCELLED,
+}
+
+
+def exit_code(state: State[Any]) -> ExitCode:
+    """Return the exit code for the flow run's final state."""
+    if state.is_cancelled():
+        return ExitCode.CANCELLED
+    return _EXIT_CODES.get(state.name or "", ExitCode.ERROR)
+
+
+def has_real_server() -> bool:
+    """Tell whether a Prefect server (not the ephemeral one) is configured."""
+    return bool(PREFECT_API_URL.value())
+
+
+async def run_training(
+    parameters: dict[str, Any], operator: Operator, console: Console, *, poll: float = 1.0
+) -> State[Any]:
+    """Run ``ito-training`` here with ``parameters``, answering pauses through ``operator``."""
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(ito_training, parameters=parameters)
+    console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
+    flow = asyncio.ensure_future(
+        run_flow_async(
+            cast(Any, ito_training), flow_run=flow_run, parameters=parameters, return_type="state"
+        )
+    )
+    answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
+    try:
+        state = await flow
+    finally:
+        answering.cancel()
+    assert isinstance(state, State)
+    return state
+
+
+async def _answer_pauses(
+    flow_run_id: UUID, operator: Operator, console: Console, poll: float
+) -> None:
+    answered: set[str] = set()
+    while True:
+        await asyncio.sleep(poll)
+        async with get_client() as client:
+            flow_run = await client.read_flow_run(flow_run_id)
+            state = flow_run.state
+            if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
+                continue
+            keyset = keyset_from_paused_state(state)
+            if keyset["response"] in answered:
+                continue
+            description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+        _announce_pause(console, flow_run_id)
+        decision = await operator(flow_run, json.loads(description))
+        if decision is not None:
+            await aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json"))
+            answered.add(keyset["response"])
+
+
+def _announce_pause(console: Console, flow_run_id: UUID) -> None:
+    console.print("[bold yellow]A restart needs a decision.[/]")
+    if has_real_server():
+        ui = PREFECT_UI_URL.value()
+        if ui:
+            console.print(f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}")
+        console.print(
+            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+        )
+
+
+async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
+    """Ask the person at this terminal; the answer is relayed exactly as the UI would."""
+    console = Console()
+    console.print(description)
+    answer = await asyncio.to_thread(console.input, "Approve the restart? [y/N] ")
+    name = await asyncio.to_thread(console.input, "Your name: ")
+    reason = await asyncio.to_thread(console.input, "Why: ")
+    return RestartDecision(
+        approve=answer.strip().lower() in {"y", "yes"},
+        decided_by=name.strip() or "terminal user",
+        reason=reason.strip() or "no reason given",
+    )
+
+
+async def leave_to_others(flow_run: FlowRun, description: str) -> RestartDecision | None:
+    """Answer nothing: a person decides in the Prefect UI or with ``prefect-ito decide``."""
+    return None
+
+
+def interactive() -> bool:
+    """Tell whether a person is at this terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()

@@ -1,0 +1,120 @@
+"""``prefect-ito demo``: the real training flow, end to end, on the built-in reference simulator.
+
+The demo starts the simulator on a free loopback port, mints a demo token that never leaves this
+process (it lives in an in-memory keyring, never in the environment a child process inherits),
+and runs the real ``ito-training`` flow in Prefect's ephemeral mode. When the flow asks for a
+restart decision, a person at the terminal answers; without a terminal, a scripted demo operator
+answers through the same resume API a person would use — and it refuses to answer for any backend
+but the demo's own simulator. Real runs always wait for a human.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import keyring
+from keyring.backend import KeyringBackend
+from prefect import get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
+from rich.console import Console
+from rich.table import Table
+
+from prefect_ito import console as terminal
+from prefect_ito.approval import RestartDecision
+from prefect_ito.auth import store_token
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import TrainingRun
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+
+DEMO_BOOKING = "bk-h200-2x8-ib"
+DEMO_REQUEST: dict[str, Any] = {
+    "model_size": "8B",
+    "data": ["s3://acme-corpus/web-2026-10/", "catalog://ito/code-mix-v3"],
+    "target": "code-assistant",
+    "budget_usd": 250_000.0,
+    "post_training": "rlvr",
+}
+
+
+class _ProcessKeyring(KeyringBackend):
+    """A keyring that lives only in this process's memory, for the demo's throwaway token."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._secrets: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self._secrets.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self._secrets[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self._secrets.pop((service, username), None)
+
+
+class ScriptedOperator:
+    """The demo's stand-in for a person; it answers only for the demo's own simulator."""
+
+    def __init__(self, simulator_url: str, console: Console) -> None:
+        self._simulator_url = simulator_url
+        self._console = console
+
+    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision | None:
+        credentials = (flow_run.parameters or {}).get("credentials") or {}
+        if not isinstance(credentials, dict) or credentials.get("api_url") != self._simulator_url:
+            self._console.print("[red]The demo operator acts only on the demo's own simulator.[/]")
+            return None
+        self._console.print(description)
+        self._console.print(
+            "[bold]No terminal: the scripted demo operator approves, through the same resume "
+            "API the Prefect UI uses. Real runs wait for a human.[/]"
+        )
+        return RestartDecision(
+            approve=True,
+            decided_by="prefect-ito demo operator",
+            reason="scripted approval in the demo; real runs wait for a human",
+        )
+
+
+def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
+    """Run the demo and return its exit code."""
+    console = Console()
+    person = terminal.interactive() if interactive is None else interactive
+    with SimulatorServer(builtin_scenario(scenario)) as simulator:
+        console.print(f"Reference desk simulator on {simulator.url} (scenario [bold]{scenario}[/])")
+        keyring.set_keyring(_ProcessKeyring())
+        store_token(simulator.url, simulator.mint_token("demo"))
+        with temporary_settings({PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120}):
+            # The first API call comes from the main thread, so only one temporary server starts.
+            with get_client(sync_client=True) as client:
+                client.hello()
+            operator = (
+                terminal.ask_at_terminal if person else ScriptedOperator(simulator.url, console)
+            )
+            parameters = {
+                **DEMO_REQUEST,
+                "booking": DEMO_BOOKING,
+                "credentials": ItoCredentials(api_url=simulator.url),
+                "approval_timeout": 600,
+            }
+            state = asyncio.run(terminal.run_training(parameters, operator, console))
+        _print_outcome(console, state, simulator.runs())
+    return int(terminal.exit_code(state))
+
+
+def _print_outcome(console: Console, state: Any, runs: list[Any]) -> None:
+    console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
+    for admin_run in runs:
+        run: TrainingRun = getattr(admin_run, "run", admin_run)
+        table = Table(title=f"Backend run {run.run_id}: {run.state.value}")
+        for column in ("stage", "status", "gate"):
+            table.add_column(column)
+        for stage in run.stages:
+            gate = stage.gate.status.value if stage.gate else "—"
+            table.add_row(stage.name, stage.status.value, gate)
+        console.print(table)

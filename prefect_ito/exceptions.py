@@ -1,0 +1,508 @@
+"""Every error prefect-ito raises, in one tree rooted at :class:`ItoError`.
+
+```
+ItoError
+├── ItoTransportError                 the request did not complete
+│   ├── ItoTimeoutError
+│   └── ItoConnectionError
+├── ItoProtocolError                  the answer does not match contract v0
+├── ItoAPIError                       the backend answered with an error envelope
+│   ├── Unauthenticated, TokenRevoked                          (401)
+│   ├── ValidationFailed                                       (422)
+│   ├── NotFound, BookingNotFound, RunNotFound                 (404)
+│   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
+│   │   ActionNotPending, DecisionConflict                     (409)
+│   ├── CapabilityNotAvailable                                 (501)
+│   ├── RateLimited                                            (429)
+│   ├── BackendUnavailable                                     (503)
+│   ├── InternalError                                          (500)
+│   └── AuthorizationPending, SlowDown, AccessDenied, ExpiredToken   (device login)
+├── NotLoggedIn                       no token was found
+├── InsecureKeyring                   the keyring backend keeps secrets in plain text
+└── ItoRunOutcome                     a training run ended without success
+    ├── GateFailed, RunRefused, BudgetExhausted, RunStalled,
+    │   RunCancelled, RunFailed
+    └── AwaitingDecision, DecisionRequired
+```
+
+Every error has a stable upper-snake ``code``. Messages are safe to show and log: they come from
+the backend's ``error.message`` (which the contract declares safe) or from prefect-ito itself, and
+never contain a token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect_ito.contract import ErrorCode, PendingAction
+
+__all__ = [
+    "AccessDenied",
+    "ActionNotPending",
+    "AuthorizationPending",
+    "AwaitingDecision",
+    "BackendUnavailable",
+    "BookingBusy",
+    "BookingNotEligible",
+    "BookingNotFound",
+    "BudgetExhausted",
+    "CapabilityNotAvailable",
+    "DecisionConflict",
+    "DecisionRequired",
+    "ExpiredToken",
+    "GateFailed",
+    "IdempotencyKeyReused",
+    "InsecureKeyring",
+    "InternalError",
+    "ItoAPIError",
+    "ItoConnectionError",
+    "ItoError",
+    "ItoProtocolError",
+    "ItoRunOutcome",
+    "ItoTimeoutError",
+    "ItoTransportError",
+    "NotFound",
+    "NotLoggedIn",
+    "RateLimited",
+    "RunCancelled",
+    "RunFailed",
+    "RunNotFound",
+    "RunRefused",
+    "RunStalled",
+    "SlowDown",
+    "TokenRevoked",
+    "Unauthenticated",
+    "ValidationFailed",
+    "error_from_envelope",
+]
+
+
+def _restore(cls: type[ItoError], args: tuple[Any, ...], state: dict[str, Any]) -> ItoError:
+    # Rebuild without calling the subclass's __init__, whose signature differs per class.
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class ItoError(Exception):
+    """The root of every prefect-ito error.
+
+    Attributes:
+        code: A stable, upper-snake identifier of the kind of error.
+        message: A human message that is safe to show and log.
+    """
+
+    code: str = "ITO_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Prefect pickles exceptions into failed states; keep every attribute across that trip.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+# --- transport ------------------------------------------------------------------------------------
+
+
+class ItoTransportError(ItoError):
+    """The request did not complete: nothing, or not all of the answer, came back.
+
+    Attributes:
+        ambiguous: True when the request may have reached the backend (the answer was lost),
+            False when it surely did not (the connection was never made).
+    """
+
+    code = "TRANSPORT_ERROR"
+
+    def __init__(self, message: str, *, ambiguous: bool = True) -> None:
+        super().__init__(message)
+        self.ambiguous = ambiguous
+
+
+class ItoTimeoutError(ItoTransportError):
+    """A connect, read, write or pool timeout ran out."""
+
+    code = "TIMEOUT"
+
+
+class ItoConnectionError(ItoTransportError):
+    """The connection failed or was dropped."""
+
+    code = "CONNECTION_ERROR"
+
+
+class ItoProtocolError(ItoError):
+    """The backend answered, but not in the shape contract v0 defines.
+
+    Attributes:
+        endpoint: The endpoint that answered, e.g. ``GET /v0/training-runs/{run_id}``.
+        field: The dotted path of the offending field, or None when the body as a whole is bad.
+    """
+
+    code = "PROTOCOL_ERROR"
+
+    def __init__(self, message: str, *, endpoint: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.field = field
+
+
+# --- API errors -----------------------------------------------------------------------------------
+
+
+class ItoAPIError(ItoError):
+    """The backend answered with an error envelope.
+
+    Subclasses pin ``code`` to one :class:`~prefect_ito.contract.ErrorCode`; an unknown code is
+    raised as this class itself, with ``code`` set to what the backend said.
+
+    Attributes:
+        status_code: The HTTP status, or None when the error was raised without a response.
+        request_id: The backend's ``X-Request-Id``, if it sent one.
+        field: The offending request field, if the backend named one.
+    """
+
+    code = "API_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status_code: int | None = None,
+        request_id: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.status_code = status_code
+        self.request_id = request_id
+        self.field = field
+
+    def __str__(self) -> str:
+        prefix = f"[{self.code}] "
+        if self.request_id:
+            prefix = f"[{self.code} request {self.request_id}] "
+        return prefix + self.message
+
+
+class Unauthenticated(ItoAPIError):
+    """No valid bearer token: log in again with ``prefect-ito login``."""
+
+    code = ErrorCode.UNAUTHENTICATED.value
+
+
+class TokenRevoked(ItoAPIError):
+    """The bearer token was revoked; work stops and no login is started by itself."""
+
+    code = ErrorCode.TOKEN_REVOKED.value
+
+
+class ValidationFailed(ItoAPIError):
+    """The backend rejected the request body or parameters."""
+
+    code = ErrorCode.VALIDATION_ERROR.value
+
+
+class NotFound(ItoAPIError):
+    """No such resource."""
+
+    code = ErrorCode.NOT_FOUND.value
+
+
+class BookingNotFound(ItoAPIError):
+    """The backend knows no such booking."""
+
+    code = ErrorCode.BOOKING_NOT_FOUND.value
+
+
+class BookingNotEligible(ItoAPIError):
+    """The booking exists but may not train (pending, expired, revoked or released)."""
+
+    code = ErrorCode.BOOKING_NOT_ELIGIBLE.value
+
+
+class CapabilityNotAvailable(ItoAPIError):
+    """The backend does not offer this capability (yet), e.g. ``training_run``."""
+
+    code = ErrorCode.CAPABILITY_NOT_AVAILABLE.value
+
+
+class IdempotencyKeyReused(ItoAPIError):
+    """The idempotency key was already used with a different request: final, never retried."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED.value
+
+
+class BookingBusy(ItoAPIError):
+    """The booking already has an unfinished run with a different manifest."""
+
+    code = ErrorCode.BOOKING_BUSY.value
+
+
+class RunNotFound(ItoAPIError):
+    """The backend knows no such training run."""
+
+    code = ErrorCode.RUN_NOT_FOUND.value
+
+
+class ActionNotPending(ItoAPIError):
+    """The action was not (or no longer) waiting for a decision."""
+
+    code = ErrorCode.ACTION_NOT_PENDING.value
+
+
+class DecisionConflict(ItoAPIError):
+    """A different decision was already recorded for this action: final, never retried."""
+
+    code = ErrorCode.DECISION_CONFLICT.value
+
+
+class RateLimited(ItoAPIError):
+    """Too many requests.
+
+    Attributes:
+        retry_after: Seconds the backend asked to wait, if it said.
+    """
+
+    code = ErrorCode.RATE_LIMITED.value
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class BackendUnavailable(ItoAPIError):
+    """The backend is temporarily unavailable."""
+
+    code = ErrorCode.BACKEND_UNAVAILABLE.value
+
+
+class AuthorizationPending(ItoAPIError):
+    """Device login: the user has not approved yet; keep polling."""
+
+    code = ErrorCode.AUTHORIZATION_PENDING.value
+
+
+class SlowDown(ItoAPIError):
+    """Device login: polling too fast; add five seconds to the interval."""
+
+    code = ErrorCode.SLOW_DOWN.value
+
+
+class AccessDenied(ItoAPIError):
+    """Device login: the user refused."""
+
+    code = ErrorCode.ACCESS_DENIED.value
+
+
+class ExpiredToken(ItoAPIError):
+    """Device login: the device code expired before it was approved."""
+
+    code = ErrorCode.EXPIRED_TOKEN.value
+
+
+class InternalError(ItoAPIError):
+    """The backend failed unexpectedly."""
+
+    code = ErrorCode.INTERNAL_ERROR.value
+
+
+_API_ERRORS: dict[str, type[ItoAPIError]] = {
+    cls.code: cls
+    for cls in (
+        Unauthenticated,
+        TokenRevoked,
+        ValidationFailed,
+        NotFound,
+        BookingNotFound,
+        BookingNotEligible,
+        CapabilityNotAvailable,
+        IdempotencyKeyReused,
+        BookingBusy,
+        RunNotFound,
+        ActionNotPending,
+        DecisionConflict,
+        RateLimited,
+        BackendUnavailable,
+        AuthorizationPending,
+        SlowDown,
+        AccessDenied,
+        ExpiredToken,
+        InternalError,
+    )
+}
+
+
+def error_from_envelope(
+    code: str,
+    message: str,
+    *,
+    status_code: int | None = None,
+    request_id: str | None = None,
+    field: str | None = None,
+    retry_after: float | None = None,
+) -> ItoAPIError:
+    """Return the error for an envelope's ``error.code``: the one place codes map to classes.
+
+    Args:
+        code: The envelope's ``error.code``.
+        message: The envelope's ``error.message`` (safe by contract).
+        status_code: The HTTP status of the answer.
+        request_id: The backend's request id, if any.
+        field: The envelope's ``error.field``, if any.
+        retry_after: The parsed ``Retry-After``, used by :class:`RateLimited`.
+
+    Returns:
+        An instance of the matching subclass, or of :class:`ItoAPIError` for an unknown code.
+    """
+    common: dict[str, Any] = {
+        "status_code": status_code,
+        "request_id": request_id,
+        "field": field,
+    }
+    cls = _API_ERRORS.get(code)
+    if cls is None:
+        return ItoAPIError(message, code=code, **common)
+    if cls is RateLimited:
+        return RateLimited(message, retry_after=retry_after, **common)
+    return cls(message, **common)
+
+
+# --- local conditions -----------------------------------------------------------------------------
+
+
+class NotLoggedIn(ItoError):
+    """No token was found in the environment or the keyring."""
+
+    code = "NOT_LOGGED_IN"
+
+    def __init__(self, message: str | None = None, *, api_url: str | None = None) -> None:
+        target = api_url or "URL"
+        super().__init__(
+            message
+            or f"no Itô token for {target}: run `prefect-ito login --api-url {target}` "
+            "(or set ITO_COMPUTE_TOKEN in the worker's own environment)"
+        )
+
+
+class InsecureKeyring(ItoError):
+    """The keyring backend keeps secrets in a plaintext file, and that was not allowed."""
+
+    code = "INSECURE_KEYRING"
+
+
+# --- run outcomes ---------------------------------------------------------------------------------
+
+
+class ItoRunOutcome(ItoError):
+    """A training run ended, or stopped, without success.
+
+    Attributes:
+        run_id: The backend's run id, when known.
+    """
+
+    code = "RUN_OUTCOME"
+
+    def __init__(self, message: str, *, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class GateFailed(ItoRunOutcome):
+    """A stage's eval gate failed, which stops the run.
+
+    Attributes:
+        stage: The stage whose gate failed.
+        eval_name: The eval that missed its threshold.
+        score: The score it reached.
+        threshold: The threshold it had to meet.
+    """
+
+    code = "GATE_FAILED"
+
+    def __init__(
+        self,
+        stage: str,
+        eval_name: str,
+        score: float,
+        threshold: float,
+        *,
+        run_id: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(
+            message
+            or f"gate failed at stage {stage}: {eval_name} scored {score:g} "
+            f"against a threshold of {threshold:g}",
+            run_id=run_id,
+        )
+        self.stage = stage
+        self.eval_name = eval_name
+        self.score = score
+        self.threshold = threshold
+
+
+class RunRefused(ItoRunOutcome):
+    """The backend refused the run (e.g. wasteful parallelism, or the ladder rejected the data)."""
+
+    code = "RUN_REFUSED"
+
+
+class BudgetExhausted(ItoRunOutcome):
+    """The run reached its spend ceiling."""
+
+    code = "BUDGET_EXHAUSTED"
+
+
+class RunStalled(ItoRunOutcome):
+    """The run's heartbeat stopped advancing."""
+
+    code = "RUN_STALLED"
+
+
+class RunCancelled(ItoRunOutcome):
+    """The run was cancelled."""
+
+    code = "RUN_CANCELLED"
+
+
+class RunFailed(ItoRunOutcome):
+    """The run failed on the backend."""
+
+    code = "RUN_FAILED"
+
+
+class AwaitingDecision(ItoRunOutcome):
+    """The run is held for a human decision that has not been given."""
+
+    code = "AWAITING_DECISION"
+
+
+class DecisionRequired(ItoRunOutcome):
+    """The run needs a person to decide on a pending action.
+
+    Attributes:
+        action: The pending action the backend is holding the run for.
+    """
+
+    code = "DECISION_REQUIRED"
+
+    def __init__(
+        self,
+        action: PendingAction,
+        *,
+        run_id: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(
+            message
+            or f"{action.kind} at stage {action.stage} step {action.step} needs a decision "
+            f"(action {action.action_id})",
+            run_id=run_id,
+        )
+        self.action = action

@@ -1,0 +1,291 @@
+"""What prefect-ito does with the backend, as plain coroutines over an :class:`ItoClient`.
+
+The Prefect tasks in :mod:`prefect_ito.tasks` and the :class:`~prefect_ito.jobs.ItoTrainingJob`
+both call these, so there is one path to verify, delegate and supervise — never a second way to
+submit. Nothing here trains, books, buys or overrides a gate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from prefect_ito.client import ItoClient
+from prefect_ito.contract import (
+    BookingStatus,
+    DecisionRequest,
+    GateStatus,
+    RunState,
+    Stage,
+    StageStatus,
+    TrainingEligibility,
+    TrainingRequest,
+    TrainingRun,
+)
+from prefect_ito.exceptions import (
+    BookingBusy,
+    BookingNotEligible,
+    BudgetExhausted,
+    CapabilityNotAvailable,
+    GateFailed,
+    ItoError,
+    ItoRunOutcome,
+    RunCancelled,
+    RunFailed,
+    RunRefused,
+    RunStalled,
+)
+from prefect_ito.request import BookingClaim
+
+CANCEL_CONFIRM_SECONDS = 120.0
+"""How long a cancel waits for the backend to report the workload terminal."""
+
+
+class DeadlineExceeded(ItoError):
+    """Supervision reached its overall deadline; the backend run was left as it is."""
+
+    code = "DEADLINE_EXCEEDED"
+
+
+async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingEligibility:
+    """Return the backend's view of the booking when it may train and matches the claim.
+
+    Raises:
+        BookingNotEligible: the booking is not completed, not eligible, or not what the caller
+            handed over (GPU SKU, node count, fabric).
+    """
+    eligibility = await client.get_training_eligibility(claim.booking_id)
+    if eligibility.status is not BookingStatus.COMPLETED or not eligibility.eligible:
+        reason = eligibility.reason or f"the booking is {eligibility.status.value}"
+        raise BookingNotEligible(f"booking {claim.booking_id} cannot train: {reason}")
+    mismatches = [
+        f"{name} is {actual!r} at the backend, not {claimed!r}"
+        for name, claimed, actual in (
+            ("gpu_sku", claim.gpu_sku, eligibility.gpu_sku),
+            ("node_count", claim.node_count, eligibility.node_count),
+            ("fabric", claim.fabric, eligibility.fabric),
+        )
+        if claimed is not None and _normalise(claimed) != _normalise(actual)
+    ]
+    if mismatches:
+        raise BookingNotEligible(
+            f"booking {claim.booking_id} does not match what was handed over: "
+            + "; ".join(mismatches)
+        )
+    return eligibility
+
+
+async def check_training_capability(client: ItoClient, request: TrainingRequest) -> None:
+    """Stop unless the backend says ``training_run`` is live and offers the recipe.
+
+    Raises:
+        CapabilityNotAvailable: the backend cannot train (as production cannot today).
+    """
+    capabilities = await client.get_capabilities()
+    if not capabilities.training_run.live:
+        detail = capabilities.training_run.detail or "training_run is not live"
+        raise CapabilityNotAvailable(f"the Itô desk backend cannot run training yet: {detail}")
+    recipe = request.post_training
+    if recipe is not None and recipe not in capabilities.post_training_recipes:
+        raise CapabilityNotAvailable(f"the backend does not offer post-training {recipe.value}")
+
+
+async def find_attachable_run(client: ItoClient, request: TrainingRequest) -> TrainingRun | None:
+    """Return the booking's unfinished run for this very request, if there is one.
+
+    Raises:
+        BookingBusy: the booking has an unfinished run for a different request.
+    """
+    digest = request.digest()
+    for run in await client.list_active_runs(request.booking_id):
+        if run.manifest_digest == digest:
+            return run
+        raise BookingBusy(
+            f"booking {request.booking_id} is busy with run {run.run_id} "
+            f"({run.manifest_digest}); this request is {digest}"
+        )
+    return None
+
+
+async def delegate(
+    client: ItoClient, request: TrainingRequest, idempotency_key: str
+) -> TrainingRun:
+    """Attach to this request's unfinished run, or submit it once under ``idempotency_key``."""
+    attached = await find_attachable_run(client, request)
+    if attached is not None:
+        return attached
+    submission = await client.submit_training_run(
+        request.to_submission(), idempotency_key=idempotency_key
+    )
+    return submission.run
+
+
+@dataclass
+class Watchdog:
+    """Wall-clock limits on supervision, measured with a monotonic clock.
+
+    ``stall_timeout`` ends supervision when the backend's ``heartbeat_at`` has not advanced for
+    that long; ``deadline`` when supervision as a whole has run that long. Neither touches the run.
+    """
+
+    stall_timeout: float | None = None
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    _started: float = field(init=False)
+    _heartbeat: datetime | None = field(init=False, default=None)
+    _heartbeat_seen: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._started = self._heartbeat_seen = self.clock()
+
+    def observe(self, run: TrainingRun) -> None:
+        """Record the run's heartbeat and raise when a limit is passed."""
+        now = self.clock()
+        if run.heartbeat_at != self._heartbeat:
+            self._heartbeat, self._heartbeat_seen = run.heartbeat_at, now
+        if self.stall_timeout is not None and now - self._heartbeat_seen > self.stall_timeout:
+            raise RunStalled(
+                f"run {run.run_id} shows no sign of life: heartbeat_at stayed at "
+                f"{run.heartbeat_at.isoformat()} for over {self.stall_timeout:g} s"
+            )
+        if self.deadline is not None and now - self._started > self.deadline:
+            raise DeadlineExceeded(
+                f"supervision of run {run.run_id} reached its deadline of {self.deadline:g} s; "
+                "the backend run goes on and running the flow again re-attaches"
+            )
+
+    def remaining(self) -> float | None:
+        """Seconds until the nearest limit could be passed, or None without limits."""
+        now = self.clock()
+        limits = [
+            limit - (now - since)
+            for limit, since in (
+                (self.stall_timeout, self._heartbeat_seen),
+                (self.deadline, self._started),
+            )
+            if limit is not None
+        ]
+        return max(0.0, min(limits)) if limits else None
+
+
+def current_stage(run: TrainingRun) -> Stage | None:
+    """Return the stage the run is in, or None before the first and after the last."""
+    return next((stage for stage in run.stages if stage.name == run.current_stage), None)
+
+
+def gate_settled(run: TrainingRun, stage_name: str | None) -> bool:
+    """Tell whether supervision of ``stage_name`` has something to report.
+
+    True when the run finished, a person must decide, the run moved past the stage, or the
+    stage's gate (or, for a stage without one, the stage itself) has a result.
+    """
+    if run.state.terminal or run.pending_action is not None:
+        return True
+    if run.current_stage != stage_name:
+        return True
+    stage = current_stage(run)
+    if stage is None:
+        return False
+    if stage.gate is not None:
+        return stage.gate.status is not GateStatus.PENDING
+    return stage.status not in (StageStatus.PENDING, StageStatus.RUNNING)
+
+
+async def await_gate(
+    client: ItoClient,
+    run: TrainingRun,
+    *,
+    wait: float,
+    watchdog: Watchdog,
+    interrupted: Callable[[], Awaitable[bool]] | None = None,
+) -> TrainingRun:
+    """Long-poll the run until the current stage's gate settles (see :func:`gate_settled`).
+
+    Every read is a fresh long-poll on the run's ``version``. ``interrupted`` is asked between
+    polls (e.g. whether a person cancelled the flow run) and ends the wait early when true.
+
+    Raises:
+        RunStalled: the heartbeat stopped advancing for ``watchdog.stall_timeout``.
+        DeadlineExceeded: supervision reached ``watchdog.deadline``.
+    """
+    stage = run.current_stage
+    while True:
+        watchdog.observe(run)
+        if gate_settled(run, stage) or (interrupted is not None and await interrupted()):
+            return run
+        remaining = watchdog.remaining()
+        poll = wait if remaining is None else max(0.0, min(wait, remaining + 0.01))
+        run = await client.get_training_run(run.run_id, after_version=run.version, wait=poll)
+
+
+async def relay_decision(
+    client: ItoClient, run: TrainingRun, action_id: str, decision: DecisionRequest
+) -> TrainingRun:
+    """Pass a person's decision to the backend, under one key per action."""
+    return await client.decide(
+        run.run_id, action_id, decision, idempotency_key=f"ito-decision-{run.run_id}-{action_id}"
+    )
+
+
+async def cancel_workload(
+    client: ItoClient,
+    run_id: str,
+    *,
+    reason: str,
+    confirm_seconds: float = CANCEL_CONFIRM_SECONDS,
+    wait: float = 5.0,
+) -> TrainingRun:
+    """Cancel the backend workload (never the booking) and wait until it is terminal.
+
+    Returns the last run seen; its state tells whether the cancel was confirmed.
+    """
+    run = await client.cancel_training_run(
+        run_id, reason=reason, idempotency_key=f"ito-cancel-{run_id}"
+    )
+    give_up = time.monotonic() + confirm_seconds
+    while not run.state.terminal and time.monotonic() < give_up:
+        poll = min(wait, max(0.0, give_up - time.monotonic()))
+        run = await client.get_training_run(run_id, after_version=run.version, wait=poll)
+    return run
+
+
+def raise_for_outcome(run: TrainingRun) -> None:
+    """Raise the typed outcome of a run that ended without success; return on success."""
+    message = run.outcome.message if run.outcome else f"run {run.run_id} ended {run.state.value}"
+    if run.state is RunState.GATE_FAILED:
+        raise _gate_failure(run, message)
+    errors: dict[RunState, type[ItoRunOutcome]] = {
+        RunState.REFUSED: RunRefused,
+        RunState.BUDGET_EXHAUSTED: BudgetExhausted,
+        RunState.CANCELLED: RunCancelled,
+        RunState.FAILED: RunFailed,
+    }
+    if run.state in errors:
+        raise errors[run.state](message, run_id=run.run_id)
+
+
+def _gate_failure(run: TrainingRun, message: str) -> GateFailed:
+    stage_name = (run.outcome.stage if run.outcome else None) or run.current_stage or "unknown"
+    stage = next((stage for stage in run.stages if stage.name == stage_name), None)
+    evals = stage.gate.evals if stage is not None and stage.gate is not None else []
+    failed = next((result for result in evals if not result.passed), None)
+    if failed is None:
+        return GateFailed(
+            stage_name, "unknown", math.nan, math.nan, run_id=run.run_id, message=message
+        )
+    return GateFailed(
+        stage_name,
+        failed.name,
+        failed.score,
+        failed.threshold,
+        run_id=run.run_id,
+        message=f"gate failed at stage {stage_name}: {failed.name} ({failed.metric}) scored "
+        f"{failed.score:g} against a threshold of {failed.threshold:g}",
+    )
+
+
+def _normalise(value: object) -> str:
+    return str(value).strip().lower().replace("-", "").replace("_", "").replace(" ", "")

@@ -1,0 +1,94 @@
+"""The ``/_sim`` admin surface: set the simulator up and see what a client really did.
+
+Not part of the contract and absent from the OpenAPI document. It has no authentication: the
+simulator binds to loopback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from prefect_ito.contract import Envelope, TrainingRun
+from prefect_ito.simulator.envelopes import ok
+from prefect_ito.simulator.scenario import Scenario, SimBooking
+from prefect_ito.simulator.state import RequestLogEntry, State
+
+router = APIRouter(prefix="/_sim", include_in_schema=False)
+
+
+class MintRequest(BaseModel):
+    account: str = Field(default="sim-user", min_length=1, max_length=128)
+
+
+class MintedToken(BaseModel):
+    """A freshly minted bearer token (the admin surface is the one place it is shown)."""
+
+    token: str
+    account: str
+
+
+class AdminRun(BaseModel):
+    """A run as the admin surface shows it: with its account and idempotency key."""
+
+    run_id: str
+    account: str
+    idempotency_key: str
+    run: TrainingRun
+
+
+class LoadedScenario(BaseModel):
+    name: str
+
+
+@router.put("/scenario")
+async def put_scenario(state: State, scenario: Scenario) -> Envelope[LoadedScenario]:
+    """Load a scenario: bookings, runs, request log and clock start over; tokens stay valid."""
+    state.load(scenario)
+    async with state.changed:
+        state.changed.notify_all()
+    return ok(LoadedScenario(name=scenario.name))
+
+
+@router.post("/tokens")
+async def mint_token(state: State, body: MintRequest | None = None) -> Envelope[MintedToken]:
+    """Mint a bearer token without device login."""
+    account = (body or MintRequest()).account
+    return ok(MintedToken(token=state.identity.mint(account), account=account))
+
+
+@router.get("/bookings")
+async def list_bookings(state: State) -> Envelope[list[SimBooking]]:
+    """Every booking on file."""
+    return ok(list(state.engine.bookings.values()))
+
+
+@router.post("/bookings")
+async def add_booking(state: State, booking: SimBooking) -> Envelope[SimBooking]:
+    """Put a booking on file."""
+    state.engine.add_booking(booking)
+    return ok(booking)
+
+
+@router.get("/runs")
+async def list_runs(state: State) -> Envelope[list[AdminRun]]:
+    """Every run of every account, with its idempotency key."""
+    state.engine.advance()
+    runs: list[Any] = [
+        AdminRun(
+            run_id=rec.run_id,
+            account=rec.account,
+            idempotency_key=rec.idempotency_key,
+            run=rec.snapshot(),
+        )
+        for rec in state.engine.runs.values()
+    ]
+    return ok(runs)
+
+
+@router.get("/requests")
+async def list_requests(state: State) -> Envelope[list[RequestLogEntry]]:
+    """The request log: time, method, path, status, idempotency key; never a header."""
+    return ok(list(state.requests))

@@ -1,0 +1,94 @@
+"""The simulator's ASGI app: contract routes, admin routes, error envelopes, and the ticker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from prefect_ito.contract import ErrorCode
+from prefect_ito.simulator import admin, auth_routes, routes
+from prefect_ito.simulator.builtins import builtin_scenario
+from prefect_ito.simulator.engine import SimError
+from prefect_ito.simulator.envelopes import error_response
+from prefect_ito.simulator.faults import FaultMiddleware
+from prefect_ito.simulator.middleware import RequestLogMiddleware
+from prefect_ito.simulator.scenario import Scenario
+from prefect_ito.simulator.state import SimState
+
+TICK_SECONDS = 0.02
+"""How often the engine advances and long-polls are woken, in real seconds."""
+TITLE = "Itô desk training API"
+DESCRIPTION = (
+    "Contract v0 of the Itô desk training API, served by prefect-ito's reference simulator. "
+    "Every response is an envelope; see docs/contract.md."
+)
+
+
+def create_app(scenario: Scenario | None = None) -> FastAPI:
+    """Return a simulator app for a scenario (default: the built-in ``default``)."""
+    state = SimState.create(scenario or builtin_scenario("default"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        ticker = asyncio.create_task(_tick(state))
+        try:
+            yield
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+
+    app = FastAPI(title=TITLE, version="v0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.sim = state
+    app.include_router(routes.router)
+    app.include_router(auth_routes.router)
+    app.include_router(auth_routes.page_router)
+    app.include_router(admin.router)
+    app.add_middleware(FaultMiddleware, state=state)
+    app.add_middleware(RequestLogMiddleware, state=state)
+    app.add_exception_handler(SimError, _sim_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    return app
+
+
+async def _tick(state: SimState) -> None:
+    """Advance the engine in the background and wake long-polls when a run changed."""
+    seen = -1
+    while True:
+        state.engine.advance()
+        revision = state.engine.revision()
+        if revision != seen:
+            seen = revision
+            async with state.changed:
+                state.changed.notify_all()
+        await asyncio.sleep(TICK_SECONDS)
+
+
+async def _sim_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SimError)
+    return error_response(exc.code, exc.message, field=exc.field, headers=exc.headers)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [str(part) for part in first.get("loc", ())]
+    # A body that is not JSON at all points at the body, not at a character offset in it.
+    field = "body" if first.get("type") == "json_invalid" else ".".join(loc[1:]) or "body"
+    message = str(first.get("msg", "invalid request"))
+    return error_response(ErrorCode.VALIDATION_ERROR, message, field=field)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (404, 405):
+        # Unknown routes and methods: the contract has one NOT_FOUND code for both.
+        return error_response(ErrorCode.NOT_FOUND, "no such route")
+    return error_response(ErrorCode.VALIDATION_ERROR, "the request could not be read")

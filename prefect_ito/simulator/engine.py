@@ -1,0 +1,341 @@
+"""The simulator's deterministic state machine on a scaled clock.
+
+Simulated seconds are real monotonic seconds times the scenario's ``time_scale``. Each run is driven
+by its pipeline (:mod:`prefect_ito.simulator.pipeline`); :meth:`Engine.advance` catches every run up
+with the clock, and every public method advances first, so no answer is stale. The engine is not
+thread-safe: the app calls it from its event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import uuid4
+
+from prefect_ito.contract import (
+    CancelRequest,
+    Capabilities,
+    Capability,
+    DecisionRecord,
+    DecisionRequest,
+    ErrorCode,
+    EventPage,
+    EventType,
+    PostTraining,
+    RunState,
+    StageStatus,
+    TrainingEligibility,
+    TrainingRun,
+    TrainingRunRequest,
+)
+from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
+from prefect_ito.simulator.runs import RunRecord
+from prefect_ito.simulator.scenario import Scenario, SimBooking
+
+
+class SimError(Exception):
+    """A contract error the simulator answers with: code, safe message, offending field."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """What an idempotency key was first used for, and the run it made (if a submission)."""
+
+    fingerprint: str
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The result of a submission: the run, whether it is a replay, and whether to drop it."""
+
+    run: TrainingRun
+    replayed: bool
+    drop_response: bool = False
+
+
+class Engine:
+    """Bookings, runs and idempotency records for one loaded scenario."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.load(scenario)
+
+    def load(self, scenario: Scenario) -> None:
+        """Replace the scenario: bookings, runs and idempotency records start over, clock at 0."""
+        self.scenario = scenario
+        self._started = self._clock()
+        self.bookings: dict[str, SimBooking] = {b.booking_id: b for b in scenario.bookings}
+        self.runs: dict[str, RunRecord] = {}
+        self._pipelines: dict[str, Pipeline] = {}
+        self._waits: dict[str, float] = {}
+        self._claims: dict[tuple[str, str], _Claim] = {}
+        self._drops_left = scenario.faults.drop_response_after_commit
+
+    # --- clock -----------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Return simulated seconds since the scenario was loaded."""
+        return (self._clock() - self._started) * self.scenario.time_scale
+
+    def revision(self) -> int:
+        """Return a number that grows whenever any run changes (for waking long-polls)."""
+        return sum(rec.version for rec in self.runs.values())
+
+    def advance(self) -> None:
+        """Catch every unfinished run up with the simulated clock."""
+        now = self.now()
+        for rec in self.runs.values():
+            self._drive(rec, now)
+
+    def _drive(self, rec: RunRecord, now: float) -> None:
+        pipeline = self._pipelines[rec.run_id]
+        while not (rec.state.terminal or rec.stalled):
+            if rec.state is RunState.AWAITING_DECISION:
+                # Time passes without progress; the workload stays alive while it waits.
+                rec.clock = rec.heartbeat = max(rec.clock, now)
+                return
+            wait = self._waits[rec.run_id]
+            if wait > now - rec.clock:
+                self._consume(rec, now - rec.clock)
+                break
+            if not self._consume(rec, wait):
+                return
+            step = next(pipeline, None)
+            if step is None:
+                return
+            if step is Signal.STALL:
+                rec.stalled = True
+                rec.heartbeat = rec.clock
+                return
+            self._waits[rec.run_id] = 0.0 if step is Signal.HOLD else step
+        if not rec.state.terminal and not rec.stalled:
+            rec.heartbeat = rec.clock
+
+    def _consume(self, rec: RunRecord, seconds: float) -> bool:
+        """Let simulated time pass for a run; return False when the budget ran out first."""
+        rate = rec.cost_per_second
+        left = rec.request.budget_usd - rec.counters.spend_usd
+        if rate > 0 and seconds * rate >= left:
+            self._spend(rec, left / rate)
+            rec.counters.spend_usd = rec.request.budget_usd
+            self._stop(rec, StageStatus.FAILED)
+            message = f"spend reached the budget ceiling of ${rec.request.budget_usd:,.2f}"
+            rec.finish(RunState.BUDGET_EXHAUSTED, "BUDGET_EXHAUSTED", message)
+            return False
+        self._spend(rec, seconds)
+        return True
+
+    def _spend(self, rec: RunRecord, seconds: float) -> None:
+        rec.clock += seconds
+        self._waits[rec.run_id] -= seconds
+        rec.counters.spend_usd += seconds * rec.cost_per_second
+        if rec.recovering:
+            rec.counters.down_seconds += seconds
+        else:
+            rec.counters.busy_seconds += seconds
+
+    def _stop(self, rec: RunRecord, status: StageStatus) -> None:
+        """Mark the running stage as stopped and end the pipeline."""
+        running = [s.name for s in rec.stages if s.status is StageStatus.RUNNING]
+        for name in running:
+            rec.set_stage(name, status)
+        self._pipelines[rec.run_id].close()
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def capabilities(self) -> Capabilities:
+        """Return what this backend offers; a scaffold answers like production today."""
+        live = not self.scenario.scaffold
+        detail = "reference simulator" if live else "scaffold: training runs are not live yet"
+        return Capabilities(
+            training_run=Capability(live=live, detail=detail),
+            post_training_recipes=list(PostTraining),
+            long_poll=True,
+        )
+
+    def booking(self, booking_id: str) -> SimBooking:
+        """Return a booking on file, or raise ``BOOKING_NOT_FOUND``."""
+        try:
+            return self.bookings[booking_id]
+        except KeyError:
+            raise SimError(ErrorCode.BOOKING_NOT_FOUND, "no such booking") from None
+
+    def eligibility(self, booking_id: str) -> TrainingEligibility:
+        """Return the backend's view of a booking."""
+        return self.booking(booking_id).eligibility()
+
+    def record(self, account: str, run_id: str) -> RunRecord:
+        """Return one of the account's runs, caught up with the clock."""
+        self.advance()
+        rec = self.runs.get(run_id)
+        if rec is None or rec.account != account:
+            raise SimError(ErrorCode.RUN_NOT_FOUND, "no such training run")
+        return rec
+
+    def find(
+        self,
+        account: str,
+        *,
+        idempotency_key: str | None = None,
+        booking_id: str | None = None,
+        active: bool | None = None,
+    ) -> list[TrainingRun]:
+        """Return the account's runs matching every filter given, oldest first."""
+        self.advance()
+        runs = [rec for rec in self.runs.values() if rec.account == account]
+        if idempotency_key is not None:
+            claim = self._claims.get((account, idempotency_key))
+            runs = [rec for rec in runs if claim is not None and rec.run_id == claim.run_id]
+        if booking_id is not None:
+            runs = [rec for rec in runs if rec.request.booking_id == booking_id]
+        if active is not None:
+            runs = [rec for rec in runs if rec.state.terminal is not active]
+        return [rec.snapshot() for rec in runs]
+
+    def events(self, account: str, run_id: str, after: int) -> EventPage:
+        """Return a run's events with a sequence number above ``after``."""
+        rec = self.record(account, run_id)
+        events = rec.events[after:]
+        return EventPage(events=events, last_seq=max(after, len(rec.events)))
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def _check_key(self, account: str, key: str | None, fingerprint: str) -> _Claim | None:
+        """Return the earlier use of this key, refusing one with a different request."""
+        claim = self._claims.get((account, key)) if key is not None else None
+        if claim is not None and claim.fingerprint != fingerprint:
+            raise SimError(
+                ErrorCode.IDEMPOTENCY_KEY_REUSED,
+                "this Idempotency-Key was used for a different request",
+            )
+        return claim
+
+    def submit(self, account: str, key: str, request: TrainingRunRequest) -> Submitted:
+        """Create a run, or return the one this key (or this manifest) already made."""
+        if self.scenario.scaffold:
+            raise SimError(
+                ErrorCode.CAPABILITY_NOT_AVAILABLE, "training runs are not live on this backend"
+            )
+        if request.manifest_digest != request.digest():
+            raise SimError(
+                ErrorCode.VALIDATION_ERROR,
+                "manifest_digest does not match the request's canonical manifest",
+                field="manifest_digest",
+            )
+        self.advance()
+        fingerprint = f"submit:{request.manifest_digest}"
+        claim = self._check_key(account, key, fingerprint)
+        if claim is not None and claim.run_id is not None:
+            return Submitted(self.runs[claim.run_id].snapshot(), replayed=True)
+        booking = self.booking(request.booking_id)
+        eligibility = booking.eligibility()
+        if not eligibility.eligible:
+            raise SimError(ErrorCode.BOOKING_NOT_ELIGIBLE, eligibility.reason or "not eligible")
+        unfinished = [
+            rec
+            for rec in self.runs.values()
+            if rec.request.booking_id == booking.booking_id and not rec.state.terminal
+        ]
+        for rec in unfinished:
+            if rec.request.manifest_digest != request.manifest_digest:
+                raise SimError(ErrorCode.BOOKING_BUSY, "the booking has an unfinished run")
+            # The same manifest on the same booking is the same logical submission.
+            self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
+            return Submitted(rec.snapshot(), replayed=True)
+        rec = self._create(account, key, request, booking)
+        self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
+        drop = self._drops_left > 0
+        self._drops_left -= int(drop)
+        return Submitted(rec.snapshot(), replayed=False, drop_response=drop)
+
+    def _create(
+        self, account: str, key: str, request: TrainingRunRequest, booking: SimBooking
+    ) -> RunRecord:
+        script = self.scenario.script_for(booking.booking_id)
+        rec = RunRecord(
+            run_id=f"run_{uuid4().hex[:16]}",
+            account=account,
+            idempotency_key=key,
+            request=request,
+            booking=booking,
+            script=script,
+            epoch=self.scenario.start_at,
+            created=self.now(),
+            stages=plan_stages(request, script),
+        )
+        rec.emit(EventType.RUN_ACCEPTED, "run accepted", booking_id=booking.booking_id)
+        self.runs[rec.run_id] = rec
+        self._pipelines[rec.run_id] = run_pipeline(rec)
+        self._waits[rec.run_id] = 0.0
+        return rec
+
+    def decide(
+        self, account: str, run_id: str, action_id: str, body: DecisionRequest, key: str | None
+    ) -> TrainingRun:
+        """Record a person's decision on a pending action; repeat-safe, conflict-checked."""
+        rec = self.record(account, run_id)
+        fingerprint = f"decide:{run_id}:{action_id}:{body.model_dump_json()}"
+        self._check_key(account, key, fingerprint)
+        earlier = rec.decision_for(action_id)
+        if earlier is not None and earlier is not body.decision:
+            raise SimError(ErrorCode.DECISION_CONFLICT, f"action was already {earlier.value}d")
+        if earlier is None:
+            if rec.pending_action is None or rec.pending_action.action_id != action_id:
+                raise SimError(ErrorCode.ACTION_NOT_PENDING, "no such pending action")
+            self._apply(rec, action_id, body)
+        if key is not None:
+            self._claims[(account, key)] = _Claim(fingerprint)
+        return rec.snapshot()
+
+    def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest) -> None:
+        rec.clock = max(rec.clock, self.now())
+        rec.decisions.append(
+            DecisionRecord(action_id=action_id, decided_at=rec.at(), **body.model_dump())
+        )
+        rec.pending_action = None
+        rec.state = RunState.RUNNING
+        rec.emit(
+            EventType.DECISION_RECORDED,
+            f"{body.decision.value} by {body.decided_by}",
+            rec.current_stage,
+            action_id=action_id,
+            decision=body.decision.value,
+        )
+        self._drive(rec, rec.clock)
+
+    def cancel(
+        self, account: str, run_id: str, body: CancelRequest, key: str | None
+    ) -> TrainingRun:
+        """Cancel a run's workload (never its booking); a finished run is returned unchanged."""
+        rec = self.record(account, run_id)
+        fingerprint = f"cancel:{run_id}:{body.model_dump_json()}"
+        self._check_key(account, key, fingerprint)
+        if not rec.state.terminal:
+            rec.clock = max(rec.clock, self.now())
+            reason = body.reason or "cancelled by the client"
+            rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
+            self._stop(rec, StageStatus.CANCELLED)
+            rec.finish(RunState.CANCELLED, "CANCELLED", reason)
+        if key is not None:
+            self._claims[(account, key)] = _Claim(fingerprint)
+        return rec.snapshot()
+
+    def add_booking(self, booking: SimBooking) -> None:
+        """Put a booking on file (replacing one with the same id)."""
+        self.bookings[booking.booking_id] = booking

@@ -1,0 +1,157 @@
+"""Bearer tokens and the device authorization grant (RFC 8628 shape) of the simulator.
+
+Tokens are opaque random strings held only in memory. Token lifetimes are on the real clock, not
+the scaled one: a person logs in in real time.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+
+from pydantic import SecretStr
+
+from prefect_ito.contract import DeviceAuthorization, ErrorCode, TokenGrant
+from prefect_ito.simulator.engine import SimError
+from prefect_ito.simulator.scenario import Scenario
+
+TOKEN_TTL = timedelta(days=30)
+SCOPES = ("training:read", "training:write")
+SLOW_DOWN_TOLERANCE = 0.9
+"""A poll counts as too fast below this share of the interval, so timer jitter is forgiven."""
+_USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels: no accidental words
+
+
+@dataclass
+class TokenInfo:
+    """What the simulator knows about a bearer token (never the token in a repr)."""
+
+    account: str
+    issued: float
+    expires_at: datetime
+    scopes: tuple[str, ...] = SCOPES
+    revoked: bool = False
+
+
+class DeviceStatus(Enum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+@dataclass
+class DeviceGrant:
+    """One device authorization in progress."""
+
+    device_code: str
+    user_code: str
+    expires: float
+    status: DeviceStatus = DeviceStatus.PENDING
+    account: str = "sim-user"
+    last_poll: float | None = field(default=None)
+
+
+class Identity:
+    """Tokens and device grants; tokens survive a scenario reload, device grants do not."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._tokens: dict[str, TokenInfo] = {}
+        self.configure(scenario)
+
+    def configure(self, scenario: Scenario) -> None:
+        """Apply a newly loaded scenario: its device settings and its token-revocation fault."""
+        self._scenario = scenario
+        self._loaded = self._clock()
+        self._devices: dict[str, DeviceGrant] = {}
+
+    def mint(self, account: str) -> str:
+        """Issue a new bearer token for an account."""
+        token = "itosim_" + secrets.token_urlsafe(24)
+        expires_at = datetime.now(UTC) + TOKEN_TTL
+        self._tokens[token] = TokenInfo(
+            account=account, issued=self._clock(), expires_at=expires_at
+        )
+        return token
+
+    def authenticate(self, token: str | None) -> TokenInfo:
+        """Return the token's record, or raise ``UNAUTHENTICATED`` / ``TOKEN_REVOKED``."""
+        info = self._tokens.get(token) if token else None
+        if info is None or info.expires_at <= datetime.now(UTC):
+            raise SimError(ErrorCode.UNAUTHENTICATED, "a valid bearer token is required")
+        if info.revoked or self._revoked_by_fault(info):
+            raise SimError(ErrorCode.TOKEN_REVOKED, "this bearer token has been revoked")
+        return info
+
+    def _revoked_by_fault(self, info: TokenInfo) -> bool:
+        after = self._scenario.faults.revoke_tokens_after_seconds
+        if after is None:
+            return False
+        deadline = self._loaded + after
+        return self._clock() >= deadline and info.issued < deadline
+
+    def revoke(self, token: str) -> None:
+        """Revoke a token; later calls with it get ``TOKEN_REVOKED``."""
+        self._tokens[token].revoked = True
+
+    def start_device(self, base_url: str) -> DeviceAuthorization:
+        """Begin a device authorization and return what the person needs."""
+        user_code = "-".join(
+            "".join(secrets.choice(_USER_CODE_ALPHABET) for _ in range(4)) for _ in range(2)
+        )
+        ttl = self._scenario.device_code_ttl_seconds
+        grant = DeviceGrant(
+            device_code=secrets.token_urlsafe(24),
+            user_code=user_code,
+            expires=self._clock() + ttl,
+        )
+        self._devices[grant.device_code] = grant
+        uri = base_url.rstrip("/") + "/device"
+        return DeviceAuthorization(
+            device_code=grant.device_code,
+            user_code=user_code,
+            verification_uri=uri,
+            verification_uri_complete=f"{uri}?user_code={user_code}",
+            expires_in=ttl,
+            interval=self._scenario.device_interval_seconds,
+        )
+
+    def verify(self, user_code: str, *, approve: bool, account: str) -> bool:
+        """Record the person's answer for a user code; return False if no grant waits for it."""
+        wanted = user_code.strip().upper()
+        for grant in self._devices.values():
+            live = grant.expires > self._clock() and grant.status is DeviceStatus.PENDING
+            if live and grant.user_code == wanted:
+                grant.status = DeviceStatus.APPROVED if approve else DeviceStatus.DENIED
+                grant.account = account
+                return True
+        return False
+
+    def poll(self, device_code: str) -> TokenGrant:
+        """Answer a token poll: a grant, or the RFC 8628 error for the grant's state."""
+        grant = self._devices.get(device_code)
+        now = self._clock()
+        if grant is None or grant.expires <= now:
+            self._devices.pop(device_code, None)
+            raise SimError(ErrorCode.EXPIRED_TOKEN, "the device code is unknown or expired")
+        interval = self._scenario.device_interval_seconds * SLOW_DOWN_TOLERANCE
+        too_fast = grant.last_poll is not None and now - grant.last_poll < interval
+        grant.last_poll = now
+        if grant.status is DeviceStatus.DENIED:
+            del self._devices[device_code]
+            raise SimError(ErrorCode.ACCESS_DENIED, "the person denied this device")
+        if too_fast:
+            raise SimError(ErrorCode.SLOW_DOWN, "polling faster than the interval")
+        if grant.status is DeviceStatus.PENDING:
+            raise SimError(ErrorCode.AUTHORIZATION_PENDING, "waiting for the person to approve")
+        del self._devices[device_code]
+        token = self.mint(grant.account)
+        return TokenGrant(
+            access_token=SecretStr(token),
+            expires_in=int(TOKEN_TTL.total_seconds()),
+            scope=" ".join(SCOPES),
+        )

@@ -1,0 +1,327 @@
+"""The backend's stage pipeline for one run, written as a generator over simulated time.
+
+:func:`run_pipeline` mutates a :class:`RunRecord` and yields how many simulated seconds pass
+before its next change, or a :class:`Signal` (hold for a decision, or stall). The engine resumes it
+as its clock advances, so every timestamp follows from the script alone and does not depend on how
+often the engine ticks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Generator
+from dataclasses import dataclass
+from enum import Enum
+from uuid import uuid4
+
+from prefect_ito.contract import (
+    Checkpoint,
+    CheckpointRef,
+    DataPrepDetails,
+    DecisionChoice,
+    EvalResult,
+    EventType,
+    Gate,
+    GateStatus,
+    Interruption,
+    LadderVerdict,
+    ParallelismPlan,
+    PendingAction,
+    PostTraining,
+    RlvrDetails,
+    RunState,
+    Stage,
+    StageDetails,
+    StageStatus,
+    TrainingRunRequest,
+)
+from prefect_ito.simulator.runs import RunRecord
+from prefect_ito.simulator.scenario import (
+    InterruptionSpec,
+    RunScript,
+    SpikeSpec,
+    StageSpec,
+)
+
+CATALOG_SCHEME = "catalog://"
+"""Data under this scheme is the backend's vetted catalog; anything else is custom data."""
+CHECKPOINT_BYTES_PER_PARAM = 14
+"""bf16 weights plus fp32 master weights and Adam moments."""
+_SIZE_UNITS = {"M": 1e6, "B": 1e9, "T": 1e12}
+
+
+class Signal(Enum):
+    """What a pipeline yields instead of a duration."""
+
+    HOLD = "hold"
+    STALL = "stall"
+
+
+Step = float | Signal
+Pipeline = Generator[Step, None, None]
+
+
+@dataclass(frozen=True)
+class _Mark:
+    fraction: float
+    kind: str
+    item: SpikeSpec | InterruptionSpec | None = None
+
+
+def parameters(model_size: str) -> float:
+    """Return the parameter count of a size such as ``150M`` or ``8B``."""
+    match = re.fullmatch(r"([0-9.]+)([MBT])", model_size)
+    assert match is not None, model_size
+    return float(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+def is_custom_data(data_refs: list[str]) -> bool:
+    """Return whether any data reference lies outside the vetted catalog."""
+    return any(not ref.startswith(CATALOG_SCHEME) for ref in data_refs)
+
+
+def training_specs(request: TrainingRunRequest, script: RunScript) -> list[StageSpec]:
+    """Return the training stages the backend plans: the curriculum, then post-training."""
+    depth = list(PostTraining).index(request.post_training) + 1 if request.post_training else 0
+    return list(script.curriculum) + list(script.post_training[:depth])
+
+
+def plan_stages(request: TrainingRunRequest, script: RunScript) -> list[Stage]:
+    """Return the ordered stage plan, every stage pending."""
+    specs = training_specs(request, script)
+    stages = [Stage(name=name, status=StageStatus.PENDING) for name in ("data_prep", "parallelism")]
+    for spec in specs:
+        gate = Gate(battery=spec.gate.battery, status=GateStatus.PENDING) if spec.gate else None
+        stages.append(Stage(name=spec.name, status=StageStatus.PENDING, gate=gate))
+    return stages
+
+
+def run_pipeline(rec: RunRecord) -> Pipeline:
+    """Drive a run through its plan until it succeeds or stops."""
+    if not (yield from _data_prep(rec)):
+        return
+    if not (yield from _parallelism(rec)):
+        return
+    for spec in training_specs(rec.request, rec.script):
+        if not (yield from _train(rec, spec)):
+            return
+    rec.finish(RunState.SUCCEEDED, "SUCCEEDED", "every stage passed its gate")
+
+
+def _start(rec: RunRecord, name: str, details: StageDetails | None = None) -> None:
+    rec.state = RunState.RUNNING
+    rec.current_stage = name
+    rec.set_stage(name, StageStatus.RUNNING, **({"details": details} if details else {}))
+    rec.emit(EventType.STAGE_STARTED, f"{name} started", name)
+
+
+def _refuse(rec: RunRecord, name: str, code: str, reason: str, details: StageDetails) -> None:
+    rec.set_stage(name, StageStatus.REFUSED, details=details)
+    rec.emit(EventType.STAGE_REFUSED, reason, name)
+    rec.finish(RunState.REFUSED, code, reason)
+
+
+def _digest_number(rec: RunRecord) -> int:
+    return int(hashlib.sha256(rec.request.manifest_digest.encode()).hexdigest()[:12], 16)
+
+
+def _data_prep(rec: RunRecord) -> Generator[Step, None, bool]:
+    _start(rec, "data_prep")
+    yield rec.script.data_prep_hours * 3600
+    seed = _digest_number(rec)
+    documents = len(rec.request.data_refs) * (2_000_000 + seed % 8_000_000)
+    custom = is_custom_data(rec.request.data_refs)
+    ladder = None
+    if custom:
+        yield rec.script.ladder_hours * 3600
+        reason = rec.script.ladder_rejection
+        ladder = LadderVerdict(accepted=reason is None, reason=reason)
+    batteries = [s.gate.battery for s in rec.script.curriculum + rec.script.post_training if s.gate]
+    details = StageDetails(
+        data_prep=DataPrepDetails(
+            manifest_digest=rec.request.manifest_digest,
+            documents=documents,
+            duplicates_removed=documents * (3 + seed % 9) // 100,
+            contaminated_removed=documents // 20_000 + seed % 97,
+            decontamination_suite=",".join(batteries),
+            custom_data=custom,
+            ladder=ladder,
+        )
+    )
+    if ladder is not None and not ladder.accepted:
+        _refuse(rec, "data_prep", "LADDER_REJECTED", ladder.reason or "rejected", details)
+        return False
+    rec.set_stage("data_prep", StageStatus.PASSED, details=details)
+    rec.emit(EventType.STAGE_PASSED, "data_prep passed", "data_prep", documents=documents)
+    return True
+
+
+def choose_parallelism(rec: RunRecord) -> ParallelismPlan:
+    """Return the plan the backend picks for the model size and the booking's GPUs."""
+    params = parameters(rec.request.model_size)
+    per_node, nodes = rec.booking.gpus_per_node, rec.booking.node_count
+    reason = rec.script.parallelism_refusal
+    if reason is not None:
+        # The wasteful combination: every GPU split across tensor and pipeline, no data parallel.
+        return ParallelismPlan(
+            data=1, tensor=per_node, pipeline=nodes, expert=1, context=1,
+            precision="fp32", refused=True, reason=reason,
+        )  # fmt: skip
+    tensor = min(per_node, 1 if params < 3e9 else 2 if params < 15e9 else 4 if params < 40e9 else 8)
+    pipeline = min(nodes, 1 if params < 40e9 else 4)
+    data = max(1, rec.booking.gpus // (tensor * pipeline))
+    return ParallelismPlan(
+        data=data, tensor=tensor, pipeline=pipeline, expert=1, context=1, precision="bf16"
+    )
+
+
+def _parallelism(rec: RunRecord) -> Generator[Step, None, bool]:
+    _start(rec, "parallelism")
+    yield rec.script.parallelism_hours * 3600
+    plan = choose_parallelism(rec)
+    details = StageDetails(parallelism=plan)
+    if plan.refused:
+        _refuse(rec, "parallelism", "PARALLELISM_REFUSED", plan.reason or "refused", details)
+        return False
+    rec.set_stage("parallelism", StageStatus.PASSED, details=details)
+    rec.emit(EventType.STAGE_PASSED, "parallelism planned", "parallelism")
+    return True
+
+
+def _marks(rec: RunRecord, spec: StageSpec) -> list[_Mark]:
+    segments = rec.script.segments_per_stage
+    marks = [_Mark((k + 1) / segments, "segment") for k in range(segments)]
+    marks += [
+        _Mark(s.at_fraction, "spike", s) for s in rec.script.loss_spikes if s.stage == spec.name
+    ]
+    marks += [
+        _Mark(i.at_fraction, "interruption", i)
+        for i in rec.script.interruptions
+        if i.stage == spec.name
+    ]
+    stall = rec.script.stall
+    if stall is not None and stall.stage == spec.name:
+        marks.append(_Mark(stall.at_fraction, "stall"))
+    return sorted(marks, key=lambda mark: mark.fraction)
+
+
+def _train(rec: RunRecord, spec: StageSpec) -> Generator[Step, None, bool]:
+    rlvr = RlvrDetails(staleness_bound_steps=rec.script.rlvr_staleness_bound_steps)
+    _start(rec, spec.name, StageDetails(rlvr=rlvr) if spec.name.endswith("rlvr") else None)
+    base_step, seconds = rec.counters.step, spec.hours * 3600
+    marks, position, index = _marks(rec, spec), 0.0, 0
+    saved: list[tuple[float, Checkpoint]] = []
+    done: set[int] = set()
+    while index < len(marks):
+        mark, index = marks[index], index + 1
+        if index in done:
+            continue
+        yield (mark.fraction - position) * seconds
+        position = mark.fraction
+        step = base_step + round(mark.fraction * spec.steps)
+        loss = _loss_at(spec, mark.fraction)
+        if mark.kind == "segment":
+            rec.record_loss(step, loss)
+            saved.append((mark.fraction, _checkpoint(rec, spec.name, step)))
+        elif mark.kind == "stall":
+            yield Signal.STALL
+        elif isinstance(mark.item, InterruptionSpec):
+            done.add(index)
+            yield from _interruption(rec, spec.name, mark.item)
+        elif isinstance(mark.item, SpikeSpec):
+            done.add(index)
+            restart = yield from _spike(rec, spec.name, step, loss * mark.item.loss_factor, loss)
+            if restart:
+                position = saved[-1][0] if saved else 0.0
+                index = sum(1 for m in marks if m.fraction <= position)
+                rec.record_loss(base_step + round(position * spec.steps), _loss_at(spec, position))
+                rec.emit(EventType.RESUMED, "restarted from checkpoint", spec.name)
+    return _judge(rec, spec)
+
+
+def _loss_at(spec: StageSpec, fraction: float) -> float:
+    return spec.loss_start + (spec.loss_end - spec.loss_start) * fraction
+
+
+def _checkpoint(rec: RunRecord, stage: str, step: int) -> Checkpoint:
+    size = parameters(rec.request.model_size) * CHECKPOINT_BYTES_PER_PARAM / 1e9
+    checkpoint = Checkpoint(
+        checkpoint_id=f"ckpt-{stage}-{step}",
+        stage=stage,
+        step=step,
+        size_gb=round(size, 2),
+        duration_seconds=round(size * 8 / rec.script.checkpoint_bandwidth_gbps, 2),
+        at=rec.at(),
+    )
+    rec.checkpoints.append(checkpoint)
+    rec.emit(EventType.CHECKPOINT_SAVED, f"checkpoint at step {step}", stage, step=step)
+    return checkpoint
+
+
+def _interruption(
+    rec: RunRecord, stage: str, spec: InterruptionSpec
+) -> Generator[Step, None, None]:
+    rec.recovering = True
+    failed_at = rec.at()
+    yield spec.detect_seconds
+    index = len(rec.interruptions)
+    rec.interruptions.append(
+        Interruption(stage=stage, at=failed_at, detect_seconds=spec.detect_seconds)
+    )
+    rec.emit(EventType.INTERRUPTION_DETECTED, "node failure detected", stage)
+    yield spec.resume_seconds
+    rec.interruptions[index] = rec.interruptions[index].model_copy(
+        update={"resume_seconds": spec.resume_seconds}
+    )
+    rec.recovering = False
+    rec.emit(EventType.RESUMED, "resumed from the latest checkpoint", stage)
+
+
+def _spike(
+    rec: RunRecord, stage: str, step: int, loss: float, baseline: float
+) -> Generator[Step, None, bool]:
+    """Hold the run for a person's decision; return whether to restart from the checkpoint."""
+    latest = rec.checkpoints[-1] if rec.checkpoints else None
+    proposed = CheckpointRef(
+        checkpoint_id=latest.checkpoint_id if latest else "ckpt-init",
+        step=latest.step if latest else 0,
+    )
+    action = PendingAction(
+        action_id=f"act_{uuid4().hex[:12]}",
+        kind="loss_spike_restart",
+        stage=stage,
+        step=step,
+        loss=round(loss, 4),
+        baseline_loss=round(baseline, 4),
+        proposed_checkpoint=proposed,
+        proposed_at=rec.at(),
+    )
+    rec.pending_action = action
+    rec.state = RunState.AWAITING_DECISION
+    rec.emit(EventType.LOSS_SPIKE_DETECTED, f"loss spike at step {step}", stage, step=step)
+    yield Signal.HOLD
+    return rec.decision_for(action.action_id) is DecisionChoice.APPROVE
+
+
+def _judge(rec: RunRecord, spec: StageSpec) -> bool:
+    if spec.gate is None:
+        rec.set_stage(spec.name, StageStatus.PASSED)
+        rec.emit(EventType.STAGE_PASSED, f"{spec.name} passed", spec.name)
+        return True
+    results = [EvalResult(**e.model_dump(), passed=e.passed) for e in spec.gate.evals]
+    passed = all(result.passed for result in results)
+    gate = Gate(
+        battery=spec.gate.battery,
+        status=GateStatus.PASSED if passed else GateStatus.FAILED,
+        evals=results,
+    )
+    rec.set_stage(spec.name, StageStatus.PASSED if passed else StageStatus.FAILED, gate=gate)
+    if passed:
+        rec.emit(EventType.STAGE_PASSED, f"{spec.name} passed {gate.battery}", spec.name)
+        return True
+    failing = ", ".join(r.name for r in results if not r.passed)
+    message = f"{spec.name} failed its {gate.battery} gate ({failing})"
+    rec.emit(EventType.STAGE_FAILED, message, spec.name)
+    rec.finish(RunState.GATE_FAILED, "GATE_FAILED", message)
+    return False

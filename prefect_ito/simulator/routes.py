@@ -1,0 +1,185 @@
+"""The contract's training routes: capabilities, eligibility, runs, events, decisions, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+
+from prefect_ito.contract import (
+    IDEMPOTENCY_HEADER,
+    MAX_WAIT_SECONDS,
+    REPLAYED_HEADER,
+    CancelRequest,
+    Capabilities,
+    DecisionRequest,
+    Envelope,
+    ErrorCode,
+    EventPage,
+    Submission,
+    TrainingEligibility,
+    TrainingRun,
+    TrainingRunList,
+    TrainingRunRequest,
+)
+from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented_errors, ok
+from prefect_ito.simulator.faults import DROP_RESPONSE
+from prefect_ito.simulator.state import Account, SimState, State
+
+router = APIRouter(prefix="/v0", tags=["training"])
+
+IdempotencyKey = Annotated[
+    str,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=255,
+        description="One key per logical submission; resend it on every retry.",
+    ),
+]
+OptionalIdempotencyKey = Annotated[
+    str | None,
+    Header(alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, description="Optional."),
+]
+RunId = Annotated[str, Path(min_length=1, max_length=128)]
+
+
+def _errors(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
+    return documented_errors(*AUTHENTICATED_ERRORS, *codes)
+
+
+@router.get("/capabilities", responses=_errors())
+async def get_capabilities(state: State, _: Account) -> Envelope[Capabilities]:
+    """What this backend offers: whether training runs are live, recipes, long-poll."""
+    return ok(state.engine.capabilities())
+
+
+@router.get(
+    "/bookings/{booking_id}/training-eligibility", responses=_errors(ErrorCode.BOOKING_NOT_FOUND)
+)
+async def get_training_eligibility(
+    state: State, _: Account, booking_id: Annotated[str, Path(min_length=1, max_length=128)]
+) -> Envelope[TrainingEligibility]:
+    """The backend's view of a booking: the only proof that it exists and may train."""
+    return ok(state.engine.eligibility(booking_id))
+
+
+@router.post(
+    "/training-runs",
+    status_code=201,
+    responses={
+        200: {"model": Envelope[Submission], "description": "A replay of an earlier submission."},
+        **_errors(
+            ErrorCode.BOOKING_NOT_FOUND,
+            ErrorCode.BOOKING_NOT_ELIGIBLE,
+            ErrorCode.IDEMPOTENCY_KEY_REUSED,
+            ErrorCode.BOOKING_BUSY,
+            ErrorCode.CAPABILITY_NOT_AVAILABLE,
+        ),
+    },
+)
+async def create_training_run(
+    state: State,
+    account: Account,
+    key: IdempotencyKey,
+    body: TrainingRunRequest,
+    request: Request,
+    response: Response,
+) -> Envelope[Submission]:
+    """Submit a training run; the same key and body replay the existing run."""
+    submitted = state.engine.submit(account, key, body)
+    if submitted.replayed:
+        response.status_code = 200
+        response.headers[REPLAYED_HEADER] = "true"
+    request.scope["state"][DROP_RESPONSE] = submitted.drop_response
+    return ok(Submission(run=submitted.run, replayed=submitted.replayed))
+
+
+@router.get("/training-runs", responses=_errors())
+async def list_training_runs(
+    state: State,
+    account: Account,
+    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
+    booking_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    active: bool | None = None,
+) -> Envelope[TrainingRunList]:
+    """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach."""
+    runs = state.engine.find(
+        account, idempotency_key=idempotency_key, booking_id=booking_id, active=active
+    )
+    return ok(TrainingRunList(runs=runs))
+
+
+@router.get("/training-runs/{run_id}", responses=_errors(ErrorCode.RUN_NOT_FOUND))
+async def get_training_run(
+    state: State,
+    account: Account,
+    run_id: RunId,
+    after_version: Annotated[int | None, Query(ge=0)] = None,
+    wait: Annotated[float, Query(ge=0, allow_inf_nan=False, description="Capped at 60.")] = 0,
+) -> Envelope[TrainingRun]:
+    """Read a run; with ``after_version`` and ``wait``, hold until its version exceeds it."""
+    if after_version is not None:
+        await _wait_for_change(state, account, run_id, after_version, min(wait, MAX_WAIT_SECONDS))
+    return ok(state.engine.record(account, run_id).snapshot())
+
+
+async def _wait_for_change(
+    state: SimState, account: str, run_id: str, after_version: int, wait: float
+) -> None:
+    """Return once the run's version exceeds ``after_version``, or after ``wait`` seconds."""
+
+    def changed() -> bool:
+        return state.engine.record(account, run_id).version > after_version
+
+    if wait <= 0 or changed():
+        return
+    async with state.changed:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.changed.wait_for(changed), timeout=wait)
+
+
+@router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))
+async def list_run_events(
+    state: State, account: Account, run_id: RunId, after: Annotated[int, Query(ge=0)] = 0
+) -> Envelope[EventPage]:
+    """The run's append-only event log, after a sequence number."""
+    return ok(state.engine.events(account, run_id, after))
+
+
+@router.post(
+    "/training-runs/{run_id}/actions/{action_id}/decision",
+    responses=_errors(
+        ErrorCode.RUN_NOT_FOUND,
+        ErrorCode.ACTION_NOT_PENDING,
+        ErrorCode.DECISION_CONFLICT,
+        ErrorCode.IDEMPOTENCY_KEY_REUSED,
+    ),
+)
+async def decide_action(
+    state: State,
+    account: Account,
+    run_id: RunId,
+    action_id: Annotated[str, Path(min_length=1, max_length=128)],
+    body: DecisionRequest,
+    key: OptionalIdempotencyKey = None,
+) -> Envelope[TrainingRun]:
+    """Approve or reject a pending human-gated action; repeating the same decision is safe."""
+    return ok(state.engine.decide(account, run_id, action_id, body, key))
+
+
+@router.post(
+    "/training-runs/{run_id}/cancel",
+    responses=_errors(ErrorCode.RUN_NOT_FOUND, ErrorCode.IDEMPOTENCY_KEY_REUSED),
+)
+async def cancel_training_run(
+    state: State,
+    account: Account,
+    run_id: RunId,
+    body: CancelRequest | None = None,
+    key: OptionalIdempotencyKey = None,
+) -> Envelope[TrainingRun]:
+    """Cancel the run's workload (never the booking); a finished run is returned unchanged."""
+    return ok(state.engine.cancel(account, run_id, body or CancelRequest(), key))

@@ -1,0 +1,233 @@
+"""Scenarios: what the reference simulator holds on file and how its runs behave.
+
+A scenario is plain data (JSON or YAML) validated by :class:`Scenario`. It names the bookings on
+file, the run script every run on those bookings follows (stage plan, durations, gate scores, loss
+spikes, interruptions, refusals, cost, a stall), optional per-booking changes to that script, and
+the faults the HTTP layer injects. ``docs/simulator.md`` documents every field with an example.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from prefect_ito.contract import BookingStatus, TrainingEligibility
+
+CURRICULUM_STAGES = ("pretrain", "mid_train", "long_context")
+POST_TRAINING_STAGES = ("post_training.sft", "post_training.dpo", "post_training.rlvr")
+DEFAULT_TIME_SCALE = 400_000.0
+"""Simulated seconds per real second: the default run (about three weeks) takes about 5 s."""
+
+
+class _Spec(BaseModel):
+    """Base for scenario models: strict, so a typo in a scenario file is an error, not a no-op."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SimBooking(_Spec):
+    """A booking on file. The simulator never changes a booking's status by itself."""
+
+    booking_id: str = Field(min_length=1)
+    status: BookingStatus
+    gpu_sku: str = "H200"
+    node_count: int = Field(default=2, ge=1)
+    gpus_per_node: int = Field(default=8, ge=1)
+    fabric: str = "InfiniBand"
+    region: str = "eu-north-1"
+    term_end: datetime = datetime.fromisoformat("2026-06-30T00:00:00+00:00")
+
+    @property
+    def gpus(self) -> int:
+        """Return the number of GPUs the booking holds."""
+        return self.node_count * self.gpus_per_node
+
+    def eligibility(self) -> TrainingEligibility:
+        """Return the contract's view of this booking: only completed bookings may train."""
+        eligible = self.status is BookingStatus.COMPLETED
+        reason = None if eligible else f"booking is {self.status.value}, not completed"
+        return TrainingEligibility(**self.model_dump(), eligible=eligible, reason=reason)
+
+
+class EvalSpec(_Spec):
+    """One eval of a gate's battery, with the score the simulated run will reach."""
+
+    name: str
+    metric: str = "accuracy"
+    score: float
+    threshold: float
+    higher_is_better: bool = True
+
+    @property
+    def passed(self) -> bool:
+        """Return whether the score clears the threshold in the eval's direction."""
+        if self.higher_is_better:
+            return self.score >= self.threshold
+        return self.score <= self.threshold
+
+
+class GateSpec(_Spec):
+    """A stage's fixed eval battery."""
+
+    battery: str
+    evals: list[EvalSpec] = Field(min_length=1)
+
+
+class StageSpec(_Spec):
+    """A training stage: curriculum (``pretrain``…) or post-training (``post_training.sft``…)."""
+
+    name: str
+    hours: float = Field(gt=0, description="Simulated duration, without interruptions.")
+    steps: int = Field(ge=1)
+    loss_start: float = Field(gt=0)
+    loss_end: float = Field(gt=0)
+    gate: GateSpec | None = None
+
+    @model_validator(mode="after")
+    def _known_name(self) -> StageSpec:
+        if self.name not in CURRICULUM_STAGES + POST_TRAINING_STAGES:
+            raise ValueError(f"unknown stage {self.name!r}")
+        return self
+
+
+class SpikeSpec(_Spec):
+    """A loss spike at a fraction of a stage: the run waits for a person's decision."""
+
+    stage: str
+    at_fraction: float = Field(gt=0, lt=1)
+    loss_factor: float = Field(default=3.0, gt=1, description="Spike loss over the baseline.")
+
+
+class InterruptionSpec(_Spec):
+    """A node failure at a fraction of a stage, and how long detection and resumption take."""
+
+    stage: str
+    at_fraction: float = Field(gt=0, lt=1)
+    detect_seconds: float = Field(default=240, ge=0)
+    resume_seconds: float = Field(default=540, ge=0)
+
+
+class StallSpec(_Spec):
+    """The workload silently stops at a fraction of a stage: no progress, no heartbeat."""
+
+    stage: str
+    at_fraction: float = Field(gt=0, lt=1)
+
+
+class RunScript(_Spec):
+    """How every run on a booking behaves, on the simulated clock."""
+
+    data_prep_hours: float = Field(default=6, gt=0)
+    ladder_hours: float = Field(
+        default=4, gt=0, description="The 150M ladder job, custom data only."
+    )
+    ladder_rejection: str | None = Field(default=None, description="Reject custom data, why.")
+    parallelism_hours: float = Field(default=1, gt=0)
+    parallelism_refusal: str | None = Field(default=None, description="Refuse the plan, why.")
+    curriculum: list[StageSpec]
+    post_training: list[StageSpec]
+    segments_per_stage: int = Field(default=4, ge=1, le=50)
+    gpu_hour_usd: float = Field(default=3.5, ge=0)
+    tokens_per_step: int = Field(default=4_194_304, ge=1)
+    checkpoint_bandwidth_gbps: float = Field(default=40.0, gt=0)
+    rlvr_staleness_bound_steps: int = Field(default=4, ge=0)
+    loss_spikes: list[SpikeSpec] = Field(default_factory=list)
+    interruptions: list[InterruptionSpec] = Field(default_factory=list)
+    stall: StallSpec | None = None
+
+    @model_validator(mode="after")
+    def _stage_names(self) -> RunScript:
+        curriculum = [stage.name for stage in self.curriculum]
+        post = [stage.name for stage in self.post_training]
+        if not set(curriculum) <= set(CURRICULUM_STAGES) or len(set(curriculum)) != len(curriculum):
+            raise ValueError(
+                "curriculum stages must be distinct among " + ", ".join(CURRICULUM_STAGES)
+            )
+        if post != list(POST_TRAINING_STAGES[: len(post)]):
+            raise ValueError("post_training must list sft, dpo, rlvr in order (a prefix)")
+        return self
+
+    def stage(self, name: str) -> StageSpec | None:
+        """Return the spec of the named training stage, if the script has it."""
+        return next((s for s in self.curriculum + self.post_training if s.name == name), None)
+
+
+class Faults(_Spec):
+    """Transport-level faults on ``/v0`` routes (never on ``/_sim``). Seeded, so repeatable."""
+
+    seed: int = 0
+    unavailable_rate: float = Field(default=0.0, ge=0, le=1, description="Share of 503s.")
+    rate_limited_rate: float = Field(default=0.0, ge=0, le=1, description="Share of 429s.")
+    retry_after_seconds: int = Field(default=1, ge=0)
+    latency_seconds: float = Field(default=0.0, ge=0, le=30)
+    revoke_tokens_after_seconds: float | None = Field(
+        default=None, ge=0, description="Real seconds after load; tokens issued before then die."
+    )
+    drop_response_after_commit: int = Field(
+        default=0, ge=0, description="Drop the answer to this many new submissions, after commit."
+    )
+
+
+class Scenario(_Spec):
+    """A complete simulator setup: bookings, run behaviour, faults and clock."""
+
+    name: str = "custom"
+    description: str = ""
+    time_scale: float = Field(default=DEFAULT_TIME_SCALE, gt=0)
+    scaffold: bool = Field(default=False, description="Answer like production today: not live.")
+    start_at: datetime = datetime.fromisoformat("2026-03-02T00:00:00+00:00")
+    device_interval_seconds: int = Field(default=1, ge=0)
+    device_code_ttl_seconds: int = Field(default=600, ge=1)
+    bookings: list[SimBooking]
+    run: RunScript
+    booking_overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="booking_id → RunScript fields replaced for it."
+    )
+    faults: Faults = Field(default_factory=Faults)
+
+    @model_validator(mode="after")
+    def _overrides_valid(self) -> Scenario:
+        for booking_id in self.booking_overrides:
+            self.script_for(booking_id)
+        return self
+
+    def script_for(self, booking_id: str) -> RunScript:
+        """Return the run script for a booking: the scenario's, with the booking's overrides."""
+        override = self.booking_overrides.get(booking_id)
+        if not override:
+            return self.run
+        return RunScript.model_validate({**self.run.model_dump(), **override})
+
+    def with_options(
+        self, *, scaffold: bool | None = None, time_scale: float | None = None
+    ) -> Scenario:
+        """Return a copy with the given command-line style overrides applied."""
+        update: dict[str, Any] = {}
+        if scaffold is not None:
+            update["scaffold"] = scaffold
+        if time_scale is not None:
+            update["time_scale"] = time_scale
+        return self.model_validate({**self.model_dump(), **update})
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load a scenario from a JSON or YAML file.
+
+    Args:
+        path: A ``.json``, ``.yaml`` or ``.yml`` file.
+
+    Returns:
+        The validated scenario.
+
+    Raises:
+        ValueError: The file is not a valid scenario.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    raw: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    return Scenario.model_validate(raw)

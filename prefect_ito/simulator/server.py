@@ -1,0 +1,165 @@
+"""Run the simulator with uvicorn in a background thread, on a real loopback port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import uvicorn
+from pydantic import BaseModel, SecretStr
+
+from prefect_ito.contract import Envelope
+from prefect_ito.simulator.admin import AdminRun, MintedToken
+from prefect_ito.simulator.app import create_app
+from prefect_ito.simulator.builtins import builtin_scenario
+from prefect_ito.simulator.scenario import Scenario, SimBooking
+from prefect_ito.simulator.state import RequestLogEntry
+
+STARTUP_TIMEOUT_SECONDS = 30.0
+GRACEFUL_SHUTDOWN_SECONDS = 1
+"""Long-polls in flight at shutdown are cut after this long, so stopping never hangs."""
+M = TypeVar("M")
+
+
+def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
+    """Return the uvicorn configuration every simulator server uses."""
+    # h11 explicitly: dropping a committed answer relies on how the protocol closes a connection.
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http="h11",
+        ws="none",
+        log_level=log_level,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+
+
+class SimulatorServer:
+    """The reference desk simulator, served by uvicorn in a thread.
+
+    Example:
+        >>> with SimulatorServer(builtin_scenario("loss-spike"), time_scale=4e6) as sim:
+        ...     token = sim.mint_token()
+        ...     httpx.get(f"{sim.url}/v0/capabilities", headers=...)
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario | None = None,
+        *,
+        scaffold: bool = False,
+        time_scale: float | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        base = scenario or builtin_scenario("default")
+        self.scenario = base.with_options(scaffold=scaffold or None, time_scale=time_scale)
+        self._host = host
+        self._port = port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+        self._url: str | None = None
+
+    def __enter__(self) -> SimulatorServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The backend root, ``http://127.0.0.1:<port>``; contract paths are under ``/v0``."""
+        if self._url is None:
+            raise RuntimeError("the simulator is not running")
+        return self._url
+
+    def start(self) -> None:
+        """Bind the port, serve in a thread, and return once the server answers."""
+        if self._thread is not None:
+            raise RuntimeError("the simulator is already running")
+        # Binding here, before the thread starts, makes the port known at once (even port 0).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        self._socket = sock
+        host, port = sock.getsockname()[:2]
+        self._url = f"http://{host}:{port}"
+        server = uvicorn.Server(uvicorn_config(create_app(self.scenario), self._host, self._port))
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="ito-simulator", daemon=True
+        )
+        self._thread.start()
+        if not self._wait_started():
+            self.stop()
+            raise RuntimeError("the simulator did not start")
+
+    def _wait_started(self) -> bool:
+        assert self._server is not None
+        assert self._thread is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECONDS
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def stop(self) -> None:
+        """Ask uvicorn to exit, and join its thread."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        if self._socket is not None:
+            self._socket.close()
+        self._server = self._thread = self._socket = self._url = None
+
+    # --- admin helpers: real HTTP calls to /_sim -------------------------------------------
+
+    def _admin(self, method: str, path: str, model: type[M], json: Any = None) -> M:
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            response = client.request(method, f"/_sim{path}", json=json)
+        response.raise_for_status()
+        envelope = Envelope[model].model_validate_json(response.content)  # type: ignore[valid-type]
+        return envelope.data  # type: ignore[return-value]
+
+    def mint_token(self, account: str = "sim-user") -> SecretStr:
+        """Mint a bearer token for an account."""
+        minted = self._admin("POST", "/tokens", MintedToken, {"account": account})
+        return SecretStr(minted.token)
+
+    def load_scenario(self, scenario: Scenario) -> None:
+        """Load a scenario; bookings, runs, request log and clock start over."""
+        self._admin("PUT", "/scenario", dict, _dump(scenario))
+
+    def add_booking(self, booking: SimBooking) -> None:
+        """Put a booking on file."""
+        self._admin("POST", "/bookings", SimBooking, _dump(booking))
+
+    def bookings(self) -> list[SimBooking]:
+        """Return every booking on file."""
+        return self._admin("GET", "/bookings", list[SimBooking])
+
+    def requests(self) -> list[RequestLogEntry]:
+        """Return the request log (never a token)."""
+        return self._admin("GET", "/requests", list[RequestLogEntry])
+
+    def runs(self) -> list[AdminRun]:
+        """Return every run, with its account and idempotency key."""
+        return self._admin("GET", "/runs", list[AdminRun])
+
+
+def _dump(model: BaseModel) -> Any:
+    return model.model_dump(mode="json")

@@ -1,0 +1,93 @@
+"""The state one simulator app holds, and the FastAPI dependencies that reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from prefect_ito.simulator.engine import Engine
+from prefect_ito.simulator.identity import Identity, TokenInfo
+from prefect_ito.simulator.scenario import Scenario
+
+
+class RequestLogEntry(BaseModel):
+    """One request the simulator answered. Headers are not kept, so no token can leak here."""
+
+    time: datetime
+    method: str
+    path: str
+    status: int
+    idempotency_key: str | None = None
+    request_id: str
+    dropped: bool = False
+
+
+@dataclass
+class SimState:
+    """Everything one simulator instance knows; reset (but for tokens) by a scenario load."""
+
+    engine: Engine
+    identity: Identity
+    rng: random.Random
+    requests: list[RequestLogEntry] = field(default_factory=list)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    @classmethod
+    def create(cls, scenario: Scenario) -> SimState:
+        """Return fresh state for a scenario."""
+        return cls(Engine(scenario), Identity(scenario), _dice(scenario))
+
+    def load(self, scenario: Scenario) -> None:
+        """Load a scenario: bookings, runs, request log, clock and fault dice start over."""
+        self.engine.load(scenario)
+        self.identity.configure(scenario)
+        self.rng = _dice(scenario)
+        self.requests.clear()
+
+
+def _dice(scenario: Scenario) -> random.Random:
+    # Seeded on purpose: fault sequences must repeat; nothing here is a secret.
+    return random.Random(scenario.faults.seed)  # noqa: S311
+
+
+def sim_state(request: Request) -> SimState:
+    """Return the state of the app serving this request."""
+    state: SimState = request.app.state.sim
+    return state
+
+
+_bearer = HTTPBearer(auto_error=False, description="A bearer token from device login.")
+State = Annotated[SimState, Depends(sim_state)]
+
+
+def bearer_token(
+    state: State,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> str:
+    """Return the presented bearer token once it checks out."""
+    token = credentials.credentials if credentials else None
+    state.identity.authenticate(token)
+    assert token is not None
+    return token
+
+
+def token_info(state: State, token: Annotated[str, Depends(bearer_token)]) -> TokenInfo:
+    """Return what the simulator knows about the presented token."""
+    return state.identity.authenticate(token)
+
+
+def account(info: Annotated[TokenInfo, Depends(token_info)]) -> str:
+    """Return the account the presented token belongs to."""
+    return info.account
+
+
+Account = Annotated[str, Depends(account)]
+Token = Annotated[str, Depends(bearer_token)]
+Info = Annotated[TokenInfo, Depends(token_info)]

@@ -1,0 +1,120 @@
+"""The blocks against Prefect's standard suite; the error tree's shape and pickling."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import UTC, datetime
+
+import pytest
+from ito_fakes import MemoryKeyring
+from prefect.blocks.core import Block
+from prefect.testing.standard_test_suites import BlockStandardTestSuite
+from pydantic import SecretStr
+
+from prefect_ito import exceptions as exc
+from prefect_ito.auth import ENV_TOKEN, store_token
+from prefect_ito.blocks import ItoBooking, ItoCredentials
+from prefect_ito.contract import CheckpointRef, PendingAction
+
+
+class TestItoCredentialsStandards(BlockStandardTestSuite):
+    @pytest.fixture
+    def block(self) -> type[Block]:
+        return ItoCredentials
+
+
+class TestItoBookingStandards(BlockStandardTestSuite):
+    @pytest.fixture
+    def block(self) -> type[Block]:
+        return ItoBooking
+
+
+def test_credentials_block_has_no_secret_field() -> None:
+    schema = ItoCredentials.model_json_schema()
+    assert schema.get("secret_fields", []) == []
+    assert set(ItoCredentials.model_fields) == {"api_url", "keyring_entry", "timeout_seconds"}
+
+
+async def test_get_client_resolves_the_token_from_the_keyring(
+    memory_keyring: MemoryKeyring,
+) -> None:
+    store_token("http://127.0.0.1:9", SecretStr("kept"), keyring_entry="desk-a")
+    block = ItoCredentials(api_url="http://127.0.0.1:9/", keyring_entry="desk-a")
+    async with block.get_client() as client:
+        assert client.base_url == "http://127.0.0.1:9"
+
+
+def test_get_client_without_a_token_says_to_log_in(memory_keyring: MemoryKeyring) -> None:
+    with pytest.raises(exc.NotLoggedIn, match="prefect-ito login"):
+        ItoCredentials(api_url="http://127.0.0.1:9").get_client()
+
+
+def test_get_client_takes_the_environment_token_without_a_keyring_entry(
+    memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_TOKEN, "from-env")
+    client = ItoCredentials(api_url="http://127.0.0.1:9").get_client()
+    assert "from-env" not in repr(client)
+
+
+def test_booking_block_holds_the_handover() -> None:
+    booking = ItoBooking(
+        booking_id="bk-1", gpu_sku="H200", node_count=2, gpus_per_node=8, fabric="InfiniBand"
+    )
+    assert (booking.region, booking.node_ips, booking.ssh_user) == (None, [], None)
+
+
+ACTION = PendingAction(
+    action_id="act-1",
+    kind="loss_spike_restart",
+    stage="pretrain",
+    step=1200,
+    loss=9.1,
+    baseline_loss=2.3,
+    proposed_checkpoint=CheckpointRef(checkpoint_id="ckpt-1", step=1000),
+    proposed_at=datetime(2026, 3, 2, tzinfo=UTC),
+)
+EVERY_ERROR = [
+    exc.ItoTransportError("lost", ambiguous=False),
+    exc.ItoTimeoutError("slow"),
+    exc.ItoProtocolError("bad", endpoint="GET /v0/x", field="data.state"),
+    exc.RateLimited("slow down", retry_after=3.0, status_code=429, request_id="r-1"),
+    exc.error_from_envelope("BOOKING_BUSY", "busy", status_code=409, field="booking_id"),
+    exc.ItoAPIError("new", code="NEW_CODE", status_code=418),
+    exc.NotLoggedIn(api_url="http://desk"),
+    exc.InsecureKeyring("plaintext"),
+    exc.GateFailed("pretrain", "mmlu", 0.41, 0.5, run_id="run-1"),
+    exc.DecisionRequired(ACTION, run_id="run-1"),
+    exc.RunStalled("no heartbeat", run_id="run-1"),
+]
+
+
+@pytest.mark.parametrize("error", EVERY_ERROR, ids=lambda e: type(e).__name__)
+def test_errors_survive_pickling(error: exc.ItoError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert (str(copy), copy.code, copy.__dict__) == (str(error), error.code, error.__dict__)
+
+
+def test_run_outcomes_carry_their_details() -> None:
+    gate = exc.GateFailed("pretrain", "mmlu", 0.41, 0.5, run_id="run-1")
+    assert (gate.code, gate.stage, gate.eval_name, gate.run_id) == (
+        "GATE_FAILED",
+        "pretrain",
+        "mmlu",
+        "run-1",
+    )
+    assert "mmlu scored 0.41 against a threshold of 0.5" in str(gate)
+    required = exc.DecisionRequired(ACTION)
+    assert required.action == ACTION
+    assert "act-1" in str(required)
+
+
+def test_error_tree_roots() -> None:
+    assert issubclass(exc.ItoTimeoutError, exc.ItoTransportError)
+    assert issubclass(exc.TokenRevoked, exc.ItoAPIError)
+    assert issubclass(exc.GateFailed, exc.ItoRunOutcome)
+    for name in exc.__all__:
+        member = getattr(exc, name)
+        assert not isinstance(member, type) or issubclass(member, exc.ItoError)
+    assert exc.__all__ == sorted(exc.__all__)

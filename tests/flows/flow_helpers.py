@@ -1,0 +1,39 @@
+"""Shared pieces of the flow tests: the request they make, and how they wait."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prefect import get_client
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.simulator import SimulatorServer
+
+BOOKING = "bk-h200-2x8-ib"
+REQUEST: dict[str, Any] = {
+    "model_size": "8B",
+    "data": ["catalog://ito/web-2026-10"],
+    "target": "code-assistant",
+    "budget_usd": 250_000.0,
+}
+
+
+def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
+    """Return flow parameters for the simulator's completed booking, with ``changes``."""
+    return {
+        **REQUEST,
+        "booking": BOOKING,
+        "credentials": ItoCredentials(api_url=simulator.url),
+        **changes,
+    }
+
+
+async def wait_for_pause(flow_run_id: Any, timeout: float = 60) -> Any:
+    """Return the flow run's Paused state once it waits for input."""
+    async with asyncio.timeout(timeout), get_client() as client:
+        while True:
+            state = (await client.read_flow_run(flow_run_id)).state
+            if state is not None and state.is_paused() and state.state_details.run_input_keyset:
+                return state
+            await asyncio.sleep(0.3)

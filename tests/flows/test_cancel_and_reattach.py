@@ -1,0 +1,110 @@
+"""Cancelling reaches the backend; a crash cancels nothing and the next run re-attaches."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+from flow_helpers import BOOKING, REQUEST, parameters, wait_for_pause
+from prefect import get_client
+from prefect.flow_engine import run_flow_async
+from prefect.states import Cancelling
+
+from prefect_ito.contract import RunState
+from prefect_ito.flows import ito_training
+from prefect_ito.simulator import builtin_scenario
+
+
+async def start_flow(params: dict[str, Any]) -> tuple[Any, asyncio.Future[Any]]:
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(ito_training, parameters=params)
+    future = asyncio.ensure_future(
+        run_flow_async(ito_training, flow_run=flow_run, parameters=params, return_type="state")
+    )
+    return flow_run, future
+
+
+async def wait_for_backend_run(simulator: Any, timeout: float = 60) -> Any:
+    async with asyncio.timeout(timeout):
+        while True:
+            runs = await asyncio.to_thread(simulator.runs)
+            if runs and runs[0].run.state is RunState.RUNNING:
+                return runs[0].run
+            await asyncio.sleep(0.2)
+
+
+async def request_cancel(flow_run_id: Any) -> None:
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+
+
+async def test_cancelling_a_supervising_flow_cancels_the_backend_workload(start_simulator):
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=20_000))
+    flow_run, flow = await start_flow(parameters(simulator))
+    await wait_for_backend_run(simulator)
+
+    await request_cancel(flow_run.id)
+    state = await asyncio.wait_for(flow, timeout=120)
+
+    assert state.is_cancelled(), state
+    assert "cancelled" in state.message
+    assert simulator.runs()[0].run.state is RunState.CANCELLED
+    cancels = [r for r in simulator.requests() if r.method == "POST" and r.path.endswith("/cancel")]
+    assert cancels and {r.idempotency_key for r in cancels} == {cancels[0].idempotency_key}
+
+
+async def test_cancelling_a_paused_flow_cancels_the_backend_workload(start_simulator):
+    simulator = start_simulator("loss-spike")
+    flow_run, flow = await start_flow(parameters(simulator))
+    await wait_for_pause(flow_run.id)
+
+    await request_cancel(flow_run.id)
+    state = await asyncio.wait_for(flow, timeout=120)
+
+    assert state.is_cancelled(), state
+    run = simulator.runs()[0].run
+    assert run.state is RunState.CANCELLED
+    assert run.decisions == []
+
+
+_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from prefect_ito.blocks import ItoCredentials
+    from prefect_ito.flows import ito_training
+
+    asyncio.run(ito_training(
+        booking=sys.argv[2], credentials=ItoCredentials(api_url=sys.argv[1]), **REQUEST))
+    """
+)
+
+
+async def test_a_killed_flow_run_is_reattached_by_the_next_run(start_simulator, prefect_server):
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=40_000))
+    token = simulator.mint_token("flow-tests")  # the same account as the fixture's token
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"REQUEST = {REQUEST!r}\n{_CHILD}", simulator.url, BOOKING],
+        env={**os.environ, "PREFECT_API_URL": prefect_server,
+             "ITO_COMPUTE_TOKEN": token.get_secret_value()},
+    )  # fmt: skip
+    try:
+        first = await wait_for_backend_run(simulator, timeout=120)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+
+    assert simulator.runs()[0].run.state is RunState.RUNNING  # a crash cancels nothing
+    state = await ito_training(**parameters(simulator), return_state=True)
+
+    assert state.is_completed(), state.message
+    runs = simulator.runs()
+    assert len(runs) == 1 and runs[0].run.run_id == first.run_id
+    submissions = [
+        r for r in simulator.requests() if r.method == "POST" and r.path == "/v0/training-runs"
+    ]
+    assert len({r.idempotency_key for r in submissions}) == 1

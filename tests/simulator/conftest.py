@@ -1,0 +1,111 @@
+"""Fixtures: a simulator on a real loopback port per test, and a plain httpx client for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from prefect_ito.contract import IDEMPOTENCY_HEADER, TrainingRequest
+from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
+
+FAST = 4_000_000.0
+"""Simulated seconds per real second in tests: the default run takes about half a second."""
+BOOKING = "bk-h200-2x8-ib"
+
+
+def submission(**changes: Any) -> dict[str, Any]:
+    """Return a valid submission body (digest included), with fields changed."""
+    fields: dict[str, Any] = {
+        "booking_id": BOOKING,
+        "model_size": "8B",
+        "data_refs": ["catalog://fineweb-edu"],
+        "target": "chat assistant",
+        "budget_usd": 250_000.0,
+    }
+    fields.update(changes)
+    return TrainingRequest(**fields).to_submission().model_dump(mode="json")
+
+
+class Desk:
+    """A test's view of one simulator: the server, a token, and an httpx client."""
+
+    body = staticmethod(submission)
+
+    def __init__(self, sim: SimulatorServer) -> None:
+        self.sim = sim
+        self.token = sim.mint_token().get_secret_value()
+        self.http = httpx.Client(
+            base_url=sim.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
+        )
+
+    def submit(self, body: dict[str, Any] | None = None, key: str = "key-1") -> httpx.Response:
+        """POST a submission with an idempotency key."""
+        return self.http.post(
+            "/v0/training-runs", json=body or submission(), headers={IDEMPOTENCY_HEADER: key}
+        )
+
+    def start(self, body: dict[str, Any] | None = None, key: str = "key-1") -> dict[str, Any]:
+        """Submit and return the new run."""
+        response = self.submit(body, key)
+        assert response.status_code == 201, response.text
+        run: dict[str, Any] = response.json()["data"]["run"]
+        return run
+
+    def run(self, run_id: str, **params: Any) -> dict[str, Any]:
+        """GET a run (optionally long-polling) and return it."""
+        response = self.http.get(f"/v0/training-runs/{run_id}", params=params)
+        assert response.status_code == 200, response.text
+        data: dict[str, Any] = response.json()["data"]
+        return data
+
+    def wait_for(
+        self, run: dict[str, Any], done: Callable[[dict[str, Any]], bool], polls: int = 40
+    ) -> dict[str, Any]:
+        """Long-poll (1 s at most each) until ``done(run)``; fail after ``polls`` reads."""
+        for _ in range(polls):
+            if done(run):
+                return run
+            run = self.run(run["run_id"], after_version=run["version"], wait=1)
+        raise AssertionError(f"run never got there: {run['state']} v{run['version']}")
+
+    def finished(self, run: dict[str, Any]) -> dict[str, Any]:
+        """Wait until the run leaves accepted/running."""
+        return self.wait_for(run, lambda r: r["state"] not in ("accepted", "running"))
+
+    def decide(self, run: dict[str, Any], decision: str, **headers: str) -> httpx.Response:
+        """Answer the run's pending action."""
+        action = run["pending_action"]["action_id"]
+        return self.http.post(
+            f"/v0/training-runs/{run['run_id']}/actions/{action}/decision",
+            json={"decision": decision, "decided_by": "Ada", "reason": "looked at the curve"},
+            headers=headers,
+        )
+
+
+@pytest.fixture
+def desk_for() -> Iterator[Callable[..., Desk]]:
+    """Start simulators on demand (``desk_for("stall")`` or a Scenario); stop them all after."""
+    started: list[tuple[SimulatorServer, Desk]] = []
+
+    def start(scenario: str | Scenario = "default", **options: Any) -> Desk:
+        chosen = builtin_scenario(scenario) if isinstance(scenario, str) else scenario
+        options.setdefault("time_scale", FAST)
+        sim = SimulatorServer(chosen, **options)
+        sim.start()
+        desk = Desk(sim)
+        started.append((sim, desk))
+        return desk
+
+    yield start
+    for sim, desk in started:
+        desk.http.close()
+        sim.stop()
+
+
+@pytest.fixture
+def desk(desk_for: Callable[..., Desk]) -> Desk:
+    """A simulator with the default scenario."""
+    return desk_for()

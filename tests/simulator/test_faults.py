@@ -1,0 +1,89 @@
+"""Injected faults: dropped answers after commit, 429 with Retry-After, 503, revoked tokens."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from prefect_ito.simulator import Faults, builtin_scenario
+
+
+def _with_faults(**faults):
+    return builtin_scenario("default").model_copy(update={"faults": Faults(**faults)})
+
+
+def test_drop_response_after_commit_creates_the_run_and_cuts_the_connection(desk_for):
+    desk = desk_for(_with_faults(drop_response_after_commit=1))
+
+    with pytest.raises(httpx.TransportError):
+        desk.submit(key="ambiguous")
+    runs = desk.sim.runs()
+    retry = desk.submit(key="ambiguous")
+
+    assert [r.idempotency_key for r in runs] == ["ambiguous"]
+    assert retry.status_code == 200
+    assert retry.json()["data"]["replayed"] is True
+    assert retry.json()["data"]["run"]["run_id"] == runs[0].run_id
+    logged = [r for r in desk.sim.requests() if r.path == "/v0/training-runs"]
+    assert [r.dropped for r in logged] == [True, False]
+
+
+def test_rate_limits_carry_retry_after(desk_for):
+    desk = desk_for(_with_faults(rate_limited_rate=1.0, retry_after_seconds=7))
+
+    response = desk.http.get("/v0/capabilities")
+    admin = httpx.get(f"{desk.sim.url}/_sim/bookings")
+
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == "7"
+    assert response.json()["error"]["code"] == "RATE_LIMITED"
+    assert admin.status_code == 200  # faults never touch the admin surface
+
+
+def test_unavailable_rate_gives_503s_in_a_repeatable_sequence(desk_for):
+    def statuses(desk):
+        return [desk.http.get("/v0/capabilities").status_code for _ in range(20)]
+
+    first = statuses(desk_for(_with_faults(unavailable_rate=0.5, seed=3)))
+    second = statuses(desk_for(_with_faults(unavailable_rate=0.5, seed=3)))
+
+    assert first == second
+    assert set(first) == {200, 503}
+
+
+def test_tokens_issued_before_the_revocation_time_die(desk_for):
+    desk = desk_for()
+    desk.sim.load_scenario(_with_faults(revoke_tokens_after_seconds=0))
+
+    old = desk.http.get("/v0/capabilities")
+    fresh = desk.sim.mint_token().get_secret_value()
+    new = desk.http.get("/v0/capabilities", headers={"Authorization": f"Bearer {fresh}"})
+
+    assert old.status_code == 401
+    assert old.json()["error"]["code"] == "TOKEN_REVOKED"
+    assert new.status_code == 200
+
+
+def test_request_log_never_holds_the_token(desk_for):
+    desk = desk_for(_with_faults(rate_limited_rate=0.3))
+    desk.submit(key="k")
+    desk.http.get("/v0/training-runs", params={"idempotency_key": "k"})
+    desk.http.post("/v0/auth/revoke")
+
+    log = desk.sim.requests()
+    raw = httpx.get(f"{desk.sim.url}/_sim/requests").text
+
+    assert desk.token not in raw
+    assert {entry.path for entry in log} >= {"/v0/training-runs", "/v0/auth/revoke"}
+    assert all(entry.request_id.startswith("req_") for entry in log)
+    assert any(entry.idempotency_key == "k" for entry in log)
+
+
+def test_scenario_load_resets_runs_and_log_but_keeps_tokens(desk):
+    desk.start()
+
+    desk.sim.load_scenario(builtin_scenario("stall"))
+
+    assert desk.sim.runs() == []
+    assert desk.sim.requests() == []
+    assert desk.http.get("/v0/capabilities").status_code == 200
