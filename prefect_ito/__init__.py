@@ -11,11 +11,14 @@ __version__ = "0.1.0"
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.exceptions import ItoError
+from prefect_ito.jobs import ItoTrainingJob, ItoTrainingRun
 
 __all__ = [
     "ItoBooking",
     "ItoClient",
     "ItoCredentials",
     "ItoError",
+    "ItoTrainingJob",
+    "ItoTrainingRun",
     "__version__",
 ]

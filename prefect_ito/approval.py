@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
 
+from prefect import get_run_logger
 from prefect.context import FlowRunContext
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
@@ -19,6 +19,7 @@ from pydantic import Field
 
 from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
 from prefect_ito.exceptions import AwaitingDecision
+from prefect_ito.runtime import cancellation_requested
 
 PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
@@ -81,26 +82,31 @@ def can_suspend() -> bool:
 
 
 async def ask_person(
-    run: TrainingRun,
-    action: PendingAction,
-    *,
-    timeout: float,
-    poll_interval: float,
-    cancelled: Callable[[], Awaitable[bool]],
-    suspend: bool,
+    run: TrainingRun, *, timeout: float, poll_interval: float
 ) -> RestartDecision | None:
-    """Wait for a person's decision on ``action``; return None when the flow run was cancelled.
+    """Wait for a person's decision on the run's pending action; None if the flow run was cancelled.
 
-    Suspending ends this process (Prefect re-runs the flow from the top once resumed; the stable
-    pause key then returns the same answer without asking again). An in-process pause gives up
-    :data:`PAUSE_MARGIN_SECONDS` before Prefect's own deadline, after which the server would turn
-    any final state into "never resumed".
+    A flow run from a deployment (and no subflow) suspends: that ends this process, and Prefect
+    re-runs the flow from the top once resumed, where the stable pause key returns the same answer
+    without asking again. Any other flow run pauses in-process, watching for a cancellation, and
+    gives up :data:`PAUSE_MARGIN_SECONDS` before Prefect's own deadline, after which the server
+    would turn any final state into "never resumed".
 
     Raises:
         AwaitingDecision: nobody decided in time; the action stays pending at the backend.
     """
+    action = run.pending_action
+    if action is None:
+        raise ValueError(f"run {run.run_id} waits for no decision")
+    get_run_logger().warning(
+        "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the run. "
+        "Waiting for a person to approve or reject it in the Prefect UI.",
+        action.stage,
+        action.step,
+        action.proposed_checkpoint.checkpoint_id,
+    )
     form = RestartDecision.with_initial_data(description=describe(run, action))
-    if suspend:
+    if can_suspend():
         return await asuspend_flow_run(
             wait_for_input=form, timeout=int(timeout), key=pause_key(action)
         )
@@ -113,29 +119,25 @@ async def ask_person(
         )
     )
     try:
-        return await _first_of(
-            pause, cancelled, poll_interval, max(0.0, timeout - PAUSE_MARGIN_SECONDS)
-        )
+        return await _first_of(pause, poll_interval, max(0.0, timeout - PAUSE_MARGIN_SECONDS))
     except TimeoutError:
         raise AwaitingDecision(
             f"nobody decided on the restart proposed for run {run.run_id} "
             f"({action.action_id}) within {timeout:g} s; it stays pending at the backend, and "
-            "running the flow again re-attaches and asks again"
+            "running the flow again re-attaches and asks again",
+            run_id=run.run_id,
         ) from None
     finally:
         pause.cancel()
 
 
 async def _first_of(
-    pause: asyncio.Future[RestartDecision],
-    cancelled: Callable[[], Awaitable[bool]],
-    poll_interval: float,
-    give_up_after: float,
+    pause: asyncio.Future[RestartDecision], poll_interval: float, give_up_after: float
 ) -> RestartDecision | None:
     async with asyncio.timeout(give_up_after):
         while True:
             done, _ = await asyncio.wait({pause}, timeout=poll_interval)
             if done:
                 return pause.result()
-            if await cancelled():
+            if await cancellation_requested():
                 return None

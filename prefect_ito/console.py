@@ -15,7 +15,7 @@ from enum import IntEnum
 from typing import Any, cast
 from uuid import UUID
 
-from prefect import State, get_client
+from prefect import Flow, State, get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.flow_engine import run_flow_async
 from prefect.flow_runs import aresume_flow_run
@@ -74,20 +74,22 @@ def has_real_server() -> bool:
 
 
 async def run_training(
-    parameters: dict[str, Any], operator: Operator, console: Console, *, poll: float = 1.0
+    parameters: dict[str, Any],
+    operator: Operator,
+    console: Console,
+    *,
+    poll: float = 1.0,
+    flow: Flow[Any, Any] = ito_training,
 ) -> State[Any]:
-    """Run ``ito-training`` here with ``parameters``, answering pauses through ``operator``."""
+    """Run ``flow`` (``ito-training``) here, answering its pauses through ``operator``."""
     async with get_client() as client:
-        flow_run = await client.create_flow_run(ito_training, parameters=parameters)
+        flow_run = await client.create_flow_run(flow, parameters=parameters)
     console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
-    flow = asyncio.ensure_future(
-        run_flow_async(
-            cast(Any, ito_training), flow_run=flow_run, parameters=parameters, return_type="state"
-        )
-    )
     answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
     try:
-        state = await flow
+        state = await run_flow_async(
+            cast(Any, flow), flow_run=flow_run, parameters=parameters, return_type="state"
+        )
     finally:
         answering.cancel()
     assert isinstance(state, State)

@@ -15,18 +15,19 @@ from typing import Any
 
 import keyring
 from keyring.backend import KeyringBackend
-from prefect import get_client
+from prefect import State, get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.table import Table
 
 from prefect_ito import console as terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.contract import TrainingRun
-from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.reporting import telemetry_markdown
+from prefect_ito.simulator import AdminRun, SimulatorServer, builtin_scenario
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
 DEMO_REQUEST: dict[str, Any] = {
@@ -107,10 +108,9 @@ def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
     return int(terminal.exit_code(state))
 
 
-def _print_outcome(console: Console, state: Any, runs: list[Any]) -> None:
+def _print_outcome(console: Console, state: State[Any], runs: list[AdminRun]) -> None:
     console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
-    for admin_run in runs:
-        run: TrainingRun = getattr(admin_run, "run", admin_run)
+    for run in (admin_run.run for admin_run in runs):
         table = Table(title=f"Backend run {run.run_id}: {run.state.value}")
         for column in ("stage", "status", "gate"):
             table.add_column(column)
@@ -118,3 +118,4 @@ def _print_outcome(console: Console, state: Any, runs: list[Any]) -> None:
             gate = stage.gate.status.value if stage.gate else "—"
             table.add_row(stage.name, stage.status.value, gate)
         console.print(table)
+        console.print(Markdown(telemetry_markdown(run)))

@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from prefect import Flow, State, flow, get_client, get_run_logger
 from prefect.client.schemas.objects import FlowRun
-from prefect.context import FlowRunContext
 from prefect.states import Cancelled, Failed
 
 from prefect_ito import approval, tasks
@@ -44,13 +43,14 @@ from prefect_ito.operations import (
     find_attachable_run,
     raise_for_outcome,
 )
-from prefect_ito.reporting import TrainingSummary
+from prefect_ito.reporting import TrainingSummary, stage_changes
 from prefect_ito.request import (
     InvalidParameters,
     build_request,
     derive_idempotency_key,
     resolve_booking,
 )
+from prefect_ito.runtime import cancellation_requested, current_flow_run_id
 from prefect_ito.settings import ItoSettings
 
 __all__ = ["STATE_NAMES", "cancel_for_flow_run", "ito_cancel_training", "ito_training"]
@@ -199,7 +199,7 @@ async def ito_training(
                 eligibility.fabric,
             )
             await tasks.check_training_capability(creds, request)
-            key = idempotency_key or derive_idempotency_key(request, _flow_run_id())
+            key = idempotency_key or derive_idempotency_key(request, current_flow_run_id())
             run = await tasks.delegate_training_run(creds, request, key)
             logger.info("Delegated to the Itô desk backend as run %s.", run.run_id)
         else:
@@ -225,16 +225,19 @@ async def _supervise(
 ) -> TrainingRun:
     """Follow the backend's own stage plan until the run ends; ask people to decide restarts."""
     settings = ItoSettings()
-    flow_run_id = _flow_run_id()
-    seen = 0
+    flow_run_id = current_flow_run_id()
+    seen, before = 0, None
     while True:
         seen = await tasks.report_progress(creds, run, seen)
+        for line in stage_changes(before, run):
+            get_run_logger().info("%s", line)
+        before = run
         if run.state.terminal:
             return run
-        if flow_run_id is not None and await tasks.cancellation_requested(flow_run_id):
+        if flow_run_id is not None and await cancellation_requested(flow_run_id):
             raise _CancelRequested(run)
         if run.pending_action is not None:
-            run = await _decide(creds, run, approval_timeout, settings.state_poll_seconds)
+            run = await _decide(creds, run, approval_timeout)
             continue
         run = await tasks.await_stage_gate(
             creds,
@@ -247,41 +250,22 @@ async def _supervise(
         )
 
 
-async def _decide(
-    creds: ItoCredentials, run: TrainingRun, timeout: int, poll_interval: float
-) -> TrainingRun:
-    action = run.pending_action
-    assert action is not None
-    flow_run_id = _flow_run_id()
-    logger = get_run_logger()
-    logger.warning(
-        "Loss spike in %s at step %d: the backend proposes a restart from %s. "
-        "Waiting for a person to approve or reject it in the Prefect UI.",
-        action.stage,
-        action.step,
-        action.proposed_checkpoint.checkpoint_id,
-    )
-
-    async def cancelled() -> bool:
-        return flow_run_id is not None and await tasks.cancellation_requested(flow_run_id)
-
+async def _decide(creds: ItoCredentials, run: TrainingRun, timeout: int) -> TrainingRun:
     decision = await approval.ask_person(
-        run,
-        action,
-        timeout=timeout,
-        poll_interval=poll_interval,
-        cancelled=cancelled,
-        suspend=approval.can_suspend(),
+        run, timeout=timeout, poll_interval=ItoSettings().state_poll_seconds
     )
     if decision is None:
         raise _CancelRequested(run)
-    logger.info(
+    get_run_logger().info(
         "%s %s the restart: %s",
         decision.decided_by,
         "approved" if decision.approve else "rejected",
         decision.reason,
     )
-    return await tasks.relay_decision(creds, run, action.action_id, decision.to_request())
+    assert run.pending_action is not None
+    return await tasks.relay_decision(
+        creds, run, run.pending_action.action_id, decision.to_request()
+    )
 
 
 async def _cancel(creds: ItoCredentials, run: TrainingRun) -> State[Any]:
@@ -296,11 +280,6 @@ async def _cancel(creds: ItoCredentials, run: TrainingRun) -> State[Any]:
         message=f"Cancel of backend workload {run.run_id} is unconfirmed: it was still "
         f"{final.state.value} after {CANCEL_CONFIRM_SECONDS:g} s."
     )
-
-
-def _flow_run_id() -> Any:
-    context = FlowRunContext.get()
-    return context.flow_run.id if context and context.flow_run else None
 
 
 @flow(

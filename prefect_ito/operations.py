@@ -123,6 +123,22 @@ async def delegate(
     return submission.run
 
 
+async def start(
+    client: ItoClient, claim: BookingClaim, request: TrainingRequest, idempotency_key: str
+) -> TrainingRun:
+    """Re-attach to this request's unfinished run; otherwise verify, check and submit it once.
+
+    Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
+    backend already accepted work for.
+    """
+    attached = await find_attachable_run(client, request)
+    if attached is not None:
+        return attached
+    await verify_booking(client, claim)
+    await check_training_capability(client, request)
+    return await delegate(client, request, idempotency_key)
+
+
 @dataclass
 class Watchdog:
     """Wall-clock limits on supervision, measured with a monotonic clock.

@@ -105,6 +105,23 @@ def progress_percent(run: TrainingRun) -> float:
     return 100.0 * done / len(run.stages)
 
 
+def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
+    """Return a plain sentence for every stage whose status changed between two reads."""
+    seen = {stage.name: stage.status for stage in before.stages} if before else {}
+    lines = []
+    for stage in after.stages:
+        if seen.get(stage.name, StageStatus.PENDING) is stage.status:
+            continue
+        gate = ""
+        if stage.gate is not None and stage.gate.evals:
+            gate = " — gate " + ", ".join(
+                f"{result.name} {result.score:g} (bar {result.threshold:g})"
+                for result in stage.gate.evals
+            )
+        lines.append(f"Stage {stage.name}: {stage.status.value}{gate}")
+    return lines
+
+
 def gate_rows(run: TrainingRun) -> list[dict[str, Any]]:
     """Return one table row per eval of every gate that has results."""
     return [
@@ -248,8 +265,13 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
                     "prefect.resource.role": "booking",
                 }
             ],
-            payload={"stage": event.stage, "message": event.message, **event.data},
-            occurred=event.at,
+            # Prefect stamps the relay time; the backend's own time travels in the payload.
+            payload={
+                "stage": event.stage,
+                "message": event.message,
+                "backend_at": event.at.isoformat(),
+                **event.data,
+            },
             id=event_id(run.run_id, event.seq),
         )
     return last

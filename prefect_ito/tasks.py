@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from prefect import State, Task, get_client, task
+from prefect import State, Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 
@@ -22,6 +22,7 @@ from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingR
 from prefect_ito.exceptions import BackendUnavailable, ItoTransportError, RateLimited
 from prefect_ito.operations import Watchdog
 from prefect_ito.request import BookingClaim
+from prefect_ito.runtime import cancellation_requested
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -118,7 +119,7 @@ async def await_stage_gate(
     del stage  # only names the task run
 
     async def cancelled() -> bool:
-        return flow_run_id is not None and await cancellation_requested(flow_run_id)
+        return await cancellation_requested(flow_run_id)
 
     async with credentials.get_client() as client:
         return await operations.await_gate(
@@ -166,11 +167,3 @@ async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_s
     reporting.relay_events(run, page.events)
     await reporting.publish_artifacts(run)
     return max(after_seq, page.last_seq)
-
-
-async def cancellation_requested(flow_run_id: UUID) -> bool:
-    """Tell whether someone asked Prefect to cancel this flow run."""
-    async with get_client() as client:
-        flow_run = await client.read_flow_run(flow_run_id)
-    state = flow_run.state
-    return state is not None and (state.is_cancelling() or state.is_cancelled())

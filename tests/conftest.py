@@ -31,6 +31,7 @@ os.environ.update(
 for _name in ("ITO_COMPUTE_TOKEN", "ITO_COMPUTE_API_URL", "PREFECT_API_URL", "PREFECT_API_KEY"):
     os.environ.pop(_name, None)
 
+import inspect  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -112,5 +113,20 @@ def prefect_server() -> Iterator[str]:
     try:
         with temporary_settings({PREFECT_API_URL: api_url}):
             yield api_url
+            drain_prefect_workers()
     finally:
         stop_process(process)
+
+
+def drain_prefect_workers() -> None:
+    """Send the logs and events still queued in this process before their server goes away."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def drain() -> None:
+        for pending in (APILogWorker.instance().drain(), EventsWorker.drain_all()):
+            if inspect.isawaitable(pending):
+                await pending
+
+    run_coro_as_sync(drain())

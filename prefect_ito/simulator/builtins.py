@@ -103,9 +103,18 @@ _BUILTINS: dict[str, Callable[[], Scenario]] = {
     "default": lambda: _scenario("default", "Every gate passes; no faults."),
     "demo": lambda: _scenario(
         "demo",
-        "Every gate passes, with one interruption and one loss spike that needs a decision.",
-        interruptions=[InterruptionSpec(stage="pretrain", at_fraction=0.3)],
+        "Custom data passes the 150M ladder; every gate passes, with two interruptions and one "
+        "loss spike that needs a decision.",
+        interruptions=[
+            InterruptionSpec(stage="pretrain", at_fraction=0.3),
+            InterruptionSpec(stage="mid_train", at_fraction=0.5, detect_seconds=300),
+        ],
         loss_spikes=[SpikeSpec(stage="pretrain", at_fraction=0.6)],
+    ),
+    "unavailable": lambda: _scenario(
+        "unavailable",
+        "Answers like production today: training_run is not live, submissions are refused.",
+        scenario={"scaffold": True},
     ),
     "gate-failure": lambda: _scenario(
         "gate-failure", "The mid_train gate fails (gsm8k).", curriculum=_failing_mid_train()

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from prefect import get_client
+from prefect import Flow, State, get_client
+from prefect.client.schemas.objects import FlowRun
+from rich.console import Console
 
+from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.console import run_training
 from prefect_ito.simulator import SimulatorServer
 
 BOOKING = "bk-h200-2x8-ib"
@@ -37,3 +41,22 @@ async def wait_for_pause(flow_run_id: Any, timeout: float = 60) -> Any:
             if state is not None and state.is_paused() and state.state_details.run_input_keyset:
                 return state
             await asyncio.sleep(0.3)
+
+
+class Person:
+    """Answers every pause through Prefect's resume API, as the UI does, and remembers what."""
+
+    def __init__(self, approve: bool) -> None:
+        self.approve = approve
+        self.asked: list[str] = []
+
+    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
+        self.asked.append(description)
+        return RestartDecision(approve=self.approve, decided_by="Ada", reason="looked at it")
+
+
+async def answer_pauses_with(
+    flow: Flow[Any, Any], *, approve: bool, console: Console
+) -> State[Any]:
+    """Run ``flow`` here; a :class:`Person` answers its pauses through the resume API."""
+    return await run_training({}, Person(approve), console, poll=0.3, flow=flow)

@@ -9,29 +9,15 @@ import subprocess
 import sys
 from typing import Any
 
-from flow_helpers import parameters, wait_for_pause
+from flow_helpers import Person, parameters, wait_for_pause
 from prefect import get_client
-from prefect.client.schemas.objects import FlowRun
 from rich.console import Console
 
-from prefect_ito.approval import RestartDecision
 from prefect_ito.console import run_training
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.flows import ito_training
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.scenario import SpikeSpec
-
-
-class Person:
-    """Answers every pause through Prefect's resume API, as the UI does, and remembers what."""
-
-    def __init__(self, approve: bool) -> None:
-        self.approve = approve
-        self.asked: list[str] = []
-
-    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
-        self.asked.append(description)
-        return RestartDecision(approve=self.approve, decided_by="Ada", reason="looked at it")
 
 
 def decision_posts(simulator: Any) -> list[Any]:

@@ -1,0 +1,136 @@
+"""One real Prefect server per database, with a process worker, the shipped deployments and a
+simulator, shared by every end-to-end test of that database.
+
+SQLite uses the session's server. PostgreSQL gets a second server when ``PREFECT_ITO_POSTGRES_URL``
+names a throwaway database (``.ci/run`` makes one); otherwise that variant is skipped, unless
+``PREFECT_ITO_REQUIRE_POSTGRES=1`` turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from e2e_stack import (
+    POOL,
+    Stack,
+    deploy,
+    deployment_file,
+    e2e_scenario,
+    environment,
+    postgres_rows,
+    sqlite_rows,
+    start_worker,
+)
+from prefect import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.events.clients import PrefectEventsClient
+from prefect.events.worker import EventsWorker
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.workers.process import ProcessWorker
+
+from prefect_ito.simulator import SimulatorServer
+
+POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
+REQUIRE_POSTGRES = "PREFECT_ITO_REQUIRE_POSTGRES"
+HOW_TO_RUN_POSTGRES = (
+    f"PostgreSQL variant skipped: set {POSTGRES_URL}="
+    "postgresql+asyncpg://USER:PASS@127.0.0.1:PORT/DB (a throwaway database), or run .ci/run, "
+    "which starts its own PostgreSQL cluster"
+)
+
+
+def _suite(config: pytest.Config) -> ModuleType:
+    """Return the suite's root conftest module, whose server helpers these fixtures share."""
+    root = Path(__file__).resolve().parents[1] / "conftest.py"
+    return next(
+        p for p in config.pluginmanager.get_plugins() if getattr(p, "__file__", "") == str(root)
+    )
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def prefect_api(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Path]]:
+    """Yield (database, API URL, a scratch directory) with this process's client pointed there."""
+    suite = _suite(request.config)
+    scratch = Path(tempfile.mkdtemp(prefix=f"prefect-ito-e2e-{request.param}-"))
+    if request.param == "sqlite":
+        api_url = request.getfixturevalue("prefect_server")
+        with _events_to(api_url):
+            yield "sqlite", api_url, scratch
+        return
+    url = os.environ.get(POSTGRES_URL)
+    if not url:
+        if os.environ.get(REQUIRE_POSTGRES) == "1":
+            pytest.fail(f"{REQUIRE_POSTGRES}=1 but {POSTGRES_URL} is not set")
+        pytest.skip(HOW_TO_RUN_POSTGRES)
+    process, api_url = suite.start_prefect_server(
+        scratch / "server", {"PREFECT_SERVER_DATABASE_CONNECTION_URL": url}
+    )
+    try:
+        with temporary_settings({PREFECT_API_URL: api_url}), _events_to(api_url):
+            yield "postgres", api_url, scratch
+    finally:
+        suite.stop_process(process)
+
+
+@contextmanager
+def _events_to(api_url: str) -> Iterator[None]:
+    """Send this process's events to ``api_url``.
+
+    Prefect keeps one events worker per client type, bound to the API URL it first saw; without
+    this, events of the PostgreSQL variant would go to the session's SQLite server.
+    """
+    EventsWorker.set_client_override(PrefectEventsClient, api_url=api_url)
+    try:
+        yield
+    finally:
+        EventsWorker.drain_all()
+        EventsWorker.set_client_override(None)
+
+
+@pytest.fixture(scope="module")
+def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) -> Iterator[Stack]:
+    """Start the simulator, save the blocks, deploy prefect.yaml and start a worker."""
+    database, api_url, scratch = prefect_api
+    suite = _suite(request.config)
+    with SimulatorServer(e2e_scenario()) as simulator:
+        token = simulator.mint_token("e2e")
+        _create_work_pool()
+        deploy(
+            deployment_file(scratch),
+            environment(api_url, scratch / "deployer"),
+            scratch / "deploy.log",
+        )
+        # The worker's own environment is the only way the token reaches flow runs. Its keyring
+        # directory is empty, so nothing else could supply one.
+        worker_env = environment(
+            api_url,
+            scratch / "worker",
+            ITO_COMPUTE_TOKEN=token.get_secret_value(),
+            ITO_COMPUTE_API_URL=simulator.url,
+            XDG_DATA_HOME=str(scratch / "worker-keyring"),
+        )
+        worker = start_worker(worker_env, scratch / "worker.log")
+        try:
+            rows = (
+                sqlite_rows(suite._SESSION_HOME / "server" / "prefect.db")
+                if database == "sqlite"
+                else postgres_rows(os.environ[POSTGRES_URL])
+            )
+            yield Stack(database, api_url, simulator, token, worker, rows)
+        finally:
+            suite.stop_process(worker)
+
+
+def _create_work_pool() -> None:
+    """Create the process work pool the shipped prefect.yaml names."""
+    template = ProcessWorker.get_default_base_job_template()
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(
+            WorkPoolCreate(name=POOL, type="process", base_job_template=template)
+        )

@@ -1,0 +1,211 @@
+"""The end-to-end stack's parts: the deployment file, the worker, and what tests wait on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import get_client
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.client.schemas.objects import FlowRun
+from pydantic import SecretStr
+
+from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+SHIPPED_YAML = CHECKOUT / "deployments" / "prefect.yaml"
+POOL = "ito-process"
+PLAIN_BOOKING = "bk-h200-2x8-ib"
+APPROVE_BOOKING = "bk-e2e-spike-approve"
+CANCEL_BOOKING = "bk-e2e-spike-cancel"
+TIMEOUT = 180.0
+POLL = 0.5
+
+
+def e2e_scenario() -> Scenario:
+    """Return the default scenario plus two bookings whose runs hit a loss spike in pretrain."""
+    base = builtin_scenario("default")
+    spiky = [APPROVE_BOOKING, CANCEL_BOOKING]
+    bookings = [b.model_dump() for b in base.bookings]
+    bookings += [{"booking_id": b, "status": "completed", "gpu_sku": "H100"} for b in spiky]
+    spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.6}]}
+    return Scenario.model_validate(
+        {
+            **base.model_dump(),
+            "bookings": bookings,
+            "booking_overrides": {b: spike for b in spiky},
+        }
+    )
+
+
+def deployment_file(directory: Path) -> Path:
+    """Copy the shipped prefect.yaml with what a user would edit for this machine.
+
+    The pull step points at this checkout, and schedules are inactive so that the nightly cron
+    never fires in a test. Block names are replaced: the flow resolves them with ``Block.load``,
+    which inside the async flow returns a coroutine (Prefect's async dispatch), so these tests
+    name the backend with ``ITO_COMPUTE_API_URL`` in the worker's environment and the booking by
+    its id until that is fixed.
+    """
+    config = yaml.safe_load(SHIPPED_YAML.read_text())
+    config["pull"] = [
+        {"prefect.deployments.steps.set_working_directory": {"directory": str(CHECKOUT)}}
+    ]
+    for deployment in config["deployments"]:
+        for schedule in deployment.get("schedules") or []:
+            schedule["active"] = False
+        parameters = deployment.get("parameters") or {}
+        if "credentials" in parameters:
+            parameters["credentials"] = None
+        if parameters.pop("booking_block", None):
+            parameters["booking"] = PLAIN_BOOKING
+    path = directory / "prefect.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def deploy(prefect_file: Path, env: dict[str, str], log: Path) -> None:
+    """Deploy every deployment of ``prefect_file`` from this checkout, as a user does."""
+    command = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"]
+    with log.open("wb") as out:
+        result = subprocess.run(
+            [*command, "--prefect-file", str(prefect_file)],
+            cwd=CHECKOUT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
+    assert result.returncode == 0, log.read_text()
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``prefect worker start`` on the process pool; the caller stops it by PID."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--name", "e2e"],
+            cwd=CHECKOUT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def flow_run_processes(flow_run_id: Any) -> list[int]:
+    """Return the PIDs of processes running the flow run (the worker sets this variable)."""
+    marker = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:  # gone, or not ours
+            continue
+        if marker in environ.split(b"\0"):
+            pids.append(int(proc.name))
+    return pids
+
+
+@dataclass
+class Stack:
+    """One Prefect server with a worker, the deployments and a simulator, for one database."""
+
+    database: str
+    api_url: str
+    simulator: SimulatorServer
+    token: SecretStr
+    worker: subprocess.Popen[bytes]
+    rows: Callable[[], list[str]]
+    """Every deployment, flow-run and work-pool row of the server's database, as text."""
+
+
+async def wait_for_flow_run(
+    flow_run_id: Any, done: Callable[[FlowRun], bool], timeout: float = TIMEOUT
+) -> FlowRun:
+    """Poll a flow run until ``done`` says so; fail if it ends in another final state."""
+    async with asyncio.timeout(timeout), get_client() as client:
+        while True:
+            flow_run = await client.read_flow_run(flow_run_id)
+            if done(flow_run):
+                return flow_run
+            state = flow_run.state
+            assert state is None or not state.is_final(), f"{flow_run.name}: {state}"
+            await asyncio.sleep(POLL)
+
+
+async def wait_for_deployment_run(
+    deployment_name: str, match: Callable[[FlowRun], bool], timeout: float = TIMEOUT
+) -> FlowRun:
+    """Poll until a flow run of the deployment matches ``match``; return it."""
+    async with asyncio.timeout(timeout), get_client() as client:
+        deployment = await client.read_deployment_by_name(deployment_name)
+        only_this = DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id]))
+        while True:
+            runs = await client.read_flow_runs(deployment_filter=only_this)
+            found = [run for run in runs if match(run)]
+            if found:
+                return found[0]
+            await asyncio.sleep(POLL)
+
+
+async def wait_for(check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
+    """Poll a blocking ``check`` (run in a thread) until it returns something truthy."""
+    async with asyncio.timeout(timeout):
+        while not (result := await asyncio.to_thread(check)):
+            await asyncio.sleep(POLL)
+        return result
+
+
+def sqlite_rows(database: Path) -> Callable[[], list[str]]:
+    """Return a reader of the rows that hold deployments, flow runs and work pools."""
+
+    def read() -> list[str]:
+        with sqlite3.connect(database) as connection:
+            return [
+                repr(row)
+                for table in ("deployment", "flow_run", "work_pool", "flow_run_input")
+                for row in connection.execute(f"SELECT * FROM {table}")
+            ]
+
+    return read
+
+
+def postgres_rows(url: str) -> Callable[[], list[str]]:
+    """The same reader for PostgreSQL, through asyncpg (what Prefect's server uses)."""
+    import asyncpg
+
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+    async def fetch() -> list[str]:
+        connection = await asyncpg.connect(dsn)
+        try:
+            return [
+                str(row[0])
+                for table in ("deployment", "flow_run", "work_pool", "flow_run_input")
+                for row in await connection.fetch(f"SELECT row_to_json(t)::text FROM {table} t")
+            ]
+        finally:
+            await connection.close()
+
+    return lambda: asyncio.run(fetch())
+
+
+def environment(api_url: str, home: Path, **extra: str) -> dict[str, str]:
+    """Return a child process's environment: this one's, pointed at ``api_url``."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        **os.environ,
+        "PREFECT_API_URL": api_url,
+        "PREFECT_HOME": str(home),
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        **extra,
+    }

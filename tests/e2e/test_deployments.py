@@ -1,0 +1,142 @@
+"""End to end: the shipped deployments on a real Prefect server and process worker.
+
+Runs once per database (SQLite, and PostgreSQL when available; see conftest.py). The tests share
+one server, worker and simulator per database and run in this order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from e2e_stack import (
+    APPROVE_BOOKING,
+    CANCEL_BOOKING,
+    PLAIN_BOOKING,
+    Stack,
+    flow_run_processes,
+    wait_for,
+    wait_for_deployment_run,
+    wait_for_flow_run,
+)
+from prefect import get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.deployments import run_deployment
+from prefect.states import Cancelling
+
+from prefect_ito.blocks import ItoBooking
+from prefect_ito.chaining import emit_booking_completed
+from prefect_ito.contract import DecisionChoice, RunState
+
+pytestmark = pytest.mark.e2e
+
+NIGHTLY = "ito-training/nightly"
+AFTER_BOOKING = "ito-training/after-booking"
+CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
+
+
+def completed(flow_run: FlowRun) -> bool:
+    return flow_run.state is not None and flow_run.state.is_completed()
+
+
+def named(name: str) -> Any:
+    return lambda flow_run: flow_run.state is not None and flow_run.state.name == name
+
+
+def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
+    return [r.run for r in stack.simulator.runs() if r.run.booking_id == booking_id]
+
+
+async def suspend_on_spike(booking_id: str) -> FlowRun:
+    """Run the nightly deployment on a booking whose run hits a loss spike; wait for Suspended."""
+    flow_run = await run_deployment(NIGHTLY, parameters={"booking": booking_id}, timeout=0)
+    suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
+    # Suspended holds no infrastructure: the worker's flow process for it ends.
+    await wait_for(lambda: not flow_run_processes(flow_run.id))
+    return suspended
+
+
+async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
+    async with get_client() as client:
+        deployment = await client.read_deployment_by_name(NIGHTLY)
+    assert [s.schedule.cron for s in deployment.schedules] == ["0 2 * * *"]  # type: ignore[union-attr]
+
+    flow_run = await run_deployment(NIGHTLY, timeout=0)
+    done = await wait_for_flow_run(flow_run.id, completed)
+
+    assert done.parameters["booking"] == PLAIN_BOOKING
+    (run,) = backend_runs(stack, PLAIN_BOOKING)
+    assert run.state is RunState.SUCCEEDED
+
+
+async def test_a_booking_event_triggers_a_training_run(stack: Stack):
+    booking = ItoBooking(
+        booking_id=PLAIN_BOOKING, gpu_sku="H200", node_count=2, gpus_per_node=8,
+        fabric="InfiniBand", region="eu-north-1",
+    )  # fmt: skip
+    event = emit_booking_completed(booking)
+    assert event is not None
+
+    triggered = await wait_for_deployment_run(AFTER_BOOKING, lambda run: True)
+    done = await wait_for_flow_run(triggered.id, completed)
+
+    assert done.parameters["booking"] == PLAIN_BOOKING
+    assert done.parameters["model_size"] == "8B"  # the deployment's default
+    runs = backend_runs(stack, PLAIN_BOOKING)
+    assert len(runs) == 2 and all(r.state is RunState.SUCCEEDED for r in runs)
+
+
+async def test_a_suspended_approval_resumes_through_the_api_and_completes(stack: Stack):
+    suspended = await suspend_on_spike(APPROVE_BOOKING)
+    keyset = suspended.state.state_details.run_input_keyset  # type: ignore[union-attr]
+    assert keyset is not None
+
+    async with get_client() as client:
+        # What the UI's form sends: the RestartDecision fields.
+        answer = {"approve": True, "decided_by": "Ada", "reason": "the spike was a data blip"}
+        result = await client.resume_flow_run(suspended.id, run_input=answer)
+    assert result.status.value == "ACCEPT", result.details
+    await wait_for_flow_run(suspended.id, completed)
+
+    (run,) = backend_runs(stack, APPROVE_BOOKING)
+    assert run.state is RunState.SUCCEEDED
+    assert [(d.decision, d.decided_by) for d in run.decisions] == [(DecisionChoice.APPROVE, "Ada")]
+    relayed = [
+        r
+        for r in stack.simulator.requests()
+        if r.method == "POST" and r.path.endswith("/decision") and r.status < 300
+    ]
+    assert len(relayed) == 1
+
+
+async def test_cancelling_a_suspended_run_cancels_the_backend_workload(stack: Stack):
+    suspended = await suspend_on_spike(CANCEL_BOOKING)
+
+    async with get_client() as client:
+        await client.set_flow_run_state(suspended.id, Cancelling())  # as the UI's Cancel does
+    await wait_for_flow_run(suspended.id, named("Cancelled"))
+
+    # Prefect runs no hook for a suspended run; the cancel-on-cancelled Automation does the work.
+    canceller = await wait_for_deployment_run(
+        CANCEL_ON_CANCELLED, lambda run: run.parameters.get("flow_run_id") == str(suspended.id)
+    )
+    await wait_for_flow_run(canceller.id, completed)
+    (run,) = backend_runs(stack, CANCEL_BOOKING)
+    assert run.state is RunState.CANCELLED
+    assert run.decisions == []
+
+
+async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
+    canary = stack.token.get_secret_value()
+    async with get_client() as client:
+        read_back = [
+            *(d.model_dump_json() for d in await client.read_deployments()),
+            *(r.model_dump_json() for r in await client.read_flow_runs()),
+            *(p.model_dump_json() for p in await client.read_work_pools()),
+        ]
+    rows = await asyncio.to_thread(stack.rows)
+
+    assert len(read_back) >= 3 + 5 and rows  # the runs above are all there
+    assert not [text for text in read_back if canary in text]
+    assert not [row for row in rows if canary in row]

@@ -1,0 +1,94 @@
+"""What the flow must never do, checked against what really happened.
+
+The demo's flow runs in this process; afterwards no ML framework is in ``sys.modules``, every
+request the simulator saw is a contract v0 endpoint (nothing books, buys or overrides a gate),
+and every Prefect event the flow sent can be read back through the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from pathlib import Path
+
+from flow_helpers import Person
+from prefect import get_client
+from rich.console import Console
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.console import run_training
+from prefect_ito.demo import DEMO_BOOKING, DEMO_REQUEST
+from prefect_ito.reporting import EVENT_NAMES, event_id
+
+ROOT = Path(__file__).resolve().parents[2]
+FRAMEWORKS = {"torch", "transformers", "accelerate", "deepspeed", "jax", "vllm", "trl", "lightning"}
+FORBIDDEN = re.compile(
+    r"book(?!ings/[^/]+/training-eligibility)|reserv|purchas|quote|release|overrid"
+)
+
+
+def contract_routes() -> list[tuple[str, re.Pattern[str]]]:
+    document = json.loads((ROOT / "docs/contract/ito-training-v0.openapi.json").read_text())
+    routes = []
+    for path, operations in document["paths"].items():
+        pattern = re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", path) + "$")
+        routes += [(method.upper(), pattern) for method in operations]
+    return routes
+
+
+async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
+    simulator = start_simulator("demo")
+    params = {
+        **DEMO_REQUEST,
+        "booking": DEMO_BOOKING,
+        "credentials": ItoCredentials(api_url=simulator.url),
+    }
+    state = await run_training(params, Person(approve=True), Console(quiet=True), poll=0.3)
+    assert state.is_completed(), state.message
+
+    assert not {name.split(".")[0] for name in sys.modules} & FRAMEWORKS
+
+    routes = contract_routes()
+    requests = simulator.requests()
+    assert requests
+    for entry in requests:
+        assert any(m == entry.method and p.match(entry.path) for m, p in routes), entry
+        assert not FORBIDDEN.search(entry.path), entry
+    posts = [(entry.method, re.sub(r"run_\w+|act_\w+", "*", entry.path)) for entry in requests
+             if entry.method == "POST"]  # fmt: skip
+    assert posts == [
+        ("POST", "/v0/training-runs"),
+        ("POST", "/v0/training-runs/*/actions/*/decision"),
+    ]
+
+    run = simulator.runs()[0].run
+    expected = await backend_events(simulator, run.run_id)
+    seen = await read_prefect_events(f"ito.training-run.{run.run_id}", len(expected))
+    assert seen == expected
+
+
+async def backend_events(simulator, run_id: str) -> dict[str, str]:
+    """Return {Prefect event id: event name} for the backend events the flow relays."""
+    credentials = ItoCredentials(api_url=simulator.url)
+    async with credentials.get_client() as client:
+        page = await client.list_events(run_id, after=0)
+    return {
+        str(event_id(run_id, event.seq)): EVENT_NAMES[event.type]
+        for event in page.events
+        if event.type in EVENT_NAMES
+    }
+
+
+async def read_prefect_events(resource_id: str, expected: int) -> dict[str, str]:
+    """Read the events about ``resource_id`` back from the Prefect API, waiting for the flush."""
+    body = {"filter": {"resource": {"id": [resource_id]}}, "limit": 50}
+    async with asyncio.timeout(60), get_client() as client:
+        while True:
+            response = await client._client.post("/events/filter", json=body)
+            response.raise_for_status()
+            events = {event["id"]: event["event"] for event in response.json()["events"]}
+            if len(events) >= expected:
+                return events
+            await asyncio.sleep(1)
