@@ -1,0 +1,101 @@
+"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+from prefect_ito.console import ExitCode
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+
+TRAIN = [
+    "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B",
+    "--data", "catalog://ito/web-2026-10", "--data", "s3://acme/custom/",
+    "--target", "code-assistant", "--budget-usd", "250000",
+]  # fmt: skip
+
+
+def prefect_ito(
+    *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run the CLI with no terminal attached, as CI and schedulers do."""
+    return subprocess.run(
+        [sys.executable, "-m", "prefect_ito.cli", *args],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorServer]:
+    with SimulatorServer(builtin_scenario("default")) as server:
+        yield server
+
+
+def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:
+    token = simulator.mint_token("cli").get_secret_value()
+    return {
+        **os.environ,
+        "PREFECT_API_URL": prefect_server,
+        "ITO_COMPUTE_API_URL": simulator.url,
+        "ITO_COMPUTE_TOKEN": token,
+    }
+
+
+def test_train_runs_the_flow_to_completion(simulator, prefect_server):
+    result = prefect_ito(
+        *TRAIN, "--post-training", "sft", env=worker_env(simulator, prefect_server)
+    )
+
+    assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
+    assert "Final state: Completed" in result.stdout
+    assert "Stage post_training.sft: passed" in result.stdout + result.stderr
+    assert len(simulator.runs()) == 1
+
+
+def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect_server):
+    with SimulatorServer(builtin_scenario("unavailable")) as simulator:
+        result = prefect_ito(*TRAIN, env=worker_env(simulator, prefect_server))
+
+        assert result.returncode == ExitCode.UNAVAILABLE, result.stdout + result.stderr
+        assert "Unavailable" in result.stdout
+        assert not [r for r in simulator.requests() if r.method == "POST"]
+
+
+def test_train_exits_with_the_invalid_input_code_before_any_request(simulator, prefect_server):
+    args = [*TRAIN[:-1], "-5"]
+    result = prefect_ito(*args, env=worker_env(simulator, prefect_server))
+
+    assert result.returncode == ExitCode.INVALID_INPUT, result.stdout + result.stderr
+    assert "budget_usd" in result.stdout
+    assert simulator.requests() == []
+
+
+@pytest.mark.parametrize("command", ["decide", "status", "cancel"])
+def test_server_commands_say_plainly_they_need_a_prefect_server(command):
+    env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
+    args = [command, "00000000-0000-0000-0000-000000000000"]
+    if command == "decide":
+        args += ["--approve", "--reason", "ok", "--name", "Ada"]
+    result = prefect_ito(*args, env=env, timeout=120)
+
+    assert result.returncode == ExitCode.ERROR
+    assert "needs a real Prefect server" in result.stdout
+
+
+def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode():
+    with tempfile.TemporaryDirectory() as home:
+        env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
+        env.update(PREFECT_HOME=home)
+        result = prefect_ito("demo", env=env, timeout=600)
+
+    output = result.stdout + result.stderr
+    assert result.returncode == ExitCode.SUCCESS, output
+    assert "scripted demo operator approves" in output
+    assert "Real runs wait for a human" in output
+    assert "Final state: Completed" in output
+    assert "post_training.rlvr" in output
