@@ -14,7 +14,6 @@ import asyncio
 from typing import Any
 
 import keyring
-from keyring.backend import KeyringBackend
 from prefect import State, get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
@@ -24,7 +23,7 @@ from rich.table import Table
 
 from prefect_ito import console as terminal
 from prefect_ito.approval import RestartDecision
-from prefect_ito.auth import store_token
+from prefect_ito.auth import MemoryKeyring, store_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.reporting import telemetry_markdown
 from prefect_ito.simulator import AdminRun, SimulatorServer, builtin_scenario
@@ -37,25 +36,6 @@ DEMO_REQUEST: dict[str, Any] = {
     "budget_usd": 250_000.0,
     "post_training": "rlvr",
 }
-
-
-class _ProcessKeyring(KeyringBackend):
-    """A keyring that lives only in this process's memory, for the demo's throwaway token."""
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self._secrets: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self._secrets.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self._secrets[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        self._secrets.pop((service, username), None)
 
 
 class ScriptedOperator:
@@ -88,7 +68,7 @@ def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
     person = terminal.interactive() if interactive is None else interactive
     with SimulatorServer(builtin_scenario(scenario)) as simulator:
         console.print(f"Reference desk simulator on {simulator.url} (scenario [bold]{scenario}[/])")
-        keyring.set_keyring(_ProcessKeyring())
+        keyring.set_keyring(MemoryKeyring())
         store_token(simulator.url, simulator.mint_token("demo"))
         with temporary_settings({PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120}):
             # The first API call comes from the main thread, so only one temporary server starts.

@@ -8,10 +8,9 @@ from typing import Any
 
 import keyring
 import pytest
-from ito_fakes import MemoryKeyring
 from keyrings.alt.file import PlaintextKeyring
 
-from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN, MemoryKeyring
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-import keyring.errors
-from keyring.backend import KeyringBackend
 from pydantic import BaseModel, SecretStr
 
 from prefect_ito._retry import RetryBudget
@@ -155,23 +153,3 @@ def mock_client(
         retry_budget=budget,
         sleep=sleeps or Sleeps(),
     )
-
-
-class MemoryKeyring(KeyringBackend):
-    """A keyring that keeps secrets in memory: stands in for a secure OS keyring."""
-
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.secrets: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.secrets.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.secrets[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if self.secrets.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError(username)

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import keyring
 import pytest
-from ito_fakes import MemoryKeyring, Script, fail, mock_client, ok
+from ito_fakes import Script, fail, mock_client, ok
 from keyring.backends.chainer import ChainerBackend
 from keyring.backends.fail import Keyring as NoKeyring
 from keyrings.alt.file import PlaintextKeyring
 from pydantic import SecretStr
 
 from prefect_ito import auth
+from prefect_ito.auth import MemoryKeyring
 from prefect_ito.contract import DeviceAuthorization, ErrorCode, TokenGrant
 from prefect_ito.exceptions import (
     AccessDenied,

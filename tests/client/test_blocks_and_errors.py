@@ -6,13 +6,12 @@ import pickle
 from datetime import UTC, datetime
 
 import pytest
-from ito_fakes import MemoryKeyring
 from prefect.blocks.core import Block
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import SecretStr
 
 from prefect_ito import exceptions as exc
-from prefect_ito.auth import ENV_TOKEN, store_token
+from prefect_ito.auth import ENV_TOKEN, MemoryKeyring, store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.contract import CheckpointRef, PendingAction
 

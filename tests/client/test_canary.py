@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 from ito_fakes import (
-    MemoryKeyring,
     Script,
     Sleeps,
     fail,
@@ -27,7 +26,7 @@ from ito_fakes import (
 )
 from pydantic import SecretStr
 
-from prefect_ito.auth import ENV_TOKEN, resolve_token
+from prefect_ito.auth import ENV_TOKEN, MemoryKeyring, resolve_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
