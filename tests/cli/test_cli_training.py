@@ -99,3 +99,23 @@ def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode():
     assert "Real runs wait for a human" in output
     assert "Final state: Completed" in output
     assert "post_training.rlvr" in output
+
+
+async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeypatch):
+    from prefect_ito.blocks import ItoCredentials
+    from prefect_ito.jobs import ItoTrainingJob
+
+    scenario = builtin_scenario("default").with_options(time_scale=100_000)
+    with SimulatorServer(scenario) as simulator:
+        env = worker_env(simulator, prefect_server)
+        monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
+        job = ItoTrainingJob(
+            credentials=ItoCredentials(api_url=simulator.url), booking="bk-h200-2x8-ib",
+            model_size="8B", data=["catalog://ito/web"], target="chat", budget_usd=1e5,
+        )  # fmt: skip
+        run = await job.trigger()
+        result = prefect_ito("attach", run.run_id, env=env)
+
+        assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
+        assert "Re-attached to unfinished backend run" in result.stdout + result.stderr
+        assert [admin.run.run_id for admin in simulator.runs()] == [run.run_id]
