@@ -1,0 +1,113 @@
+"""Contract v0: constants, shared field types, error codes and the response envelope."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Final, Generic, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
+
+SCHEMA_VERSION: Final = "ito.training.v0"
+API_PREFIX = "/v0"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+REQUEST_ID_HEADER = "X-Request-Id"
+MAX_WAIT_SECONDS = 60
+"""The longest ``wait`` a long-poll read may ask for; longer values are capped."""
+DETECT_TARGET_SECONDS = 600
+"""The backend's target for detecting an interruption (10 minutes)."""
+RESUME_TARGET_SECONDS = 900
+"""The backend's target for resuming after an interruption (15 minutes)."""
+
+T = TypeVar("T")
+
+ModelSize = Annotated[
+    str,
+    StringConstraints(pattern=r"^[1-9][0-9]{0,3}(\.[0-9]{1,2})?[MBT]$"),
+    Field(description="Parameter count such as `150M`, `8B` or `70B`.", examples=["8B"]),
+]
+ManifestDigest = Annotated[
+    str,
+    StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$"),
+    Field(description="`sha256:<hex>` of the canonical JSON manifest of the request."),
+]
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+class _Model(BaseModel):
+    """Base for wire models: unknown fields are tolerated so the backend may add to v0."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes carried in ``error.code``."""
+
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    TOKEN_REVOKED = "TOKEN_REVOKED"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    NOT_FOUND = "NOT_FOUND"
+    BOOKING_NOT_FOUND = "BOOKING_NOT_FOUND"
+    BOOKING_NOT_ELIGIBLE = "BOOKING_NOT_ELIGIBLE"
+    CAPABILITY_NOT_AVAILABLE = "CAPABILITY_NOT_AVAILABLE"
+    IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    BOOKING_BUSY = "BOOKING_BUSY"
+    RUN_NOT_FOUND = "RUN_NOT_FOUND"
+    ACTION_NOT_PENDING = "ACTION_NOT_PENDING"
+    DECISION_CONFLICT = "DECISION_CONFLICT"
+    RATE_LIMITED = "RATE_LIMITED"
+    BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
+    AUTHORIZATION_PENDING = "AUTHORIZATION_PENDING"
+    SLOW_DOWN = "SLOW_DOWN"
+    ACCESS_DENIED = "ACCESS_DENIED"
+    EXPIRED_TOKEN = "EXPIRED_TOKEN"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+ERROR_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.TOKEN_REVOKED: 401,
+    ErrorCode.VALIDATION_ERROR: 422,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.BOOKING_NOT_FOUND: 404,
+    ErrorCode.BOOKING_NOT_ELIGIBLE: 409,
+    ErrorCode.CAPABILITY_NOT_AVAILABLE: 501,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: 409,
+    ErrorCode.BOOKING_BUSY: 409,
+    ErrorCode.RUN_NOT_FOUND: 404,
+    ErrorCode.ACTION_NOT_PENDING: 409,
+    ErrorCode.DECISION_CONFLICT: 409,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.BACKEND_UNAVAILABLE: 503,
+    ErrorCode.AUTHORIZATION_PENDING: 400,
+    ErrorCode.SLOW_DOWN: 400,
+    ErrorCode.ACCESS_DENIED: 400,
+    ErrorCode.EXPIRED_TOKEN: 400,
+    ErrorCode.INTERNAL_ERROR: 500,
+}
+"""The HTTP status that goes with each code."""
+
+
+class ApiError(_Model):
+    """The ``error`` member of a failed response. ``message`` is safe to show and log."""
+
+    code: ErrorCode
+    message: str
+    field: str | None = Field(default=None, description="The offending request field, if any.")
+
+
+class Envelope(_Model, Generic[T]):
+    """Every response body: ``ok`` with ``data``, or not ``ok`` with ``error``."""
+
+    ok: bool
+    live_api_contacted: bool = Field(
+        description="True only when a live production backend produced this answer."
+    )
+    notice: str | None = Field(default=None, description="A human note, e.g. a simulator banner.")
+    data: T | None = None
+    error: ApiError | None = None

@@ -1,0 +1,79 @@
+"""Contract v0: what a client sends — training requests, decisions, cancels."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from enum import StrEnum
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+from prefect_ito.contract.bookings import PostTraining
+from prefect_ito.contract.envelope import ManifestDigest, ModelSize, NonEmptyStr, _Model
+
+
+class TrainingRequest(_Model):
+    """What a training request asks for: the fields its manifest digest covers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    booking_id: NonEmptyStr
+    model_size: ModelSize
+    data_refs: list[NonEmptyStr] = Field(min_length=1, description="Data references to train on.")
+    target: NonEmptyStr = Field(description="The capability to train for.")
+    budget_usd: float = Field(gt=0, description="Spend ceiling in US dollars: finite, positive.")
+    post_training: PostTraining | None = None
+
+    @field_validator("budget_usd")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("budget_usd must be a finite amount")
+        return value
+
+    def canonical_manifest(self) -> bytes:
+        """Return the canonical JSON manifest: sorted keys, no whitespace, UTF-8."""
+        fields = self.model_dump(mode="json", include=set(TrainingRequest.model_fields))
+        return json.dumps(
+            fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+
+    def digest(self) -> str:
+        """Return the manifest digest, ``sha256:<hex>`` of :meth:`canonical_manifest`."""
+        return "sha256:" + hashlib.sha256(self.canonical_manifest()).hexdigest()
+
+    def to_submission(self) -> TrainingRunRequest:
+        """Return the submission body, stamped with this request's manifest digest."""
+        return TrainingRunRequest(**self.model_dump(), manifest_digest=self.digest())
+
+
+class TrainingRunRequest(TrainingRequest):
+    """The body of ``POST /v0/training-runs``: the request and its manifest digest."""
+
+    manifest_digest: ManifestDigest
+
+
+class DecisionChoice(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class DecisionRequest(_Model):
+    """The body of ``POST …/actions/{action_id}/decision``: a person's answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decision: DecisionChoice
+    decided_by: NonEmptyStr = Field(description="The name the deciding person gave.")
+    reason: NonEmptyStr
+
+
+class CancelRequest(_Model):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reason: str | None = Field(default=None, max_length=512)

@@ -1,0 +1,258 @@
+"""Contract v0: a training run as the backend reports it — stages, gates, telemetry, events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+)
+
+from prefect_ito.contract.envelope import DETECT_TARGET_SECONDS, RESUME_TARGET_SECONDS, _Model
+from prefect_ito.contract.requests import DecisionChoice, TrainingRunRequest
+
+
+class RunState(StrEnum):
+    ACCEPTED = "accepted"
+    RUNNING = "running"
+    AWAITING_DECISION = "awaiting_decision"
+    SUCCEEDED = "succeeded"
+    GATE_FAILED = "gate_failed"
+    REFUSED = "refused"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in _UNFINISHED
+
+
+_UNFINISHED = frozenset({RunState.ACCEPTED, RunState.RUNNING, RunState.AWAITING_DECISION})
+
+
+class StageStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    REFUSED = "refused"
+    CANCELLED = "cancelled"
+
+
+class GateStatus(StrEnum):
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+class EvalResult(_Model):
+    name: str
+    metric: str
+    score: float
+    threshold: float
+    higher_is_better: bool = True
+    passed: bool
+
+
+class Gate(_Model):
+    """A stage's fixed eval battery and its result."""
+
+    battery: str
+    status: GateStatus
+    evals: list[EvalResult] = Field(default_factory=list)
+
+
+class LadderVerdict(_Model):
+    """The 150M-ladder decision job's verdict on custom data."""
+
+    model_size: str = "150M"
+    accepted: bool
+    reason: str | None = None
+
+
+class DataPrepDetails(_Model):
+    manifest_digest: str
+    documents: int = Field(ge=0)
+    duplicates_removed: int = Field(ge=0)
+    contaminated_removed: int = Field(ge=0, description="Removed by decontamination.")
+    decontamination_suite: str
+    custom_data: bool
+    ladder: LadderVerdict | None = None
+
+
+class ParallelismPlan(_Model):
+    data: int = Field(ge=1)
+    tensor: int = Field(ge=1)
+    pipeline: int = Field(ge=1)
+    expert: int = Field(ge=1)
+    context: int = Field(ge=1)
+    precision: str
+    refused: bool = False
+    reason: str | None = Field(default=None, description="Why a wasteful combination was refused.")
+
+
+class RlvrDetails(_Model):
+    algorithm: str = "GRPO"
+    stability_fixes: list[str] = Field(default_factory=lambda: ["DAPO"])
+    staleness_bound_steps: int = Field(ge=0, description="Trainer/rollout staleness bound.")
+
+
+class StageDetails(_Model):
+    data_prep: DataPrepDetails | None = None
+    parallelism: ParallelismPlan | None = None
+    rlvr: RlvrDetails | None = None
+    message: str | None = None
+
+
+class Stage(_Model):
+    """One stage of the plan the backend chose, in order."""
+
+    name: str = Field(
+        description="As the backend plans it: data_prep, parallelism, pretrain, mid_train, "
+        "long_context, post_training.sft, post_training.dpo, post_training.rlvr."
+    )
+    status: StageStatus
+    gate: Gate | None = None
+    details: StageDetails = Field(default_factory=StageDetails)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class CheckpointRef(_Model):
+    checkpoint_id: str
+    step: int = Field(ge=0)
+
+
+class PendingAction(_Model):
+    """A human-gated action: the backend holds the run until a person decides."""
+
+    action_id: str
+    kind: Literal["loss_spike_restart"]
+    stage: str
+    step: int = Field(ge=0)
+    loss: float
+    baseline_loss: float
+    proposed_checkpoint: CheckpointRef
+    proposed_at: datetime
+
+
+class DecisionRecord(_Model):
+    action_id: str
+    decision: DecisionChoice
+    decided_by: str
+    reason: str
+    decided_at: datetime
+
+
+class Interruption(_Model):
+    stage: str
+    at: datetime
+    detect_seconds: float = Field(ge=0)
+    resume_seconds: float | None = Field(default=None, ge=0, description="None while recovering.")
+
+
+class Checkpoint(_Model):
+    checkpoint_id: str
+    stage: str
+    step: int = Field(ge=0)
+    size_gb: float = Field(ge=0)
+    duration_seconds: float = Field(ge=0)
+    method: str = "async_dcp"
+    at: datetime
+
+
+class FaultTolerance(_Model):
+    detect_target_seconds: int = DETECT_TARGET_SECONDS
+    resume_target_seconds: int = RESUME_TARGET_SECONDS
+    interruptions: list[Interruption] = Field(default_factory=list)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+
+
+class LossPoint(_Model):
+    step: int
+    loss: float
+
+
+class Telemetry(_Model):
+    goodput: float = Field(ge=0, le=1, description="Fraction of wall time spent on useful steps.")
+    interruption_rate_per_day: float = Field(ge=0)
+    checkpoint_bandwidth_gbps: float = Field(ge=0)
+    spend_usd: float = Field(ge=0)
+    budget_usd: float = Field(gt=0)
+    tokens_processed: int = Field(ge=0)
+    step: int = Field(ge=0)
+    loss: float | None = None
+    loss_history: list[LossPoint] = Field(default_factory=list, description="Downsampled.")
+
+
+class RunOutcome(_Model):
+    """Why a run ended, for every terminal state but ``succeeded``."""
+
+    code: str
+    message: str
+    stage: str | None = None
+
+
+class TrainingRun(_Model):
+    run_id: str
+    version: int = Field(ge=0, description="Increases on every change of the run.")
+    state: RunState
+    booking_id: str
+    manifest_digest: str
+    request: TrainingRunRequest
+    created_at: datetime
+    updated_at: datetime
+    heartbeat_at: datetime = Field(
+        description="The backend's last sign of life for the workload; advances while healthy."
+    )
+    stages: list[Stage]
+    current_stage: str | None = None
+    pending_action: PendingAction | None = None
+    decisions: list[DecisionRecord] = Field(default_factory=list)
+    fault_tolerance: FaultTolerance = Field(default_factory=FaultTolerance)
+    telemetry: Telemetry
+    outcome: RunOutcome | None = None
+
+
+class Submission(_Model):
+    """The answer to a submission: the run, and whether it is a replay of an earlier one."""
+
+    run: TrainingRun
+    replayed: bool
+
+
+class TrainingRunList(_Model):
+    runs: list[TrainingRun]
+
+
+class EventType(StrEnum):
+    RUN_ACCEPTED = "run_accepted"
+    STAGE_STARTED = "stage_started"
+    STAGE_PASSED = "stage_passed"
+    STAGE_FAILED = "stage_failed"
+    STAGE_REFUSED = "stage_refused"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    INTERRUPTION_DETECTED = "interruption_detected"
+    RESUMED = "resumed"
+    LOSS_SPIKE_DETECTED = "loss_spike_detected"
+    DECISION_RECORDED = "decision_recorded"
+    CANCEL_REQUESTED = "cancel_requested"
+    RUN_FINISHED = "run_finished"
+
+
+class RunEvent(_Model):
+    seq: int = Field(ge=1)
+    run_id: str
+    type: EventType
+    at: datetime
+    stage: str | None = None
+    message: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventPage(_Model):
+    events: list[RunEvent]
+    last_seq: int = Field(ge=0, description="Pass as `after` to read on.")
