@@ -100,7 +100,7 @@ async def ask_person(
         raise ValueError(f"run {run.run_id} waits for no decision")
     get_run_logger().warning(
         "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the run. "
-        "Waiting for a person to approve or reject it in the Prefect UI.",
+        "Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
         action.stage,
         action.step,
         action.proposed_checkpoint.checkpoint_id,

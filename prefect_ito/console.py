@@ -22,6 +22,7 @@ from prefect.flow_runs import aresume_flow_run
 from prefect.input.run_input import keyset_from_paused_state
 from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL
 from rich.console import Console
+from rich.markdown import Markdown
 
 from prefect_ito.approval import RestartDecision
 from prefect_ito.flows import ito_training
@@ -132,7 +133,7 @@ def _announce_pause(console: Console, flow_run_id: UUID) -> None:
 async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
     """Ask the person at this terminal; the answer is relayed exactly as the UI would."""
     console = Console()
-    console.print(description)
+    console.print(Markdown(description))
     answer = await asyncio.to_thread(console.input, "Approve the restart? [y/N] ")
     name = await asyncio.to_thread(console.input, "Your name: ")
     reason = await asyncio.to_thread(console.input, "Why: ")
