@@ -9,6 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from prefect_ito.blocks import ItoBooking, ItoCredentials
+from prefect_ito.chaining import emit_booking_completed
 from prefect_ito.client import ItoClient
 from prefect_ito.exceptions import ItoError
 from prefect_ito.jobs import ItoTrainingJob, ItoTrainingRun
@@ -21,4 +22,5 @@ __all__ = [
     "ItoTrainingJob",
     "ItoTrainingRun",
     "__version__",
+    "emit_booking_completed",
 ]

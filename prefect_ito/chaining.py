@@ -17,8 +17,6 @@ anything: an event or a parameter says what someone booked, not that it may trai
 
 from __future__ import annotations
 
-import uuid
-
 from prefect.events import Event, emit_event
 
 from prefect_ito.blocks import ItoBooking
@@ -36,8 +34,6 @@ BOOKING_COMPLETED = "ito.compute.booking.completed"
 BOOKING_ID_LABEL = "ito.booking.id"
 """The resource label that carries the booking id (what a trigger passes to the flow)."""
 
-_EVENT_NAMESPACE = uuid.UUID("0b8e5a3c-6f1d-4a47-9d0e-2c4b7f9a1e63")
-
 
 def booking_resource(booking_id: str) -> dict[str, str]:
     """Return the Prefect resource that stands for a booking in events.
@@ -54,9 +50,10 @@ def booking_resource(booking_id: str) -> dict[str, str]:
 def emit_booking_completed(booking: ItoBooking) -> Event | None:
     """Announce a completed booking, so that a deployment trigger can start training on it.
 
-    The event id is derived from the booking id: a booking flow that is retried, or emits twice,
-    sends the same event again, and Prefect's triggers act on an event id once. Inside a flow run
-    Prefect relates the event to that flow run, so the chain stays visible in the UI.
+    Call it once per booking, at the end of the booking flow: each call is a new event, and each
+    event starts a training flow run. (A second run with the same request re-attaches to the
+    first one's backend run while it is unfinished, so nothing is trained twice meanwhile.)
+    Inside a flow run Prefect relates the event to that flow run, so the chain shows in the UI.
 
     Args:
         booking: The completed booking, as the booking flow hands it over.
@@ -82,5 +79,4 @@ def emit_booking_completed(booking: ItoBooking) -> Event | None:
             "fabric": booking.fabric,
             "region": booking.region,
         },
-        id=uuid.uuid5(_EVENT_NAMESPACE, booking.booking_id),
     )

@@ -45,6 +45,7 @@ from prefect_ito.operations import (
 )
 from prefect_ito.reporting import TrainingSummary, stage_changes
 from prefect_ito.request import (
+    BookingClaim,
     InvalidParameters,
     build_request,
     derive_idempotency_key,
@@ -84,13 +85,13 @@ class _CancelRequested(Exception):
         self.run = run
 
 
-def resolve_credentials(credentials: ItoCredentials | str | None) -> ItoCredentials:
+async def resolve_credentials(credentials: ItoCredentials | str | None) -> ItoCredentials:
     """Return the credentials block: given, loaded by name, or for ``ITO_COMPUTE_API_URL``."""
     if isinstance(credentials, ItoCredentials):
         return credentials
     if isinstance(credentials, str):
         try:
-            return ItoCredentials.load(credentials)  # type: ignore[return-value]
+            return await ItoCredentials.aload(credentials)
         except ValueError as exc:
             raise InvalidParameters(
                 f"credentials: no ItoCredentials block named {credentials!r}"
@@ -113,8 +114,8 @@ async def cancel_for_flow_run(flow: Flow[Any, Any], flow_run: FlowRun, state: St
     crashed or evicted flow run is never cancelled this way: it is re-attached instead.
     """
     params = flow.validate_parameters(dict(flow_run.parameters or {}))
-    creds = resolve_credentials(params.get("credentials"))
-    request = _request_from(params)
+    creds = await resolve_credentials(params.get("credentials"))
+    _, request = await resolve_request(params)
     async with creds.get_client() as client:
         run = await find_attachable_run(client, request)
         if run is not None:
@@ -123,15 +124,21 @@ async def cancel_for_flow_run(flow: Flow[Any, Any], flow_run: FlowRun, state: St
             )
 
 
-def _request_from(params: dict[str, Any]) -> TrainingRequest:
-    return build_request(
-        resolve_booking(params.get("booking"), params.get("booking_block")),
+async def resolve_request(params: dict[str, Any]) -> tuple[BookingClaim, TrainingRequest]:
+    """Return the booking claim and the validated request that ``ito-training`` parameters ask for.
+
+    The flow and its cancellation paths both call this, so they derive the same manifest digest.
+    """
+    claim = await resolve_booking(params.get("booking"), params.get("booking_block"))
+    request = build_request(
+        claim,
         model_size=params["model_size"],
         data=params["data"],
         target=params["target"],
         budget_usd=params["budget_usd"],
         post_training=params.get("post_training"),
     )
+    return claim, request
 
 
 @flow(
@@ -177,15 +184,17 @@ async def ito_training(
     """
     logger = get_run_logger()
     try:
-        creds = resolve_credentials(credentials)
-        claim = resolve_booking(booking, booking_block)
-        request = build_request(
-            claim,
-            model_size=model_size,
-            data=data,
-            target=target,
-            budget_usd=budget_usd,
-            post_training=post_training,
+        creds = await resolve_credentials(credentials)
+        claim, request = await resolve_request(
+            {
+                "booking": booking,
+                "booking_block": booking_block,
+                "model_size": model_size,
+                "data": data,
+                "target": target,
+                "budget_usd": budget_usd,
+                "post_training": post_training,
+            }
         )
         run = await tasks.reattach_training_run(creds, request)
         if run is None:

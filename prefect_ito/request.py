@@ -50,7 +50,9 @@ class BookingClaim(BaseModel):
         )
 
 
-def resolve_booking(booking: ItoBooking | str | None, booking_block: str | None) -> BookingClaim:
+async def resolve_booking(
+    booking: ItoBooking | str | None, booking_block: str | None
+) -> BookingClaim:
     """Return the booking claim from exactly one of ``booking`` and ``booking_block``.
 
     A string in ``booking`` is always a booking id, and ``booking_block`` always a block name:
@@ -67,12 +69,12 @@ def resolve_booking(booking: ItoBooking | str | None, booking_block: str | None)
     if booking is not None:
         return BookingClaim.from_booking(booking)
     try:
-        loaded = ItoBooking.load(_require_text("booking_block", booking_block or ""))
+        loaded = await ItoBooking.aload(_require_text("booking_block", booking_block or ""))
     except ValueError as exc:
         raise InvalidParameters(
             f"booking_block: no ItoBooking block named {booking_block!r}"
         ) from exc
-    return BookingClaim.from_booking(loaded)  # type: ignore[arg-type]
+    return BookingClaim.from_booking(loaded)
 
 
 def build_request(

@@ -88,7 +88,7 @@ def attach(run_id: str, *, credentials: str | None = None) -> None:
     """
 
     async def request_of() -> dict[str, Any]:
-        async with resolve_credentials(credentials).get_client() as client:
+        async with (await resolve_credentials(credentials)).get_client() as client:
             run = await client.get_training_run(run_id)
         return {
             "booking": run.request.booking_id,

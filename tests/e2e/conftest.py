@@ -17,6 +17,9 @@ from types import ModuleType
 
 import pytest
 from e2e_stack import (
+    BOOKING_BLOCK,
+    CREDENTIALS_BLOCK,
+    PLAIN_BOOKING,
     POOL,
     Stack,
     deploy,
@@ -34,6 +37,7 @@ from prefect.events.worker import EventsWorker
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.workers.process import ProcessWorker
 
+from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.simulator import SimulatorServer
 
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
@@ -100,6 +104,7 @@ def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) ->
     suite = _suite(request.config)
     with SimulatorServer(e2e_scenario()) as simulator:
         token = simulator.mint_token("e2e")
+        _save_blocks(simulator.url)
         _create_work_pool()
         deploy(
             deployment_file(scratch),
@@ -112,7 +117,6 @@ def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) ->
             api_url,
             scratch / "worker",
             ITO_COMPUTE_TOKEN=token.get_secret_value(),
-            ITO_COMPUTE_API_URL=simulator.url,
             XDG_DATA_HOME=str(scratch / "worker-keyring"),
         )
         worker = start_worker(worker_env, scratch / "worker.log")
@@ -125,6 +129,15 @@ def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) ->
             yield Stack(database, api_url, simulator, token, worker, rows)
         finally:
             suite.stop_process(worker)
+
+
+def _save_blocks(api_url: str) -> None:
+    """Save the blocks the shipped prefect.yaml names, as a user does once per workspace."""
+    ItoCredentials(api_url=api_url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    ItoBooking(
+        booking_id=PLAIN_BOOKING, gpu_sku="H200", node_count=2, gpus_per_node=8,
+        fabric="InfiniBand", region="eu-north-1",
+    ).save(BOOKING_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
 
 
 def _create_work_pool() -> None:

@@ -24,6 +24,8 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 SHIPPED_YAML = CHECKOUT / "deployments" / "prefect.yaml"
 POOL = "ito-process"
 PLAIN_BOOKING = "bk-h200-2x8-ib"
+CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships with
+BOOKING_BLOCK = "ito-booking"
 APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
 TIMEOUT = 180.0
@@ -50,10 +52,7 @@ def deployment_file(directory: Path) -> Path:
     """Copy the shipped prefect.yaml with what a user would edit for this machine.
 
     The pull step points at this checkout, and schedules are inactive so that the nightly cron
-    never fires in a test. Block names are replaced: the flow resolves them with ``Block.load``,
-    which inside the async flow returns a coroutine (Prefect's async dispatch), so these tests
-    name the backend with ``ITO_COMPUTE_API_URL`` in the worker's environment and the booking by
-    its id until that is fixed.
+    never fires in a test. Everything else — the block names included — stays as shipped.
     """
     config = yaml.safe_load(SHIPPED_YAML.read_text())
     config["pull"] = [
@@ -62,11 +61,6 @@ def deployment_file(directory: Path) -> Path:
     for deployment in config["deployments"]:
         for schedule in deployment.get("schedules") or []:
             schedule["active"] = False
-        parameters = deployment.get("parameters") or {}
-        if "credentials" in parameters:
-            parameters["credentials"] = None
-        if parameters.pop("booking_block", None):
-            parameters["booking"] = PLAIN_BOOKING
     path = directory / "prefect.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from e2e_stack import (
     APPROVE_BOOKING,
+    BOOKING_BLOCK,
     CANCEL_BOOKING,
+    CREDENTIALS_BLOCK,
     PLAIN_BOOKING,
     Stack,
     flow_run_processes,
@@ -50,7 +52,9 @@ def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
 
 async def suspend_on_spike(booking_id: str) -> FlowRun:
     """Run the nightly deployment on a booking whose run hits a loss spike; wait for Suspended."""
-    flow_run = await run_deployment(NIGHTLY, parameters={"booking": booking_id}, timeout=0)
+    flow_run = await run_deployment(
+        NIGHTLY, parameters={"booking": booking_id, "booking_block": None}, timeout=0
+    )
     suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
     # Suspended holds no infrastructure: the worker's flow process for it ends.
     await wait_for(lambda: not flow_run_processes(flow_run.id))
@@ -65,7 +69,8 @@ async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
     flow_run = await run_deployment(NIGHTLY, timeout=0)
     done = await wait_for_flow_run(flow_run.id, completed)
 
-    assert done.parameters["booking"] == PLAIN_BOOKING
+    assert done.parameters["booking_block"] == BOOKING_BLOCK
+    assert done.parameters["credentials"] == CREDENTIALS_BLOCK
     (run,) = backend_runs(stack, PLAIN_BOOKING)
     assert run.state is RunState.SUCCEEDED
 

@@ -181,3 +181,30 @@ async def test_invalid_parameters_fail_before_any_backend_call(start_simulator, 
     assert state.is_failed() and state.name == "InvalidParameters"
     assert fragment in state.message
     assert simulator.requests() == []
+
+
+async def test_saved_blocks_are_loaded_by_name(start_simulator):
+    from prefect_ito.blocks import ItoBooking, ItoCredentials
+
+    simulator = start_simulator("default")
+    await ItoCredentials(api_url=simulator.url).save("outcomes-desk", overwrite=True)
+    await ItoBooking(
+        booking_id="bk-h200-2x8-ib", gpu_sku="H200", node_count=2, gpus_per_node=8,
+        fabric="InfiniBand",
+    ).save("outcomes-booking", overwrite=True)  # fmt: skip
+    params = {**parameters(simulator), "credentials": "outcomes-desk"}
+    del params["booking"]
+
+    state = await run_flow({**params, "booking_block": "outcomes-booking"})
+
+    assert state.is_completed(), state.message
+    assert len(simulator.runs()) == 1
+
+
+async def test_an_unknown_block_name_is_an_invalid_parameter(start_simulator):
+    simulator = start_simulator("default")
+    state = await run_flow({**parameters(simulator), "credentials": "no-such-block"})
+
+    assert state.name == "InvalidParameters"
+    assert "no-such-block" in state.message
+    assert simulator.requests() == []
