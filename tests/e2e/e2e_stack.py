@@ -28,22 +28,27 @@ CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships
 BOOKING_BLOCK = "ito-booking"
 APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
+STALLED_BOOKING = "bk-e2e-stalled"
 TIMEOUT = 180.0
 POLL = 0.5
 
 
 def e2e_scenario() -> Scenario:
-    """Return the default scenario plus two bookings whose runs hit a loss spike in pretrain."""
+    """Return the default scenario plus bookings whose runs hit a loss spike, or stall."""
     base = builtin_scenario("default")
     spiky = [APPROVE_BOOKING, CANCEL_BOOKING]
     bookings = [b.model_dump() for b in base.bookings]
-    bookings += [{"booking_id": b, "status": "completed", "gpu_sku": "H100"} for b in spiky]
+    bookings += [
+        {"booking_id": b, "status": "completed", "gpu_sku": "H100"}
+        for b in [*spiky, STALLED_BOOKING]
+    ]
     spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.6}]}
+    stall = {"stall": {"stage": "pretrain", "at_fraction": 0.5}}
     return Scenario.model_validate(
         {
             **base.model_dump(),
             "bookings": bookings,
-            "booking_overrides": {b: spike for b in spiky},
+            "booking_overrides": {**{b: spike for b in spiky}, STALLED_BOOKING: stall},
         }
     )
 

@@ -16,6 +16,7 @@ from e2e_stack import (
     CANCEL_BOOKING,
     CREDENTIALS_BLOCK,
     PLAIN_BOOKING,
+    STALLED_BOOKING,
     Stack,
     flow_run_processes,
     wait_for,
@@ -130,6 +131,24 @@ async def test_cancelling_a_suspended_run_cancels_the_backend_workload(stack: St
     (run,) = backend_runs(stack, CANCEL_BOOKING)
     assert run.state is RunState.CANCELLED
     assert run.decisions == []
+
+
+async def test_cancelling_a_running_deployment_run_cancels_the_backend_workload(stack: Stack):
+    flow_run = await run_deployment(
+        NIGHTLY, parameters={"booking": STALLED_BOOKING, "booking_block": None}, timeout=0
+    )
+    await wait_for(
+        lambda: [r for r in backend_runs(stack, STALLED_BOOKING) if not r.state.terminal]
+    )
+
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Cancelling())  # as the UI's Cancel does
+    await wait_for_flow_run(flow_run.id, named("Cancelled"))
+
+    # The worker killed the flow's process and ran its on_cancellation hook, which cancelled the
+    # workload it found by booking and manifest digest.
+    await wait_for(lambda: backend_runs(stack, STALLED_BOOKING)[0].state is RunState.CANCELLED)
+    assert len(backend_runs(stack, STALLED_BOOKING)) == 1
 
 
 async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
