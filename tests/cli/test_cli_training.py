@@ -119,3 +119,14 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
         assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
         assert "Re-attached to unfinished backend run" in result.stdout + result.stderr
         assert [admin.run.run_id for admin in simulator.runs()] == [run.run_id]
+
+
+def test_prefect_registers_the_blocks_from_the_collection(prefect_server):
+    env = {**os.environ, "PREFECT_API_URL": prefect_server}
+    result = subprocess.run(
+        [sys.executable, "-m", "prefect", "block", "register", "-m", "prefect_ito"],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Successfully registered 3 blocks" in " ".join(result.stdout.split())
