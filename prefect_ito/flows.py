@@ -196,23 +196,7 @@ async def ito_training(
                 "post_training": post_training,
             }
         )
-        run = await tasks.reattach_training_run(creds, request)
-        if run is None:
-            eligibility = await tasks.verify_booking(creds, claim)
-            logger.info(
-                "Booking %s verified: %s × %d nodes × %d GPUs on %s.",
-                eligibility.booking_id,
-                eligibility.gpu_sku,
-                eligibility.node_count,
-                eligibility.gpus_per_node,
-                eligibility.fabric,
-            )
-            await tasks.check_training_capability(creds, request)
-            key = idempotency_key or derive_idempotency_key(request, current_flow_run_id())
-            run = await tasks.delegate_training_run(creds, request, key)
-            logger.info("Delegated to the Itô desk backend as run %s.", run.run_id)
-        else:
-            logger.info("Re-attached to unfinished backend run %s.", run.run_id)
+        run = await _start(creds, claim, request, idempotency_key)
         run = await _supervise(
             creds,
             run,
@@ -227,6 +211,37 @@ async def ito_training(
         return outcome_state(error)
     logger.info("Run %s succeeded through %d stages.", run.run_id, len(run.stages))
     return TrainingSummary.of(run)
+
+
+async def _start(
+    creds: ItoCredentials,
+    claim: BookingClaim,
+    request: TrainingRequest,
+    idempotency_key: str | None,
+) -> TrainingRun:
+    """Re-attach first; otherwise verify, check and delegate — each step its own task.
+
+    The same order as :func:`prefect_ito.operations.start`, split into tasks so every step shows.
+    """
+    logger = get_run_logger()
+    run = await tasks.reattach_training_run(creds, request)
+    if run is not None:
+        logger.info("Re-attached to unfinished backend run %s.", run.run_id)
+        return run
+    eligibility = await tasks.verify_booking(creds, claim)
+    logger.info(
+        "Booking %s verified: %s × %d nodes × %d GPUs on %s.",
+        eligibility.booking_id,
+        eligibility.gpu_sku,
+        eligibility.node_count,
+        eligibility.gpus_per_node,
+        eligibility.fabric,
+    )
+    await tasks.check_training_capability(creds, request)
+    key = idempotency_key or derive_idempotency_key(request, current_flow_run_id())
+    run = await tasks.delegate_training_run(creds, request, key)
+    logger.info("Delegated to the Itô desk backend as run %s.", run.run_id)
+    return run
 
 
 async def _supervise(
