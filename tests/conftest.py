@@ -67,7 +67,10 @@ def start_prefect_server(
     """Start ``prefect server start`` on a free loopback port; return it and its API URL."""
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    server_env = {**os.environ, "PREFECT_HOME": str(home), **(env or {})}
+    api_url = f"http://127.0.0.1:{port}/api"
+    # `--port` does not reach the UI's settings, which would otherwise send the browser to :4200.
+    server_env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_API_URL": api_url}
+    server_env.update(env or {})
     log = (home / "server.log").open("wb")
     process = subprocess.Popen(
         [
@@ -85,7 +88,6 @@ def start_prefect_server(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    api_url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:

@@ -141,9 +141,13 @@ def _save_blocks(api_url: str) -> None:
 
 
 def _create_work_pool() -> None:
-    """Create the process work pool the shipped prefect.yaml names."""
+    """Create the process work pool the shipped prefect.yaml names.
+
+    Each end-to-end module starts its own stack, and the SQLite server is the session's: a later
+    module finds the pool there already.
+    """
     template = ProcessWorker.get_default_base_job_template()
     with get_client(sync_client=True) as client:
         client.create_work_pool(
-            WorkPoolCreate(name=POOL, type="process", base_job_template=template)
+            WorkPoolCreate(name=POOL, type="process", base_job_template=template), overwrite=True
         )

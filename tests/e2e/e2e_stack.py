@@ -16,6 +16,7 @@ import yaml
 from prefect import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.client.schemas.objects import FlowRun
+from prefect.deployments import run_deployment
 from pydantic import SecretStr
 
 from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
@@ -28,7 +29,9 @@ CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships
 BOOKING_BLOCK = "ito-booking"
 APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
+BROWSER_BOOKING = "bk-e2e-spike-browser"
 STALLED_BOOKING = "bk-e2e-stalled"
+NIGHTLY = "ito-training/nightly"
 TIMEOUT = 180.0
 POLL = 0.5
 
@@ -36,7 +39,7 @@ POLL = 0.5
 def e2e_scenario() -> Scenario:
     """Return the default scenario plus bookings whose runs hit a loss spike, or stall."""
     base = builtin_scenario("default")
-    spiky = [APPROVE_BOOKING, CANCEL_BOOKING]
+    spiky = [APPROVE_BOOKING, CANCEL_BOOKING, BROWSER_BOOKING]
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [
         {"booking_id": b, "status": "completed", "gpu_sku": "H100"}
@@ -162,6 +165,32 @@ async def wait_for(check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
         while not (result := await asyncio.to_thread(check)):
             await asyncio.sleep(POLL)
         return result
+
+
+def completed(flow_run: FlowRun) -> bool:
+    """Tell whether a flow run is Completed."""
+    return flow_run.state is not None and flow_run.state.is_completed()
+
+
+def named(name: str) -> Callable[[FlowRun], bool]:
+    """Return a check that a flow run's state has this name (e.g. "Suspended")."""
+    return lambda flow_run: flow_run.state is not None and flow_run.state.name == name
+
+
+def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
+    """Return the simulator's training runs on a booking."""
+    return [r.run for r in stack.simulator.runs() if r.run.booking_id == booking_id]
+
+
+async def suspend_on_spike(booking_id: str) -> FlowRun:
+    """Run the nightly deployment on a booking whose run hits a loss spike; wait for Suspended."""
+    flow_run = await run_deployment(
+        NIGHTLY, parameters={"booking": booking_id, "booking_block": None}, timeout=0
+    )
+    suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
+    # Suspended holds no infrastructure: the worker's flow process for it ends.
+    await wait_for(lambda: not flow_run_processes(flow_run.id))
+    return suspended
 
 
 def sqlite_rows(database: Path) -> Callable[[], list[str]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import yaml
 from e2e_stack import CHECKOUT, SHIPPED_YAML
 from prefect.client.schemas.actions import WorkPoolCreate
@@ -31,12 +30,3 @@ def test_the_kubernetes_job_template_takes_the_token_from_a_secret():
     token = next(e for e in container["env"] if e["name"] == "ITO_COMPUTE_TOKEN")
     assert set(token) == {"name", "valueFrom"} and "secretKeyRef" in token["valueFrom"]
     assert not [v for v in template["variables"]["properties"] if "token" in v.lower()]
-
-
-@pytest.mark.skip(
-    reason="Browser approval in headless Chromium is not automated yet: it needs a Playwright or "
-    "Selenium dev dependency and Debian's chromium; the same resume goes through the API in "
-    "test_deployments.py, as the UI's form sends it."
-)
-def test_a_person_approves_in_the_prefect_ui():
-    """Open the UI, find the suspended run, fill the RestartDecision form, submit."""

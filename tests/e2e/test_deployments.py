@@ -7,7 +7,6 @@ one server, worker and simulator per database and run in this order.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from e2e_stack import (
@@ -15,16 +14,19 @@ from e2e_stack import (
     BOOKING_BLOCK,
     CANCEL_BOOKING,
     CREDENTIALS_BLOCK,
+    NIGHTLY,
     PLAIN_BOOKING,
     STALLED_BOOKING,
     Stack,
-    flow_run_processes,
+    backend_runs,
+    completed,
+    named,
+    suspend_on_spike,
     wait_for,
     wait_for_deployment_run,
     wait_for_flow_run,
 )
 from prefect import get_client
-from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 
@@ -34,32 +36,8 @@ from prefect_ito.contract import DecisionChoice, RunState
 
 pytestmark = pytest.mark.e2e
 
-NIGHTLY = "ito-training/nightly"
 AFTER_BOOKING = "ito-training/after-booking"
 CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
-
-
-def completed(flow_run: FlowRun) -> bool:
-    return flow_run.state is not None and flow_run.state.is_completed()
-
-
-def named(name: str) -> Any:
-    return lambda flow_run: flow_run.state is not None and flow_run.state.name == name
-
-
-def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
-    return [r.run for r in stack.simulator.runs() if r.run.booking_id == booking_id]
-
-
-async def suspend_on_spike(booking_id: str) -> FlowRun:
-    """Run the nightly deployment on a booking whose run hits a loss spike; wait for Suspended."""
-    flow_run = await run_deployment(
-        NIGHTLY, parameters={"booking": booking_id, "booking_block": None}, timeout=0
-    )
-    suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
-    # Suspended holds no infrastructure: the worker's flow process for it ends.
-    await wait_for(lambda: not flow_run_processes(flow_run.id))
-    return suspended
 
 
 async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
