@@ -17,6 +17,7 @@ from uuid import UUID
 
 from prefect import Flow, State, get_client
 from prefect.client.schemas.objects import FlowRun
+from prefect.exceptions import ObjectNotFound
 from prefect.flow_engine import run_flow_async
 from prefect.flow_runs import aresume_flow_run
 from prefect.input.run_input import keyset_from_paused_state
@@ -86,13 +87,20 @@ async def run_training(
     async with get_client() as client:
         flow_run = await client.create_flow_run(flow, parameters=parameters)
     console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
-    answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
-    try:
-        state = await run_flow_async(
+    running = asyncio.ensure_future(
+        run_flow_async(
             cast(Any, flow), flow_run=flow_run, parameters=parameters, return_type="state"
         )
+    )
+    answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
+    try:
+        await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
+        if answering.done():
+            answering.result()  # the operator failed: say so rather than wait for nobody
+        state = await running
     finally:
         answering.cancel()
+        running.cancel()
     assert isinstance(state, State)
     return state
 
@@ -100,23 +108,34 @@ async def run_training(
 async def _answer_pauses(
     flow_run_id: UUID, operator: Operator, console: Console, poll: float
 ) -> None:
-    answered: set[str] = set()
+    """Hand each new pause of the flow run to ``operator``, once, and relay its answer."""
+    handled: set[str] = set()
     while True:
         await asyncio.sleep(poll)
-        async with get_client() as client:
-            flow_run = await client.read_flow_run(flow_run_id)
-            state = flow_run.state
-            if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
-                continue
-            keyset = keyset_from_paused_state(state)
-            if keyset["response"] in answered:
-                continue
-            description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+        pause = await _waiting_pause(flow_run_id)
+        if pause is None or pause[1] in handled:
+            continue
+        flow_run, key, description = pause
+        handled.add(key)
         _announce_pause(console, flow_run_id)
-        decision = await operator(flow_run, json.loads(description))
+        decision = await operator(flow_run, description)
         if decision is not None:
             await aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json"))
-            answered.add(keyset["response"])
+
+
+async def _waiting_pause(flow_run_id: UUID) -> tuple[FlowRun, str, str] | None:
+    """Return the flow run, its pause's key and description while it waits for input."""
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run_id)
+        state = flow_run.state
+        if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
+            return None
+        keyset = keyset_from_paused_state(state)
+        try:
+            description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+        except ObjectNotFound:
+            return None  # Prefect saves the form just after the Paused state: look again soon
+    return flow_run, keyset["response"], json.loads(description)
 
 
 def _announce_pause(console: Console, flow_run_id: UUID) -> None:

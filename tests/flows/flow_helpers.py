@@ -29,6 +29,8 @@ def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
         **REQUEST,
         "booking": BOOKING,
         "credentials": ItoCredentials(api_url=simulator.url),
+        # Bounded, so a test whose pause nobody answers fails instead of waiting a day.
+        "approval_timeout": 300,
         **changes,
     }
 
