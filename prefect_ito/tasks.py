@@ -1,6 +1,7 @@
 """Prefect tasks, each a thin wrapper over one step in :mod:`prefect_ito.operations`.
 
-Reads may be retried by Prefect on transient failures (the client already retried within a call).
+Reads and idempotent writes may be retried by Prefect on transient failures (the client already
+retried within a call).
 :func:`delegate_training_run` is the one task that creates work on the backend, and it has no
 Prefect retries: the client resolves a lost answer by looking the run up by its idempotency key.
 Every task opts out of caching, so a re-entered flow never reads a stale run.
@@ -45,10 +46,10 @@ def _transient(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bo
     return isinstance(error, ItoTransportError | BackendUnavailable | RateLimited)
 
 
-def _read_task(
+def _retried_task(
     name: str, description: str, task_run_name: str | None = None
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """Return the decorator for a task that only reads, so Prefect may retry it."""
+    """Return the decorator for a task that reads, or writes idempotently: Prefect may retry it."""
     return task(
         name=name,
         description=description,
@@ -60,21 +61,21 @@ def _read_task(
     )
 
 
-@_read_task("verify_booking", "Ask the backend whether the booking may train.")
+@_retried_task("verify_booking", "Ask the backend whether the booking may train.")
 async def verify_booking(credentials: ItoCredentials, claim: BookingClaim) -> TrainingEligibility:
     """Return the booking's eligibility; raise ``BookingNotEligible`` when it may not train."""
     async with credentials.get_client() as client:
         return await operations.verify_booking(client, claim)
 
 
-@_read_task("check_training_capability", "Stop unless the backend says training_run is live.")
+@_retried_task("check_training_capability", "Stop unless the backend says training_run is live.")
 async def check_training_capability(credentials: ItoCredentials, request: TrainingRequest) -> None:
     """Raise ``CapabilityNotAvailable`` when the backend cannot train."""
     async with credentials.get_client() as client:
         await operations.check_training_capability(client, request)
 
 
-@_read_task("reattach_training_run", "Find this request's unfinished backend run, if one exists.")
+@_retried_task("reattach_training_run", "Find this request's unfinished backend run, if any.")
 async def reattach_training_run(
     credentials: ItoCredentials, request: TrainingRequest
 ) -> TrainingRun | None:
@@ -96,7 +97,7 @@ async def delegate_training_run(
         return await operations.delegate(client, request, idempotency_key)
 
 
-@_read_task(
+@_retried_task(
     "await_stage_gate",
     "Long-poll the run until the current stage's gate has a result.",
     task_run_name="gate-{stage}",
@@ -131,7 +132,7 @@ async def await_stage_gate(
         )
 
 
-@_read_task("relay_decision", "Pass a person's restart decision to the backend.")
+@_retried_task("relay_decision", "Pass a person's restart decision to the backend.")
 async def relay_decision(
     credentials: ItoCredentials, run: TrainingRun, action_id: str, decision: DecisionRequest
 ) -> TrainingRun:
