@@ -160,12 +160,8 @@ def status(flow_run_id: UUID) -> None:
         flow_run_id: The ito-training flow run.
     """
     _require_server("status")
-
-    async def read() -> Any:
-        async with get_client() as client:
-            return await client.read_flow_run(flow_run_id)
-
-    flow_run = asyncio.run(read())
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
     state = flow_run.state
     _console.print(f"{flow_run.name}: [bold]{state.name if state else '?'}[/]")
     if state and state.message:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -47,14 +48,18 @@ def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str
 
 
 def test_train_runs_the_flow_to_completion(simulator, prefect_server):
-    result = prefect_ito(
-        *TRAIN, "--post-training", "sft", env=worker_env(simulator, prefect_server)
-    )
+    env = worker_env(simulator, prefect_server)
+    result = prefect_ito(*TRAIN, "--post-training", "sft", env=env)
 
     assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
     assert "Final state: Completed" in result.stdout
     assert "Stage post_training.sft: passed" in result.stdout + result.stderr
     assert len(simulator.runs()) == 1
+
+    flow_run_id = re.search(r"Flow run \S+ \(([0-9a-f-]{36})\)", result.stdout).group(1)
+    status = prefect_ito("status", flow_run_id, env=env, timeout=120)
+    assert status.returncode == ExitCode.SUCCESS, status.stdout + status.stderr
+    assert "Completed" in status.stdout
 
 
 def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect_server):
