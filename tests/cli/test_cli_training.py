@@ -135,3 +135,46 @@ def test_prefect_registers_the_blocks_from_the_collection(prefect_server):
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Successfully registered 3 blocks" in " ".join(result.stdout.split())
+
+
+async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_server):
+    import asyncio
+
+    from prefect import get_client
+
+    from prefect_ito.contract import RunState
+
+    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+        env = {**worker_env(simulator, prefect_server), "PYTHONUNBUFFERED": "1"}
+        train = subprocess.Popen(
+            [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        try:
+            flow_run_id = await asyncio.to_thread(read_flow_run_id, train)
+            async with asyncio.timeout(120), get_client() as client:
+                while not (await client.read_flow_run(flow_run_id)).state.is_paused():
+                    await asyncio.sleep(0.5)
+
+            cancel = prefect_ito("cancel", flow_run_id, env=env, timeout=120)
+            assert cancel.returncode == ExitCode.SUCCESS, cancel.stdout + cancel.stderr
+            output, _ = await asyncio.to_thread(train.communicate, timeout=180)
+        finally:
+            if train.poll() is None:
+                train.kill()
+                train.wait(timeout=30)
+
+        assert train.returncode == ExitCode.CANCELLED, output
+        assert "Backend workload" in output
+        assert simulator.runs()[0].run.state is RunState.CANCELLED
+
+
+def read_flow_run_id(process: subprocess.Popen[str]) -> str:
+    """Read the train command's output until it names its flow run."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        found = re.search(r"Flow run \S+ \(([0-9a-f-]{36})\)", line)
+        if found:
+            return found.group(1)
+    raise AssertionError("train ended without naming its flow run")
