@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prefect_ito.blocks import ItoBooking
-from prefect_ito.contract import PostTraining, TrainingRequest
+from prefect_ito.contract import MODEL_SIZE_PATTERN, PostTraining, TrainingRequest
 from prefect_ito.exceptions import ItoError
 
-_MODEL_SIZE = re.compile(r"^[1-9][0-9]{0,3}(\.[0-9]{1,2})?[MBT]$")
+_MODEL_SIZE = re.compile(MODEL_SIZE_PATTERN)
 _KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
 
 

@@ -26,9 +26,11 @@ RESUME_TARGET_SECONDS = 900
 
 T = TypeVar("T")
 
+MODEL_SIZE_PATTERN = r"^[1-9][0-9]{0,3}(\.[0-9]{1,2})?[MBT]$"
+"""A parameter count such as ``150M``, ``8B``, ``70B`` or ``1.5T``."""
 ModelSize = Annotated[
     str,
-    StringConstraints(pattern=r"^[1-9][0-9]{0,3}(\.[0-9]{1,2})?[MBT]$"),
+    StringConstraints(pattern=MODEL_SIZE_PATTERN),
     Field(description="Parameter count such as `150M`, `8B` or `70B`.", examples=["8B"]),
 ]
 ManifestDigest = Annotated[
