@@ -20,7 +20,6 @@ from prefect_ito.contract import (
     GateStatus,
     RunState,
     Stage,
-    StageStatus,
     TrainingEligibility,
     TrainingRequest,
     TrainingRun,
@@ -207,7 +206,7 @@ def gate_settled(run: TrainingRun, stage_name: str | None) -> bool:
         return False
     if stage.gate is not None:
         return stage.gate.status is not GateStatus.PENDING
-    return stage.status not in (StageStatus.PENDING, StageStatus.RUNNING)
+    return stage.status.done
 
 
 async def await_gate(

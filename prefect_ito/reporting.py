@@ -98,10 +98,7 @@ def progress_percent(run: TrainingRun) -> float:
     """Return the share of the planned stages that are behind the run, as a percentage."""
     if not run.stages:
         return 0.0
-    done = sum(
-        stage.status is not StageStatus.PENDING and stage.status is not StageStatus.RUNNING
-        for stage in run.stages
-    )
+    done = sum(stage.status.done for stage in run.stages)
     return 100.0 * done / len(run.stages)
 
 

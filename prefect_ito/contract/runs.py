@@ -41,6 +41,11 @@ class StageStatus(StrEnum):
     REFUSED = "refused"
     CANCELLED = "cancelled"
 
+    @property
+    def done(self) -> bool:
+        """Tell whether the stage is behind the run: passed, failed, refused or cancelled."""
+        return self not in (StageStatus.PENDING, StageStatus.RUNNING)
+
 
 class GateStatus(StrEnum):
     PENDING = "pending"
