@@ -19,6 +19,7 @@ TRAIN = [
     "--data", "catalog://ito/web-2026-10", "--data", "s3://acme/custom/",
     "--target", "code-assistant", "--budget-usd", "250000",
 ]  # fmt: skip
+FLOW_RUN_LINE = re.compile(r"Flow run \S+ \(([0-9a-f-]{36})\)")  # what train prints first
 
 
 def prefect_ito(
@@ -56,7 +57,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
     assert "Stage post_training.sft: passed" in result.stdout + result.stderr
     assert len(simulator.runs()) == 1
 
-    flow_run_id = re.search(r"Flow run \S+ \(([0-9a-f-]{36})\)", result.stdout).group(1)
+    flow_run_id = FLOW_RUN_LINE.search(result.stdout).group(1)
     status = prefect_ito("status", flow_run_id, env=env, timeout=120)
     assert status.returncode == ExitCode.SUCCESS, status.stdout + status.stderr
     assert "Completed" in status.stdout
@@ -174,7 +175,7 @@ def read_flow_run_id(process: subprocess.Popen[str]) -> str:
     """Read the train command's output until it names its flow run."""
     assert process.stdout is not None
     for line in process.stdout:
-        found = re.search(r"Flow run \S+ \(([0-9a-f-]{36})\)", line)
+        found = FLOW_RUN_LINE.search(line)
         if found:
             return found.group(1)
     raise AssertionError("train ended without naming its flow run")
