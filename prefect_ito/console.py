@@ -11,7 +11,6 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from enum import IntEnum
 from typing import Any, cast
 from uuid import UUID
 
@@ -30,44 +29,6 @@ from prefect_ito.flows import ito_training
 
 Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
 """Answers a paused flow run, given the markdown it shows a person; None leaves it waiting."""
-
-
-class ExitCode(IntEnum):
-    """The exit codes of ``prefect-ito train``, ``attach`` and ``demo``."""
-
-    SUCCESS = 0
-    ERROR = 1
-    INVALID_INPUT = 2
-    UNAVAILABLE = 3
-    BOOKING = 4
-    RUN_OUTCOME = 5
-    AUTHENTICATION = 6
-    AWAITING_DECISION = 7
-    CANCELLED = 8
-
-
-_EXIT_CODES = {
-    "Completed": ExitCode.SUCCESS,
-    "InvalidParameters": ExitCode.INVALID_INPUT,
-    "Unavailable": ExitCode.UNAVAILABLE,
-    "BookingNotEligible": ExitCode.BOOKING,
-    "BookingBusy": ExitCode.BOOKING,
-    "GateFailed": ExitCode.RUN_OUTCOME,
-    "Refused": ExitCode.RUN_OUTCOME,
-    "BudgetExhausted": ExitCode.RUN_OUTCOME,
-    "Stalled": ExitCode.RUN_OUTCOME,
-    "DeadlineExceeded": ExitCode.RUN_OUTCOME,
-    "Unauthenticated": ExitCode.AUTHENTICATION,
-    "AwaitingDecision": ExitCode.AWAITING_DECISION,
-    "Cancelled": ExitCode.CANCELLED,
-}
-
-
-def exit_code(state: State[Any]) -> ExitCode:
-    """Return the exit code for the flow run's final state."""
-    if state.is_cancelled():
-        return ExitCode.CANCELLED
-    return _EXIT_CODES.get(state.name or "", ExitCode.ERROR)
 
 
 def has_real_server() -> bool:

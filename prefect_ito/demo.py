@@ -25,6 +25,7 @@ from prefect_ito import console as terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import MemoryKeyring, store_token
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.outcomes import exit_code
 from prefect_ito.reporting import telemetry_markdown
 from prefect_ito.simulator import AdminRun, SimulatorServer, builtin_scenario
 
@@ -85,7 +86,7 @@ def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
             }
             state = asyncio.run(terminal.run_training(parameters, operator, console))
         _print_outcome(console, state, simulator.runs())
-    return int(terminal.exit_code(state))
+    return int(exit_code(state))
 
 
 def _print_outcome(console: Console, state: State[Any], runs: list[AdminRun]) -> None:

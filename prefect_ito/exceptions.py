@@ -17,6 +17,10 @@ ItoError
 │   ├── BackendUnavailable                                     (503)
 │   ├── InternalError                                          (500)
 │   └── AuthorizationPending, SlowDown, AccessDenied, ExpiredToken   (device login)
+├── InvalidParameters                 a parameter breaks a rule; nothing was sent
+├── DeadlineExceeded                  supervision reached its deadline
+├── FlowRunNotFound, NothingToDecide  the Prefect flow run named is unknown, or not paused
+├── PrefectServerRequired, PrefectUnreachable
 ├── NotLoggedIn                       no token was found
 ├── InsecureKeyring                   the keyring backend keeps secrets in plain text
 └── ItoRunOutcome                     a training run ended without success
@@ -25,13 +29,19 @@ ItoError
     └── AwaitingDecision, DecisionRequired
 ```
 
-Every error has a stable upper-snake ``code``. Messages are safe to show and log: they come from
-the backend's ``error.message`` (which the contract declares safe) or from prefect-ito itself, and
-never contain a token.
+Every error has a stable upper-snake ``code``, the ``state_name`` of the Prefect state it ends a
+flow run in, and the ``exit_code`` of a command that ends with it (see :class:`ExitCode`): the one
+table of outcomes, which ``docs/flows.md`` reproduces and a test checks. Messages are safe to show
+and log: they come from the backend's ``error.message`` (which the contract declares safe) or from
+prefect-ito itself, and never contain a token.
+
+The tree is one module, as httpx keeps its own: it is read as a whole, and past ~400 lines only
+because every class carries its three stable attributes.
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 from prefect_ito.contract import ErrorCode, PendingAction
@@ -47,13 +57,17 @@ __all__ = [
     "BookingNotFound",
     "BudgetExhausted",
     "CapabilityNotAvailable",
+    "DeadlineExceeded",
     "DecisionConflict",
     "DecisionRequired",
+    "ExitCode",
     "ExpiredToken",
+    "FlowRunNotFound",
     "GateFailed",
     "IdempotencyKeyReused",
     "InsecureKeyring",
     "InternalError",
+    "InvalidParameters",
     "ItoAPIError",
     "ItoConnectionError",
     "ItoError",
@@ -63,6 +77,9 @@ __all__ = [
     "ItoTransportError",
     "NotFound",
     "NotLoggedIn",
+    "NothingToDecide",
+    "PrefectServerRequired",
+    "PrefectUnreachable",
     "RateLimited",
     "RunCancelled",
     "RunFailed",
@@ -85,15 +102,38 @@ def _restore(cls: type[ItoError], args: tuple[Any, ...], state: dict[str, Any]) 
     return error
 
 
+class ExitCode(IntEnum):
+    """The exit code of every ``prefect-ito`` command, one per kind of outcome."""
+
+    SUCCESS = 0
+    ERROR = 1
+    INVALID_INPUT = 2
+    UNAVAILABLE = 3
+    BOOKING = 4
+    RUN_OUTCOME = 5
+    AUTHENTICATION = 6
+    AWAITING_DECISION = 7
+    CANCELLED = 8
+    NOT_FOUND = 9
+
+
 class ItoError(Exception):
     """The root of every prefect-ito error.
 
+    Each class states, beside its ``code``, what it means to Prefect and to a shell: the name of
+    the Failed state a flow run ends in (``state_name``, so people and Automations tell outcomes
+    apart) and the exit code of a ``prefect-ito`` command (``exit_code``).
+
     Attributes:
         code: A stable, upper-snake identifier of the kind of error.
+        state_name: The name of the final Prefect state this outcome ends a flow run in.
+        exit_code: The exit code of a ``prefect-ito`` command that ends with it.
         message: A human message that is safe to show and log.
     """
 
     code: str = "ITO_ERROR"
+    state_name: str = "Failed"
+    exit_code: ExitCode = ExitCode.ERROR
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -116,6 +156,8 @@ class ItoTransportError(ItoError):
     """
 
     code = "TRANSPORT_ERROR"
+    state_name = "BackendUnreachable"
+    exit_code = ExitCode.ERROR
 
     def __init__(self, message: str, *, ambiguous: bool = True) -> None:
         super().__init__(message)
@@ -126,12 +168,16 @@ class ItoTimeoutError(ItoTransportError):
     """A connect, read, write or pool timeout ran out."""
 
     code = "TIMEOUT"
+    state_name = "BackendUnreachable"
+    exit_code = ExitCode.ERROR
 
 
 class ItoConnectionError(ItoTransportError):
     """The connection failed or was dropped."""
 
     code = "CONNECTION_ERROR"
+    state_name = "BackendUnreachable"
+    exit_code = ExitCode.ERROR
 
 
 class ItoProtocolError(ItoError):
@@ -143,6 +189,8 @@ class ItoProtocolError(ItoError):
     """
 
     code = "PROTOCOL_ERROR"
+    state_name = "ProtocolError"
+    exit_code = ExitCode.ERROR
 
     def __init__(self, message: str, *, endpoint: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -166,6 +214,8 @@ class ItoAPIError(ItoError):
     """
 
     code = "API_ERROR"
+    state_name = "BackendError"
+    exit_code = ExitCode.ERROR
 
     def __init__(
         self,
@@ -194,72 +244,96 @@ class Unauthenticated(ItoAPIError):
     """No valid bearer token: log in again with ``prefect-ito login``."""
 
     code = ErrorCode.UNAUTHENTICATED.value
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 class TokenRevoked(ItoAPIError):
     """The bearer token was revoked; work stops and no login is started by itself."""
 
     code = ErrorCode.TOKEN_REVOKED.value
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 class ValidationFailed(ItoAPIError):
     """The backend rejected the request body or parameters."""
 
     code = ErrorCode.VALIDATION_ERROR.value
+    state_name = "InvalidParameters"
+    exit_code = ExitCode.INVALID_INPUT
 
 
 class NotFound(ItoAPIError):
     """No such resource."""
 
     code = ErrorCode.NOT_FOUND.value
+    state_name = "NotFound"
+    exit_code = ExitCode.NOT_FOUND
 
 
 class BookingNotFound(ItoAPIError):
     """The backend knows no such booking."""
 
     code = ErrorCode.BOOKING_NOT_FOUND.value
+    state_name = "BookingNotEligible"
+    exit_code = ExitCode.BOOKING
 
 
 class BookingNotEligible(ItoAPIError):
     """The booking exists but may not train (pending, expired, revoked or released)."""
 
     code = ErrorCode.BOOKING_NOT_ELIGIBLE.value
+    state_name = "BookingNotEligible"
+    exit_code = ExitCode.BOOKING
 
 
 class CapabilityNotAvailable(ItoAPIError):
     """The backend does not offer this capability (yet), e.g. ``training_run``."""
 
     code = ErrorCode.CAPABILITY_NOT_AVAILABLE.value
+    state_name = "Unavailable"
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class IdempotencyKeyReused(ItoAPIError):
     """The idempotency key was already used with a different request: final, never retried."""
 
     code = ErrorCode.IDEMPOTENCY_KEY_REUSED.value
+    state_name = "IdempotencyKeyReused"
+    exit_code = ExitCode.INVALID_INPUT
 
 
 class BookingBusy(ItoAPIError):
     """The booking already has an unfinished run with a different manifest."""
 
     code = ErrorCode.BOOKING_BUSY.value
+    state_name = "BookingBusy"
+    exit_code = ExitCode.BOOKING
 
 
 class RunNotFound(ItoAPIError):
     """The backend knows no such training run."""
 
     code = ErrorCode.RUN_NOT_FOUND.value
+    state_name = "NotFound"
+    exit_code = ExitCode.NOT_FOUND
 
 
 class ActionNotPending(ItoAPIError):
     """The action was not (or no longer) waiting for a decision."""
 
     code = ErrorCode.ACTION_NOT_PENDING.value
+    state_name = "DecisionNotRelayed"
+    exit_code = ExitCode.ERROR
 
 
 class DecisionConflict(ItoAPIError):
     """A different decision was already recorded for this action: final, never retried."""
 
     code = ErrorCode.DECISION_CONFLICT.value
+    state_name = "DecisionNotRelayed"
+    exit_code = ExitCode.ERROR
 
 
 class RateLimited(ItoAPIError):
@@ -270,6 +344,8 @@ class RateLimited(ItoAPIError):
     """
 
     code = ErrorCode.RATE_LIMITED.value
+    state_name = "BackendUnavailable"
+    exit_code = ExitCode.ERROR
 
     def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
@@ -280,36 +356,48 @@ class BackendUnavailable(ItoAPIError):
     """The backend is temporarily unavailable."""
 
     code = ErrorCode.BACKEND_UNAVAILABLE.value
+    state_name = "BackendUnavailable"
+    exit_code = ExitCode.ERROR
 
 
 class AuthorizationPending(ItoAPIError):
     """Device login: the user has not approved yet; keep polling."""
 
     code = ErrorCode.AUTHORIZATION_PENDING.value
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 class SlowDown(ItoAPIError):
     """Device login: polling too fast; add five seconds to the interval."""
 
     code = ErrorCode.SLOW_DOWN.value
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 class AccessDenied(ItoAPIError):
     """Device login: the user refused."""
 
     code = ErrorCode.ACCESS_DENIED.value
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 class ExpiredToken(ItoAPIError):
     """Device login: the device code expired before it was approved."""
 
     code = ErrorCode.EXPIRED_TOKEN.value
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 class InternalError(ItoAPIError):
     """The backend failed unexpectedly."""
 
     code = ErrorCode.INTERNAL_ERROR.value
+    state_name = "BackendError"
+    exit_code = ExitCode.ERROR
 
 
 _API_ERRORS: dict[str, type[ItoAPIError]] = {
@@ -380,6 +468,8 @@ class NotLoggedIn(ItoError):
     """No token was found in the environment or the keyring."""
 
     code = "NOT_LOGGED_IN"
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
     def __init__(self, message: str | None = None, *, api_url: str | None = None) -> None:
         target = api_url or "URL"
@@ -390,10 +480,60 @@ class NotLoggedIn(ItoError):
         )
 
 
+class InvalidParameters(ItoError, ValueError):
+    """A flow, job or command parameter breaks a rule; nothing was sent to the backend."""
+
+    code = "INVALID_PARAMETERS"
+    state_name = "InvalidParameters"
+    exit_code = ExitCode.INVALID_INPUT
+
+
+class DeadlineExceeded(ItoError):
+    """Supervision reached its overall deadline; the backend run was left as it is."""
+
+    code = "DEADLINE_EXCEEDED"
+    state_name = "DeadlineExceeded"
+    exit_code = ExitCode.RUN_OUTCOME
+
+
+class FlowRunNotFound(ItoError):
+    """Prefect knows no such flow run."""
+
+    code = "FLOW_RUN_NOT_FOUND"
+    state_name = "NotFound"
+    exit_code = ExitCode.NOT_FOUND
+
+
+class NothingToDecide(ItoError):
+    """The flow run does not wait for a decision (it is not paused for one)."""
+
+    code = "NOTHING_TO_DECIDE"
+    state_name = "NothingToDecide"
+    exit_code = ExitCode.INVALID_INPUT
+
+
+class PrefectServerRequired(ItoError):
+    """The command needs a real Prefect server (``PREFECT_API_URL``), not the ephemeral one."""
+
+    code = "PREFECT_SERVER_REQUIRED"
+    state_name = "Failed"
+    exit_code = ExitCode.ERROR
+
+
+class PrefectUnreachable(ItoError):
+    """The Prefect API did not answer."""
+
+    code = "PREFECT_UNREACHABLE"
+    state_name = "Failed"
+    exit_code = ExitCode.ERROR
+
+
 class InsecureKeyring(ItoError):
     """The keyring backend keeps secrets in a plaintext file, and that was not allowed."""
 
     code = "INSECURE_KEYRING"
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
 
 
 # --- run outcomes ---------------------------------------------------------------------------------
@@ -407,6 +547,8 @@ class ItoRunOutcome(ItoError):
     """
 
     code = "RUN_OUTCOME"
+    state_name = "RunOutcome"
+    exit_code = ExitCode.RUN_OUTCOME
 
     def __init__(self, message: str, *, run_id: str | None = None) -> None:
         super().__init__(message)
@@ -424,6 +566,8 @@ class GateFailed(ItoRunOutcome):
     """
 
     code = "GATE_FAILED"
+    state_name = "GateFailed"
+    exit_code = ExitCode.RUN_OUTCOME
 
     def __init__(
         self,
@@ -451,36 +595,48 @@ class RunRefused(ItoRunOutcome):
     """The backend refused the run (e.g. wasteful parallelism, or the ladder rejected the data)."""
 
     code = "RUN_REFUSED"
+    state_name = "Refused"
+    exit_code = ExitCode.RUN_OUTCOME
 
 
 class BudgetExhausted(ItoRunOutcome):
     """The run reached its spend ceiling."""
 
     code = "BUDGET_EXHAUSTED"
+    state_name = "BudgetExhausted"
+    exit_code = ExitCode.RUN_OUTCOME
 
 
 class RunStalled(ItoRunOutcome):
     """The run's heartbeat stopped advancing."""
 
     code = "RUN_STALLED"
+    state_name = "Stalled"
+    exit_code = ExitCode.RUN_OUTCOME
 
 
 class RunCancelled(ItoRunOutcome):
     """The run was cancelled."""
 
     code = "RUN_CANCELLED"
+    state_name = "Cancelled"
+    exit_code = ExitCode.CANCELLED
 
 
 class RunFailed(ItoRunOutcome):
     """The run failed on the backend."""
 
     code = "RUN_FAILED"
+    state_name = "RunFailed"
+    exit_code = ExitCode.RUN_OUTCOME
 
 
 class AwaitingDecision(ItoRunOutcome):
     """The run is held for a human decision that has not been given."""
 
     code = "AWAITING_DECISION"
+    state_name = "AwaitingDecision"
+    exit_code = ExitCode.AWAITING_DECISION
 
 
 class DecisionRequired(ItoRunOutcome):
@@ -491,6 +647,8 @@ class DecisionRequired(ItoRunOutcome):
     """
 
     code = "DECISION_REQUIRED"
+    state_name = "AwaitingDecision"
+    exit_code = ExitCode.AWAITING_DECISION
 
     def __init__(
         self,

@@ -14,39 +14,26 @@ from typing import Any, Literal
 
 from prefect import Flow, State, flow, get_client, get_run_logger
 from prefect.client.schemas.objects import FlowRun
-from prefect.states import Cancelled, Failed
+from prefect.states import Cancelled
 
 from prefect_ito import approval, tasks
 from prefect_ito.auth import resolve_api_url
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.contract import TrainingRequest, TrainingRun
 from prefect_ito.exceptions import (
-    AwaitingDecision,
-    BookingBusy,
-    BookingNotEligible,
-    BookingNotFound,
-    BudgetExhausted,
-    CapabilityNotAvailable,
-    GateFailed,
+    InvalidParameters,
     ItoError,
-    NotLoggedIn,
-    RunRefused,
-    RunStalled,
-    TokenRevoked,
-    Unauthenticated,
 )
 from prefect_ito.operations import (
     CANCEL_CONFIRM_SECONDS,
-    DeadlineExceeded,
     Watchdog,
     cancel_workload,
     find_attachable_run,
-    raise_for_outcome,
 )
+from prefect_ito.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.reporting import TrainingSummary, stage_changes
 from prefect_ito.request import (
     BookingClaim,
-    InvalidParameters,
     build_request,
     derive_idempotency_key,
     resolve_booking,
@@ -54,25 +41,7 @@ from prefect_ito.request import (
 from prefect_ito.runtime import cancellation_requested, current_flow_run_id
 from prefect_ito.settings import ItoSettings
 
-__all__ = ["STATE_NAMES", "cancel_for_flow_run", "ito_cancel_training", "ito_training"]
-
-STATE_NAMES: dict[type[ItoError], str] = {
-    InvalidParameters: "InvalidParameters",
-    CapabilityNotAvailable: "Unavailable",
-    BookingNotEligible: "BookingNotEligible",
-    BookingNotFound: "BookingNotEligible",
-    BookingBusy: "BookingBusy",
-    RunRefused: "Refused",
-    GateFailed: "GateFailed",
-    BudgetExhausted: "BudgetExhausted",
-    RunStalled: "Stalled",
-    AwaitingDecision: "AwaitingDecision",
-    DeadlineExceeded: "DeadlineExceeded",
-    NotLoggedIn: "Unauthenticated",
-    Unauthenticated: "Unauthenticated",
-    TokenRevoked: "Unauthenticated",
-}
-"""The name of the Failed state each outcome ends in, so people and Automations tell them apart."""
+__all__ = ["cancel_for_flow_run", "ito_cancel_training", "ito_training"]
 
 PostTrainingRecipe = Literal["sft", "dpo", "rlvr"]
 
@@ -97,12 +66,6 @@ async def resolve_credentials(credentials: ItoCredentials | str | None) -> ItoCr
                 f"credentials: no ItoCredentials block named {credentials!r}"
             ) from exc
     return ItoCredentials(api_url=resolve_api_url(None))
-
-
-def outcome_state(error: ItoError) -> State[Any]:
-    """Return the named Failed state for an outcome prefect-ito reports."""
-    name = next((n for cls, n in STATE_NAMES.items() if isinstance(error, cls)), "Failed")
-    return Failed(name=name, message=f"{name}: {error}", data=error)
 
 
 async def cancel_for_flow_run(flow: Flow[Any, Any], flow_run: FlowRun, state: State[Any]) -> None:
@@ -180,7 +143,7 @@ async def ito_training(
 
     Returns:
         A :class:`TrainingSummary` on success; otherwise a named Failed state (see
-        :data:`STATE_NAMES`) or a Cancelled state.
+        :attr:`~prefect_ito.exceptions.ItoError.state_name`) or a Cancelled state.
     """
     logger = get_run_logger()
     try:

@@ -18,6 +18,7 @@ from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import DecisionRequired, ItoRunOutcome
+from prefect_ito.outcomes import raise_for_outcome
 from prefect_ito.reporting import TrainingSummary
 from prefect_ito.request import BookingClaim, build_request, derive_idempotency_key
 from prefect_ito.runtime import current_flow_run_id
@@ -159,7 +160,7 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
         """
         if not self.run.state.terminal:
             raise ItoRunOutcome(f"run {self.run_id} has not finished", run_id=self.run_id)
-        operations.raise_for_outcome(self.run)
+        raise_for_outcome(self.run)
         return TrainingSummary.of(self.run)
 
     async def cancel(self, reason: str = "cancelled through prefect-ito") -> TrainingRun:

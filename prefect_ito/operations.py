@@ -7,7 +7,6 @@ submit. Nothing here trains, books, buys or overrides a gate.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,6 @@ from prefect_ito.contract import (
     BookingStatus,
     DecisionRequest,
     GateStatus,
-    RunState,
     Stage,
     TrainingEligibility,
     TrainingRequest,
@@ -27,26 +25,14 @@ from prefect_ito.contract import (
 from prefect_ito.exceptions import (
     BookingBusy,
     BookingNotEligible,
-    BudgetExhausted,
     CapabilityNotAvailable,
-    GateFailed,
-    ItoError,
-    ItoRunOutcome,
-    RunCancelled,
-    RunFailed,
-    RunRefused,
+    DeadlineExceeded,
     RunStalled,
 )
 from prefect_ito.request import BookingClaim
 
 CANCEL_CONFIRM_SECONDS = 120.0
 """How long a cancel waits for the backend to report the workload terminal."""
-
-
-class DeadlineExceeded(ItoError):
-    """Supervision reached its overall deadline; the backend run was left as it is."""
-
-    code = "DEADLINE_EXCEEDED"
 
 
 async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingEligibility:
@@ -265,41 +251,6 @@ async def cancel_workload(
         poll = min(wait, max(0.0, give_up - time.monotonic()))
         run = await client.get_training_run(run_id, after_version=run.version, wait=poll)
     return run
-
-
-def raise_for_outcome(run: TrainingRun) -> None:
-    """Raise the typed outcome of a run that ended without success; return on success."""
-    message = run.outcome.message if run.outcome else f"run {run.run_id} ended {run.state.value}"
-    if run.state is RunState.GATE_FAILED:
-        raise _gate_failure(run, message)
-    errors: dict[RunState, type[ItoRunOutcome]] = {
-        RunState.REFUSED: RunRefused,
-        RunState.BUDGET_EXHAUSTED: BudgetExhausted,
-        RunState.CANCELLED: RunCancelled,
-        RunState.FAILED: RunFailed,
-    }
-    if run.state in errors:
-        raise errors[run.state](message, run_id=run.run_id)
-
-
-def _gate_failure(run: TrainingRun, message: str) -> GateFailed:
-    stage_name = (run.outcome.stage if run.outcome else None) or run.current_stage or "unknown"
-    stage = next((stage for stage in run.stages if stage.name == stage_name), None)
-    evals = stage.gate.evals if stage is not None and stage.gate is not None else []
-    failed = next((result for result in evals if not result.passed), None)
-    if failed is None:
-        return GateFailed(
-            stage_name, "unknown", math.nan, math.nan, run_id=run.run_id, message=message
-        )
-    return GateFailed(
-        stage_name,
-        failed.name,
-        failed.score,
-        failed.threshold,
-        run_id=run.run_id,
-        message=f"gate failed at stage {stage_name}: {failed.name} ({failed.metric}) scored "
-        f"{failed.score:g} against a threshold of {failed.threshold:g}",
-    )
 
 
 def _normalise(value: object) -> str:

@@ -15,16 +15,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prefect_ito.blocks import ItoBooking
 from prefect_ito.contract import MODEL_SIZE_PATTERN, PostTraining, TrainingRequest
-from prefect_ito.exceptions import ItoError
+from prefect_ito.exceptions import InvalidParameters
 
 _MODEL_SIZE = re.compile(MODEL_SIZE_PATTERN)
 _KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
-
-
-class InvalidParameters(ItoError, ValueError):
-    """A flow or job parameter breaks a rule; nothing was sent to the backend."""
-
-    code = "INVALID_PARAMETERS"
 
 
 class BookingClaim(BaseModel):

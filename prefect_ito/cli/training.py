@@ -1,8 +1,7 @@
 """``prefect-ito train | attach | demo | decide | status | cancel``.
 
-Exit codes (see :class:`prefect_ito.console.ExitCode`): 0 success, 1 other error, 2 invalid input,
-3 capability unavailable, 4 booking not eligible or busy, 5 gate failed / refused / budget
-exhausted / stalled / deadline, 6 authentication, 7 awaiting a decision, 8 cancelled.
+Exit codes come from the outcome classes (see :class:`prefect_ito.exceptions.ExitCode` and
+the table in ``docs/flows.md``).
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ from rich.console import Console
 from prefect_ito import console as terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.cli import app
+from prefect_ito.exceptions import ExitCode
 from prefect_ito.flows import cancel_for_flow_run, ito_training, resolve_credentials
+from prefect_ito.outcomes import exit_code
 
 _console = Console()
 
@@ -37,7 +38,7 @@ def _run(parameters: dict[str, Any]) -> None:
         )
         sys.exit(130)
     _console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
-    sys.exit(int(terminal.exit_code(state)))
+    sys.exit(int(exit_code(state)))
 
 
 @app.command
@@ -122,7 +123,7 @@ def _require_server(command: str) -> None:
             f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
             "In ephemeral mode only the terminal that started the flow can reach it."
         )
-        sys.exit(int(terminal.ExitCode.ERROR))
+        sys.exit(int(ExitCode.ERROR))
 
 
 @app.command
@@ -146,7 +147,7 @@ def decide(
     _require_server("decide")
     if approve == reject:
         _console.print("Give exactly one of --approve and --reject.")
-        sys.exit(int(terminal.ExitCode.INVALID_INPUT))
+        sys.exit(int(ExitCode.INVALID_INPUT))
     decision = RestartDecision(approve=approve, decided_by=name, reason=reason)
     asyncio.run(aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json")))
     _console.print(f"Sent: {'approve' if approve else 'reject'} by {name}.")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from prefect_ito.console import ExitCode
+from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 TRAIN = [

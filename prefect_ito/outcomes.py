@@ -1,0 +1,93 @@
+"""How a training run's end becomes a typed outcome, a Prefect state and an exit code.
+
+A backend run that ended without success raises the :class:`~prefect_ito.exceptions.ItoError`
+that names its outcome; each error class states its own ``state_name`` and ``exit_code``, so this
+module only reads them: there is no second table to drift.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from prefect import State
+from prefect.states import Cancelled, Failed
+
+from prefect_ito import exceptions
+from prefect_ito.contract import RunState, TrainingRun
+from prefect_ito.exceptions import (
+    BudgetExhausted,
+    ExitCode,
+    GateFailed,
+    ItoError,
+    ItoRunOutcome,
+    RunCancelled,
+    RunFailed,
+    RunRefused,
+)
+
+__all__ = ["exit_code", "outcome_state", "raise_for_outcome"]
+
+
+def _state_exit_codes() -> dict[str, ExitCode]:
+    classes = (getattr(exceptions, name) for name in exceptions.__all__)
+    table = {
+        cls.state_name: cls.exit_code
+        for cls in classes
+        if isinstance(cls, type) and issubclass(cls, ItoError)
+    }
+    return {**table, "Completed": ExitCode.SUCCESS}
+
+
+_EXIT_CODES = _state_exit_codes()
+
+
+def outcome_state(error: ItoError) -> State[Any]:
+    """Return the final state for an outcome: Cancelled, or a Failed state named for it."""
+    if isinstance(error, RunCancelled):
+        return Cancelled(message=f"{error.state_name}: {error}")
+    return Failed(name=error.state_name, message=f"{error.state_name}: {error}", data=error)
+
+
+def exit_code(state: State[Any]) -> ExitCode:
+    """Return the exit code of a command whose flow run ended in ``state``."""
+    if state.is_cancelled():
+        return ExitCode.CANCELLED
+    if state.is_completed():
+        return ExitCode.SUCCESS
+    return _EXIT_CODES.get(state.name or "", ExitCode.ERROR)
+
+
+def raise_for_outcome(run: TrainingRun) -> None:
+    """Raise the typed outcome of a run that ended without success; return on success."""
+    message = run.outcome.message if run.outcome else f"run {run.run_id} ended {run.state.value}"
+    if run.state is RunState.GATE_FAILED:
+        raise _gate_failure(run, message)
+    errors: dict[RunState, type[ItoRunOutcome]] = {
+        RunState.REFUSED: RunRefused,
+        RunState.BUDGET_EXHAUSTED: BudgetExhausted,
+        RunState.CANCELLED: RunCancelled,
+        RunState.FAILED: RunFailed,
+    }
+    if run.state in errors:
+        raise errors[run.state](message, run_id=run.run_id)
+
+
+def _gate_failure(run: TrainingRun, message: str) -> GateFailed:
+    stage_name = (run.outcome.stage if run.outcome else None) or run.current_stage or "unknown"
+    stage = next((stage for stage in run.stages if stage.name == stage_name), None)
+    evals = stage.gate.evals if stage is not None and stage.gate is not None else []
+    failed = next((result for result in evals if not result.passed), None)
+    if failed is None:
+        return GateFailed(
+            stage_name, "unknown", math.nan, math.nan, run_id=run.run_id, message=message
+        )
+    return GateFailed(
+        stage_name,
+        failed.name,
+        failed.score,
+        failed.threshold,
+        run_id=run.run_id,
+        message=f"gate failed at stage {stage_name}: {failed.name} ({failed.metric}) scored "
+        f"{failed.score:g} against a threshold of {failed.threshold:g}",
+    )
