@@ -38,6 +38,7 @@ os.environ.update(
 from prefect_ito.blocks import ItoCredentials  # noqa: E402
 from prefect_ito.contract import BookingStatus  # noqa: E402
 from prefect_ito.jobs import ItoTrainingJob  # noqa: E402
+from prefect_ito.parameters import TrainingParameters  # noqa: E402
 from prefect_ito.simulator import (  # noqa: E402
     RequestLogEntry,
     RunScript,
@@ -171,8 +172,7 @@ def booking_id(index: int) -> str:
 
 def training_job(url: str, booking: str = BOOKING) -> ItoTrainingJob:
     """Return a training job on ``booking`` through every curriculum stage and post-training."""
-    return ItoTrainingJob(
-        credentials=ItoCredentials(api_url=url),
+    training = TrainingParameters(
         booking=booking,
         model_size="8B",
         data=["catalog://ito/web-2026-10"],
@@ -180,6 +180,7 @@ def training_job(url: str, booking: str = BOOKING) -> ItoTrainingJob:
         budget_usd=250_000.0,
         post_training="rlvr",
     )
+    return ItoTrainingJob(credentials=ItoCredentials(api_url=url), training=training)
 
 
 def real_instant(at: datetime, sim: Scenario, loaded_at: float) -> float:

@@ -17,9 +17,10 @@ from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
 from pydantic import Field
 
+from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
 from prefect_ito.exceptions import AwaitingDecision
-from prefect_ito.runtime import cancellation_requested
+from prefect_ito.settings import ItoSettings
 
 PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
@@ -139,5 +140,24 @@ async def _first_of(
             done, _ = await asyncio.wait({pause}, timeout=poll_interval)
             if done:
                 return pause.result()
-            if await cancellation_requested():
+            if await stop_requested(None):
                 return None
+
+
+async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | None:
+    """Ask a person (see :func:`ask_person`), log what they decided, and return it for the backend.
+
+    Returns None when the flow run was cancelled while waiting.
+    """
+    decision = await ask_person(
+        run, timeout=timeout, poll_interval=ItoSettings().state_poll_seconds
+    )
+    if decision is None:
+        return None
+    get_run_logger().info(
+        "%s %s the restart: %s",
+        decision.decided_by,
+        "approved" if decision.approve else "rejected",
+        decision.reason,
+    )
+    return decision.to_request()

@@ -7,14 +7,17 @@ to use, and resolves the token only when :meth:`ItoCredentials.get_client` is ca
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect.blocks.abstract import CredentialsBlock
 from prefect.blocks.core import Block
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
-from prefect_ito.auth import normalise_api_url, resolve_token
+from prefect_ito.auth import normalise_api_url, resolve_api_url, resolve_token
 from prefect_ito.client import ItoClient
+from prefect_ito.exceptions import InvalidParameters, ItoError
 
-__all__ = ["ItoBooking", "ItoCredentials"]
+__all__ = ["ItoBooking", "ItoCredentials", "resolve_credentials"]
 
 _DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/credentials.md"
 
@@ -115,3 +118,36 @@ class ItoBooking(Block):
         default=None,
         description="The SSH user of the nodes, for information only (no key is ever held).",
     )
+
+
+async def resolve_credentials(
+    credentials: ItoCredentials | str | dict[str, Any] | None,
+) -> ItoCredentials:
+    """Return the credentials block: given, loaded by name, or for ``ITO_COMPUTE_API_URL``.
+
+    A dict is a block's fields as Prefect stores a flow run's parameters.
+
+    Raises:
+        InvalidParameters: no block has that name, or the fields are not a block's.
+        ItoError: nothing names a backend (no block and no ``ITO_COMPUTE_API_URL``).
+    """
+    if isinstance(credentials, ItoCredentials):
+        return credentials
+    if isinstance(credentials, str):
+        try:
+            return await ItoCredentials.aload(credentials)
+        except ValueError as exc:
+            raise InvalidParameters(
+                f"credentials: no ItoCredentials block named {credentials!r}"
+            ) from exc
+    if isinstance(credentials, dict):
+        try:
+            return ItoCredentials.model_validate(credentials)
+        except ValidationError as exc:
+            raise InvalidParameters(
+                f"credentials: not an ItoCredentials block ({exc.errors()[0]['msg']})"
+            ) from None
+    try:
+        return ItoCredentials(api_url=resolve_api_url(None))
+    except ItoError as error:
+        raise InvalidParameters(f"credentials: {error}") from None

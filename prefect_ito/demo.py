@@ -14,29 +14,32 @@ import asyncio
 from typing import Any
 
 import keyring
-from prefect import State, get_client
+from prefect import State
 from prefect.client.schemas.objects import FlowRun
-from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.table import Table
 
-from prefect_ito import console as terminal
+from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import MemoryKeyring, store_token
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.flows import ito_training
 from prefect_ito.outcomes import exit_code
+from prefect_ito.parameters import TrainingParameters
 from prefect_ito.reporting import telemetry_markdown
 from prefect_ito.simulator import AdminRun, SimulatorServer, builtin_scenario
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
-DEMO_REQUEST: dict[str, Any] = {
-    "model_size": "8B",
-    "data": ["s3://acme-corpus/web-2026-10/", "catalog://ito/code-mix-v3"],
-    "target": "code-assistant",
-    "budget_usd": 250_000.0,
-    "post_training": "rlvr",
-}
+DEMO_TRAINING = TrainingParameters(
+    booking=DEMO_BOOKING,
+    model_size="8B",
+    data=["s3://acme-corpus/web-2026-10/", "catalog://ito/code-mix-v3"],
+    target="code-assistant",
+    budget_usd=250_000.0,
+    post_training="rlvr",
+    approval_timeout=600,
+)
 
 
 class ScriptedOperator:
@@ -71,20 +74,15 @@ def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
         console.print(f"Reference desk simulator on {simulator.url} (scenario [bold]{scenario}[/])")
         keyring.set_keyring(MemoryKeyring())
         store_token(simulator.url, simulator.mint_token("demo"))
-        with temporary_settings({PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120}):
-            # The first API call comes from the main thread, so only one temporary server starts.
-            with get_client(sync_client=True) as client:
-                client.hello()
+        with terminal.prefect_api():
             operator = (
                 terminal.ask_at_terminal if person else ScriptedOperator(simulator.url, console)
             )
             parameters = {
-                **DEMO_REQUEST,
-                "booking": DEMO_BOOKING,
+                "training": DEMO_TRAINING,
                 "credentials": ItoCredentials(api_url=simulator.url),
-                "approval_timeout": 600,
             }
-            state = asyncio.run(terminal.run_training(parameters, operator, console))
+            state = asyncio.run(terminal.run_training(ito_training, parameters, operator, console))
         _print_outcome(console, state, simulator.runs())
     return int(exit_code(state))
 

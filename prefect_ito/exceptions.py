@@ -19,6 +19,7 @@ ItoError
 │   └── AuthorizationPending, SlowDown, AccessDenied, ExpiredToken   (device login)
 ├── InvalidParameters                 a parameter breaks a rule; nothing was sent
 ├── DeadlineExceeded                  supervision reached its deadline
+├── Detached                          the person at the terminal detached; the run goes on
 ├── FlowRunNotFound, NothingToDecide  the Prefect flow run named is unknown, or not paused
 ├── PrefectServerRequired, PrefectUnreachable
 ├── NotLoggedIn                       no token was found
@@ -60,6 +61,7 @@ __all__ = [
     "DeadlineExceeded",
     "DecisionConflict",
     "DecisionRequired",
+    "Detached",
     "ExitCode",
     "ExpiredToken",
     "FlowRunNotFound",
@@ -115,6 +117,7 @@ class ExitCode(IntEnum):
     AWAITING_DECISION = 7
     CANCELLED = 8
     NOT_FOUND = 9
+    DETACHED = 130
 
 
 class ItoError(Exception):
@@ -494,6 +497,14 @@ class DeadlineExceeded(ItoError):
     code = "DEADLINE_EXCEEDED"
     state_name = "DeadlineExceeded"
     exit_code = ExitCode.RUN_OUTCOME
+
+
+class Detached(ItoError):
+    """The person at the terminal detached (Ctrl-C); the backend run goes on unsupervised."""
+
+    code = "DETACHED"
+    state_name = "Detached"
+    exit_code = ExitCode.DETACHED
 
 
 class FlowRunNotFound(ItoError):

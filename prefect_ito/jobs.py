@@ -8,21 +8,18 @@ The run handle adds what Prefect's abstract ``JobRun`` lacks: :meth:`ItoTraining
 
 from __future__ import annotations
 
-from typing import Literal
-
 from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
-from prefect_ito import approval, operations
-from prefect_ito.blocks import ItoBooking, ItoCredentials
-from prefect_ito.client import ItoClient
+from prefect_ito import operations, supervision
+from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import TrainingRun
-from prefect_ito.exceptions import DecisionRequired, ItoRunOutcome
+from prefect_ito.exceptions import ItoRunOutcome
 from prefect_ito.outcomes import raise_for_outcome
+from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
 from prefect_ito.reporting import TrainingSummary
-from prefect_ito.request import BookingClaim, build_request, derive_idempotency_key
 from prefect_ito.runtime import current_flow_run_id
-from prefect_ito.settings import ItoSettings
+from prefect_ito.supervision import ClientSteps
 
 __all__ = ["ItoTrainingJob", "ItoTrainingRun"]
 
@@ -37,7 +34,7 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
         ```python
         from prefect_ito.jobs import ItoTrainingJob
 
-        job = ItoTrainingJob.load("BLOCK_NAME")
+        job = ItoTrainingJob.load("BLOCK_NAME")  # credentials + training parameters
         run = await job.trigger()
         await run.wait_for_completion()
         summary = await run.fetch_result()
@@ -54,22 +51,8 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
     _documentation_url = _JOB_DOCS_URL  # type: ignore[assignment]
 
     credentials: ItoCredentials = Field(description="Which backend, and where its token is.")
-    booking: ItoBooking | str = Field(description="The completed booking, or its id.")
-    model_size: str = Field(description="Parameter count such as 150M, 8B or 70B.")
-    data: list[str] = Field(description="Data references to train on.")
-    target: str = Field(description="The capability to train for.")
-    budget_usd: float = Field(description="Spend ceiling in US dollars.")
-    post_training: Literal["sft", "dpo", "rlvr"] | None = Field(
-        default=None, description="Post-training up to and including this recipe."
-    )
-    approval_timeout: int = Field(
-        default=86_400, description="Seconds a person has to decide on a proposed restart."
-    )
-    stall_timeout: float | None = Field(
-        default=3_600, description="Seconds without a backend heartbeat before waiting stops."
-    )
-    idempotency_key: str | None = Field(
-        default=None, description="Overrides the derived submission idempotency key."
+    training: TrainingParameters = Field(
+        description="What to train on which booking, and how to supervise it."
     )
 
     async def trigger(self) -> ItoTrainingRun:
@@ -79,18 +62,19 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
             InvalidParameters: a field breaks a rule; nothing was sent.
             BookingNotEligible, BookingBusy, CapabilityNotAvailable: nothing was submitted.
         """
-        claim = BookingClaim.from_booking(self.booking)
-        request = build_request(
-            claim,
-            model_size=self.model_size,
-            data=self.data,
-            target=self.target,
-            budget_usd=self.budget_usd,
-            post_training=self.post_training,
-        )
-        key = self.idempotency_key or derive_idempotency_key(request, current_flow_run_id())
+        training = self.training
+        claim = await resolve_booking(training)
+        request = training.to_request(claim)
         async with self.credentials.get_client() as client:
-            run = await operations.start(client, claim, request, key)
+            run = await supervision.start(
+                ClientSteps(client, training, self.logger),
+                claim,
+                request,
+                lambda: (
+                    training.idempotency_key
+                    or derive_idempotency_key(request, current_flow_run_id())
+                ),
+            )
         self.logger.info("Itô training run %s is %s.", run.run_id, run.state.value)
         return ItoTrainingRun(self, run)
 
@@ -114,42 +98,25 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
             return cls(job, await client.get_training_run(run_id))
 
     async def wait_for_completion(self) -> None:  # type: ignore[override]
-        """Supervise the run until it finishes.
+        """Supervise the run until it finishes, exactly as the training flow does.
 
-        Inside a flow run, a proposed restart is put to a person exactly as the training flow
-        does; outside one, :class:`DecisionRequired` is raised instead of pausing.
+        Events and artifacts are reported, the deadline and stall watchdogs hold, and inside a
+        flow run a proposed restart is put to a person and a cancellation of the flow run
+        cancels the backend workload; outside one, :class:`DecisionRequired` is raised instead
+        of pausing.
 
         Raises:
             DecisionRequired: outside a flow run, when a person must decide.
             AwaitingDecision: inside one, when nobody decided in time.
-            RunStalled: the backend heartbeat stopped for ``stall_timeout``.
+            RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
         """
-        settings = ItoSettings()
-        watchdog = operations.Watchdog(stall_timeout=self.job.stall_timeout)
         async with self.job.credentials.get_client() as client:
-            while not self.run.state.terminal:
-                if self.run.pending_action is not None:
-                    self.run = await self._decide(client)
-                    continue
-                self.run = await operations.await_gate(
-                    client, self.run, wait=settings.poll_wait_seconds, watchdog=watchdog
-                )
-
-    async def _decide(self, client: ItoClient) -> TrainingRun:
-        action = self.run.pending_action
-        assert action is not None
-        if current_flow_run_id() is None:
-            raise DecisionRequired(action, run_id=self.run_id)
-        decision = await approval.ask_person(
-            self.run,
-            timeout=self.job.approval_timeout,
-            poll_interval=ItoSettings().state_poll_seconds,
-        )
-        if decision is None:
-            return await self.cancel("the Prefect flow run was cancelled")
-        return await operations.relay_decision(
-            client, self.run, action.action_id, decision.to_request()
-        )
+            steps = ClientSteps(client, self.job.training, self.logger)
+            try:
+                self.run = await supervision.supervise(steps, self.run)
+            except supervision.CancelRequested as cancel:
+                self.run, message = await supervision.stop_for_cancel(steps, cancel.run)
+                self.logger.info("%s", message)
 
     async def fetch_result(self) -> TrainingSummary:
         """Return the summary of a succeeded run.

@@ -1,8 +1,8 @@
 """What prefect-ito does with the backend, as plain coroutines over an :class:`ItoClient`.
 
-The Prefect tasks in :mod:`prefect_ito.tasks` and the :class:`~prefect_ito.jobs.ItoTrainingJob`
-both call these, so there is one path to verify, delegate and supervise — never a second way to
-submit. Nothing here trains, books, buys or overrides a gate.
+Both ways of doing the steps of :mod:`prefect_ito.supervision` — the flow's Prefect tasks and the
+job's plain calls — come down to these, so there is one way to verify, submit and follow a run.
+Nothing here trains, books, buys or overrides a gate.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from prefect_ito.exceptions import (
     DeadlineExceeded,
     RunStalled,
 )
-from prefect_ito.request import BookingClaim
+from prefect_ito.parameters import BookingClaim
+from prefect_ito.settings import ItoSettings
 
 CANCEL_CONFIRM_SECONDS = 120.0
 """How long a cancel waits for the backend to report the workload terminal."""
@@ -95,33 +96,16 @@ async def find_attachable_run(client: ItoClient, request: TrainingRequest) -> Tr
     return None
 
 
-async def delegate(
-    client: ItoClient, request: TrainingRequest, idempotency_key: str
-) -> TrainingRun:
-    """Attach to this request's unfinished run, or submit it once under ``idempotency_key``."""
-    attached = await find_attachable_run(client, request)
-    if attached is not None:
-        return attached
+async def submit(client: ItoClient, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
+    """Submit the request once under ``idempotency_key`` and return the backend's run.
+
+    The one call that creates work. A lost answer is resolved inside the client by looking the
+    run up by its key, so this is never retried blindly.
+    """
     submission = await client.submit_training_run(
         request.to_submission(), idempotency_key=idempotency_key
     )
     return submission.run
-
-
-async def start(
-    client: ItoClient, claim: BookingClaim, request: TrainingRequest, idempotency_key: str
-) -> TrainingRun:
-    """Re-attach to this request's unfinished run; otherwise verify, check and submit it once.
-
-    Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
-    backend already accepted work for.
-    """
-    attached = await find_attachable_run(client, request)
-    if attached is not None:
-        return attached
-    await verify_booking(client, claim)
-    await check_training_capability(client, request)
-    return await delegate(client, request, idempotency_key)
 
 
 @dataclass
@@ -220,6 +204,21 @@ async def await_gate(
         remaining = watchdog.remaining()
         poll = wait if remaining is None else max(0.0, min(wait, remaining + 0.01))
         run = await client.get_training_run(run.run_id, after_version=run.version, wait=poll)
+
+
+async def follow_gate(
+    client: ItoClient,
+    run: TrainingRun,
+    watchdog: Watchdog,
+    interrupted: Callable[[], Awaitable[bool]],
+) -> TrainingRun:
+    """Wait for the current stage's gate with the configured long-poll, asking ``interrupted``.
+
+    Each long-poll is kept to ``state_poll_seconds`` so a cancel or a detach is heard that soon.
+    """
+    settings = ItoSettings()
+    wait = min(settings.poll_wait_seconds, settings.state_poll_seconds)
+    return await await_gate(client, run, wait=wait, watchdog=watchdog, interrupted=interrupted)
 
 
 async def relay_decision(

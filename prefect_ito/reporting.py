@@ -16,9 +16,11 @@ from prefect.artifacts import (
     acreate_progress_artifact,
     acreate_table_artifact,
 )
+from prefect.context import FlowRunContext, TaskRunContext
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict
 
+from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
     DecisionRecord,
     EventType,
@@ -272,3 +274,12 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
             id=event_id(run.run_id, event.seq),
         )
     return last
+
+
+async def report(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq``, refresh its artifacts; return the last seq."""
+    page = await client.list_events(run.run_id, after=after_seq)
+    relay_events(run, page.events)
+    if FlowRunContext.get() or TaskRunContext.get():  # Prefect keeps artifacts of runs only
+        await publish_artifacts(run)
+    return max(after_seq, page.last_seq)

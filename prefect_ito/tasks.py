@@ -13,26 +13,30 @@ from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
-from prefect import State, Task, task
+from prefect import State, Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 
-from prefect_ito import operations, reporting
+from prefect_ito import approval, operations, reporting
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import BackendUnavailable, ItoTransportError, RateLimited
 from prefect_ito.operations import Watchdog
-from prefect_ito.request import BookingClaim
-from prefect_ito.runtime import cancellation_requested
+from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.runtime import current_flow_run_id
+from prefect_ito.supervision import Steps
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 __all__ = [
+    "TaskSteps",
     "await_stage_gate",
     "cancel_training_workload",
     "check_training_capability",
     "delegate_training_run",
+    "read_training_run",
     "reattach_training_run",
     "relay_decision",
     "report_progress",
@@ -92,9 +96,16 @@ async def reattach_training_run(
 async def delegate_training_run(
     credentials: ItoCredentials, request: TrainingRequest, idempotency_key: str
 ) -> TrainingRun:
-    """Attach to this request's unfinished run, or submit it under ``idempotency_key``."""
+    """Submit the request under ``idempotency_key``: the one task that creates work."""
     async with credentials.get_client() as client:
-        return await operations.delegate(client, request, idempotency_key)
+        return await operations.submit(client, request, idempotency_key)
+
+
+@_retried_task("read_training_run", "Read a backend training run by its id.")
+async def read_training_run(credentials: ItoCredentials, run_id: str) -> TrainingRun:
+    """Return the backend run ``run_id``; raise ``RunNotFound`` when there is none."""
+    async with credentials.get_client() as client:
+        return await client.get_training_run(run_id)
 
 
 @_retried_task(
@@ -108,9 +119,7 @@ async def await_stage_gate(
     stage: str,
     *,
     watchdog: Watchdog,
-    wait: float,
     flow_run_id: UUID | None,
-    state_poll_seconds: float,
 ) -> TrainingRun:
     """Return the run once ``stage``'s gate settles, a person must decide, or it finished.
 
@@ -118,17 +127,9 @@ async def await_stage_gate(
     cancellation requested in the UI or the API ends the wait.
     """
     del stage  # only names the task run
-
-    async def cancelled() -> bool:
-        return await cancellation_requested(flow_run_id)
-
     async with credentials.get_client() as client:
-        return await operations.await_gate(
-            client,
-            run,
-            wait=min(wait, state_poll_seconds),
-            watchdog=watchdog,
-            interrupted=cancelled,
+        return await operations.follow_gate(
+            client, run, watchdog, lambda: stop_requested(flow_run_id)
         )
 
 
@@ -164,7 +165,52 @@ async def cancel_training_workload(
 async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_seq: int) -> int:
     """Emit events after ``after_seq``, refresh the artifacts; return the last sequence seen."""
     async with credentials.get_client() as client:
-        page = await client.list_events(run.run_id, after=after_seq)
-    reporting.relay_events(run, page.events)
-    await reporting.publish_artifacts(run)
-    return max(after_seq, page.last_seq)
+        return await reporting.report(client, run, after_seq)
+
+
+class TaskSteps(Steps):
+    """Each step of supervision as a Prefect task, so every one shows in the flow run."""
+
+    def __init__(self, credentials: ItoCredentials, supervision: SupervisionParameters) -> None:
+        super().__init__(supervision, get_run_logger())
+        self.credentials = credentials
+
+    async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
+        return await reattach_training_run(self.credentials, request)
+
+    async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
+        return await verify_booking(self.credentials, claim)
+
+    async def check_training_capability(self, request: TrainingRequest) -> None:
+        await check_training_capability(self.credentials, request)
+
+    async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
+        return await delegate_training_run(self.credentials, request, idempotency_key)
+
+    async def read_run(self, run_id: str) -> TrainingRun:
+        return await read_training_run(self.credentials, run_id)
+
+    async def report(self, run: TrainingRun, after_seq: int) -> int:
+        return await report_progress(self.credentials, run, after_seq)
+
+    async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
+        return await await_stage_gate(
+            self.credentials,
+            run,
+            run.current_stage or "start",
+            watchdog=watchdog,
+            flow_run_id=current_flow_run_id(),
+        )
+
+    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
+        return await approval.ask_and_log(run, timeout=self.supervision.approval_timeout)
+
+    async def relay_decision(
+        self, run: TrainingRun, action_id: str, decision: DecisionRequest
+    ) -> TrainingRun:
+        return await relay_decision(self.credentials, run, action_id, decision)
+
+    async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
+        return await cancel_training_workload(
+            self.credentials, run_id, reason, operations.CANCEL_CONFIRM_SECONDS
+        )

@@ -6,7 +6,8 @@ or reads one from standard input.
 
 from __future__ import annotations
 
-from cyclopts import App
+from cyclopts import App, CycloptsError
+from pydantic import ValidationError
 
 from prefect_ito import __version__
 
@@ -18,10 +19,24 @@ app = App(
 
 # Submodules register their commands on `app` when imported.
 from prefect_ito.cli import auth, simulator, training  # noqa: E402
+from prefect_ito.cli.errors import exit_with  # noqa: E402
+from prefect_ito.exceptions import InvalidParameters  # noqa: E402
+from prefect_ito.parameters import invalid_parameters  # noqa: E402
 
 __all__ = ["app", "auth", "main", "simulator", "training"]
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: bad options end with one line and exit code 2."""
+    try:
+        app(exit_on_error=False, print_error=False)
+    except CycloptsError as error:
+        exit_with(_invalid_option(error))
+
+
+def _invalid_option(error: CycloptsError) -> InvalidParameters:
+    cause = error.__cause__
+    if isinstance(cause, ValidationError):
+        return invalid_parameters(cause)
+    message = str(error).strip().replace("\n", " ")
+    return InvalidParameters(message)

@@ -1,107 +1,158 @@
 """``prefect-ito train | attach | demo | decide | status | cancel``.
 
-Exit codes come from the outcome classes (see :class:`prefect_ito.exceptions.ExitCode` and
-the table in ``docs/flows.md``).
+``train``'s options are the fields of :class:`~prefect_ito.parameters.TrainingParameters`, and
+``attach``'s those of :class:`~prefect_ito.parameters.SupervisionParameters`. Every expected
+failure ends the command with one line and the exit code its outcome class states (see
+:class:`prefect_ito.exceptions.ExitCode` and the table in ``docs/flows.md``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
 from cyclopts import Parameter
-from prefect import get_client
+from prefect import Flow, get_client
+from prefect.exceptions import ObjectNotFound
 from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling
+from pydantic import Field
 from rich.console import Console
 
-from prefect_ito import console as terminal
+from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
+from prefect_ito.blocks import ItoCredentials, resolve_credentials
+from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.cli import app
-from prefect_ito.exceptions import ExitCode
-from prefect_ito.flows import cancel_for_flow_run, ito_training, resolve_credentials
+from prefect_ito.cli.errors import exit_with, run_command
+from prefect_ito.exceptions import (
+    ExitCode,
+    FlowRunNotFound,
+    InvalidParameters,
+    ItoError,
+    NothingToDecide,
+    PrefectServerRequired,
+)
+from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.outcomes import exit_code
+from prefect_ito.parameters import SupervisionParameters, TrainingParameters
+
+__all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
 
 _console = Console()
 
+ApiUrl = Annotated[
+    str | None,
+    Parameter(help="Root URL of the Itô backend (default: $ITO_COMPUTE_API_URL)."),
+]
+_DATA_FILE_HELP = (
+    "A file of data references, one a line (blank lines and lines starting with # are skipped); "
+    "added to any --data. Use it for more than a few hundred references."
+)
+CredentialsName = Annotated[
+    str | None,
+    Parameter(help="Name of a saved ItoCredentials block (instead of --api-url)."),
+]
 
-def _run(parameters: dict[str, Any]) -> None:
-    operator = terminal.ask_at_terminal if terminal.interactive() else terminal.leave_to_others
-    try:
-        state = asyncio.run(terminal.run_training(parameters, operator, _console))
-    except KeyboardInterrupt:
-        _console.print(
-            "Detached: the backend run goes on. Re-attach by running the same `prefect-ito "
-            "train` command again, or `prefect-ito attach RUN_ID`."
-        )
-        sys.exit(130)
-    _console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
-    sys.exit(int(exit_code(state)))
 
+class _CommandLineTraining(TrainingParameters):
+    """The training parameters as the command line gives them: data may come from a file."""
 
-@app.command
-def train(
-    *,
-    booking: str,
-    model_size: str,
-    data: Annotated[list[str], Parameter(consume_multiple=False)],
-    target: str,
-    budget_usd: float,
-    post_training: Literal["sft", "dpo", "rlvr"] | None = None,
-    credentials: str | None = None,
-    approval_timeout: int = 86_400,
-) -> None:
-    """Run the training flow on a completed booking, with a live view of its stages.
-
-    Args:
-        booking: The completed booking's id.
-        model_size: Parameter count such as 150M, 8B or 70B.
-        data: A data reference; repeat for more.
-        target: The capability to train for.
-        budget_usd: Spend ceiling in US dollars.
-        post_training: sft, dpo or rlvr.
-        credentials: Name of a saved ItoCredentials block (default: ITO_COMPUTE_API_URL).
-        approval_timeout: Seconds a person has to decide on a proposed restart.
-    """
-    _run(
-        {
-            "booking": booking,
-            "model_size": model_size,
-            "data": data,
-            "target": target,
-            "budget_usd": budget_usd,
-            "post_training": post_training,
-            "credentials": credentials,
-            "approval_timeout": approval_timeout,
-        }
+    data: Annotated[list[str], Parameter(negative=())] = Field(
+        default_factory=list,
+        kw_only=True,
+        description=TrainingParameters.model_fields["data"].description,
     )
 
 
 @app.command
-def attach(run_id: str, *, credentials: str | None = None) -> None:
-    """Supervise an existing backend run again, from the request it was made for.
+def train(
+    training: Annotated[_CommandLineTraining, Parameter(name="*")],
+    *,
+    data_file: Annotated[Path | None, Parameter(help=_DATA_FILE_HELP)] = None,
+    credentials: CredentialsName = None,
+    api_url: ApiUrl = None,
+) -> None:
+    """Run the training flow on a completed booking, with a live view of its stages."""
+    fields = {name: getattr(training, name) for name in TrainingParameters.model_fields}
+    refs = [*training.data, *(_read_refs(data_file) if data_file else [])]
+    parameters = run_command(_parse(TrainingParameters, {**fields, "data": refs}))
+    _run_flow(
+        ito_training,
+        {"training": parameters, "credentials": _credentials(credentials, api_url)},
+    )
+
+
+async def _parse(model: type[TrainingParameters], fields: dict[str, Any]) -> TrainingParameters:
+    return model.parse(fields)
+
+
+def _read_refs(path: Path) -> list[str]:
+    """Return the data references in ``path``: one a line; blank and # lines are skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        _fail(InvalidParameters(f"data_file: cannot read {str(path)!r} ({reason})"))
+    stripped = (line.strip() for line in lines)
+    return [line for line in stripped if line and not line.startswith("#")]
+
+
+@app.command
+def attach(
+    run_id: str,
+    limits: Annotated[SupervisionParameters, Parameter(name="*")] | None = None,
+    *,
+    credentials: CredentialsName = None,
+    api_url: ApiUrl = None,
+) -> None:
+    """Supervise an existing backend run to its end. Never submits anything.
 
     Args:
         run_id: The backend's training run id.
-        credentials: Name of a saved ItoCredentials block (default: ITO_COMPUTE_API_URL).
     """
+    _run_flow(
+        ito_attach_training,
+        {
+            "run_id": run_id,
+            "limits": limits or SupervisionParameters(),
+            "credentials": _credentials(credentials, api_url),
+        },
+    )
 
-    async def request_of() -> dict[str, Any]:
-        async with (await resolve_credentials(credentials)).get_client() as client:
-            run = await client.get_training_run(run_id)
-        return {
-            "booking": run.request.booking_id,
-            "model_size": run.request.model_size,
-            "data": run.request.data_refs,
-            "target": run.request.target,
-            "budget_usd": run.request.budget_usd,
-            "post_training": run.request.post_training,
-            "credentials": credentials,
-        }
 
-    _run(asyncio.run(request_of()))
+def _credentials(name: str | None, api_url: str | None) -> ItoCredentials | str | None:
+    """Return what the flow's ``credentials`` parameter gets; fail now if it names nothing."""
+    if name and api_url:
+        _fail(InvalidParameters("give --credentials or --api-url, not both"))
+    if api_url:
+        try:
+            return ItoCredentials(api_url=api_url)
+        except (ItoError, ValueError):
+            _fail(InvalidParameters(f"api_url: not an http(s) URL ({api_url!r})"))
+    if name is None:
+        run_command(resolve_credentials(None))  # ITO_COMPUTE_API_URL must say where, then
+    return name
+
+
+def _run_flow(flow: Flow[Any, Any], parameters: dict[str, Any]) -> None:
+    operator = terminal.ask_at_terminal if terminal.interactive() else terminal.leave_to_others
+
+    async def run() -> Any:
+        return await terminal.run_training(flow, parameters, operator, _console)
+
+    with terminal.prefect_api():
+        state = run_command(run())
+    _console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
+    code = exit_code(state)
+    if code is ExitCode.DETACHED:
+        _console.print(
+            "The backend run goes on. Re-attach with `prefect-ito attach RUN_ID` (the run id is "
+            "in the message above), or run the same `prefect-ito train` command again."
+        )
+    sys.exit(int(code))
 
 
 @app.command
@@ -115,15 +166,6 @@ def demo(*, scenario: str = "demo") -> None:
     from prefect_ito.demo import run_demo
 
     sys.exit(run_demo(scenario))
-
-
-def _require_server(command: str) -> None:
-    if not terminal.has_real_server():
-        _console.print(
-            f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
-            "In ephemeral mode only the terminal that started the flow can reach it."
-        )
-        sys.exit(int(ExitCode.ERROR))
 
 
 @app.command
@@ -146,11 +188,24 @@ def decide(
     """
     _require_server("decide")
     if approve == reject:
-        _console.print("Give exactly one of --approve and --reject.")
-        sys.exit(int(ExitCode.INVALID_INPUT))
+        _fail(InvalidParameters("give exactly one of --approve and --reject"))
     decision = RestartDecision(approve=approve, decided_by=name, reason=reason)
-    asyncio.run(aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json")))
+    run_command(_resume(flow_run_id, decision))
     _console.print(f"Sent: {'approve' if approve else 'reject'} by {name}.")
+
+
+async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
+    flow_run = await _read_flow_run(flow_run_id)
+    state = flow_run.state
+    if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
+        raise NothingToDecide(
+            f"flow run {flow_run_id} waits for no decision "
+            f"(it is {state.name if state else 'without a state'})"
+        )
+    try:
+        await aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json"))
+    except RuntimeError as error:  # the server refused the resume, e.g. the pause timed out
+        raise NothingToDecide(f"flow run {flow_run_id} could not be resumed: {error}") from None
 
 
 @app.command
@@ -161,8 +216,7 @@ def status(flow_run_id: UUID) -> None:
         flow_run_id: The ito-training flow run.
     """
     _require_server("status")
-    with get_client(sync_client=True) as client:
-        flow_run = client.read_flow_run(flow_run_id)
+    flow_run = run_command(_read_flow_run(flow_run_id))
     state = flow_run.state
     _console.print(f"{flow_run.name}: [bold]{state.name if state else '?'}[/]")
     if state and state.message:
@@ -177,19 +231,38 @@ def cancel(flow_run_id: UUID) -> None:
         flow_run_id: The ito-training flow run.
     """
     _require_server("cancel")
-
-    async def request_cancel() -> None:
-        async with get_client() as client:
-            flow_run = await client.read_flow_run(flow_run_id)
-            state = flow_run.state
-            suspended = state is not None and bool(state.state_details.pause_reschedule)
-            await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
-            if suspended:
-                # No process runs a paused flow's hooks: cancel the workload from here.
-                await cancel_for_flow_run(ito_training, flow_run, flow_run.state)  # type: ignore[arg-type]
-
-    asyncio.run(request_cancel())
+    run_command(_request_cancel(flow_run_id))
     _console.print(f"Cancellation requested for {flow_run_id}.")
 
 
-__all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
+async def _request_cancel(flow_run_id: UUID) -> None:
+    flow_run = await _read_flow_run(flow_run_id)
+    state = flow_run.state
+    suspended = state is not None and bool(state.state_details.pause_reschedule)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+    if suspended:
+        # No process runs a paused flow's hooks: cancel the workload from here.
+        await cancel_for_flow_run(None, flow_run, state)
+
+
+async def _read_flow_run(flow_run_id: UUID) -> Any:
+    async with get_client() as client:
+        try:
+            return await client.read_flow_run(flow_run_id)
+        except ObjectNotFound:
+            raise FlowRunNotFound(f"Prefect knows no flow run {flow_run_id}") from None
+
+
+def _require_server(command: str) -> None:
+    if not terminal.has_real_server():
+        _fail(
+            PrefectServerRequired(
+                f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
+                "In ephemeral mode only the terminal that started the flow can reach it."
+            )
+        )
+
+
+def _fail(error: ItoError) -> NoReturn:
+    exit_with(error)

@@ -77,7 +77,7 @@ def test_train_exits_with_the_invalid_input_code_before_any_request(simulator, p
     result = prefect_ito(*args, env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.INVALID_INPUT, result.stdout + result.stderr
-    assert "budget_usd" in result.stdout
+    assert "budget_usd" in result.stderr
     assert simulator.requests() == []
 
 
@@ -90,7 +90,7 @@ def test_server_commands_say_plainly_they_need_a_prefect_server(command):
     result = prefect_ito(*args, env=env, timeout=120)
 
     assert result.returncode == ExitCode.ERROR
-    assert "needs a real Prefect server" in result.stdout
+    assert "needs a real Prefect server" in result.stderr
 
 
 def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode():
@@ -110,20 +110,22 @@ def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode():
 async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeypatch):
     from prefect_ito.blocks import ItoCredentials
     from prefect_ito.jobs import ItoTrainingJob
+    from prefect_ito.parameters import TrainingParameters
 
     scenario = builtin_scenario("default").with_options(time_scale=100_000)
     with SimulatorServer(scenario) as simulator:
         env = worker_env(simulator, prefect_server)
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
-        job = ItoTrainingJob(
-            credentials=ItoCredentials(api_url=simulator.url), booking="bk-h200-2x8-ib",
-            model_size="8B", data=["catalog://ito/web"], target="chat", budget_usd=1e5,
+        training = TrainingParameters(
+            booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
+            target="chat", budget_usd=1e5,
         )  # fmt: skip
+        job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
         run = await job.trigger()
         result = prefect_ito("attach", run.run_id, env=env)
 
         assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
-        assert "Re-attached to unfinished backend run" in result.stdout + result.stderr
+        assert f"Attached to backend run {run.run_id}" in result.stdout + result.stderr
         assert [admin.run.run_id for admin in simulator.runs()] == [run.run_id]
 
 

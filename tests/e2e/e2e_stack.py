@@ -177,6 +177,15 @@ def named(name: str) -> Callable[[FlowRun], bool]:
     return lambda flow_run: flow_run.state is not None and flow_run.state.name == name
 
 
+def on_booking(booking_id: str) -> dict[str, Any]:
+    """Return deployment-run parameters that train the shipped defaults on ``booking_id``.
+
+    A run's parameters replace the deployment's ``training`` parameter as a whole.
+    """
+    defaults = yaml.safe_load(SHIPPED_YAML.read_text())["definitions"]["training"]
+    return {"training": {**defaults, "booking": booking_id}}
+
+
 def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
     """Return the simulator's training runs on a booking."""
     return [r.run for r in stack.simulator.runs() if r.run.booking_id == booking_id]
@@ -184,9 +193,7 @@ def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
 
 async def suspend_on_spike(booking_id: str) -> FlowRun:
     """Run the nightly deployment on a booking whose run hits a loss spike; wait for Suspended."""
-    flow_run = await run_deployment(
-        NIGHTLY, parameters={"booking": booking_id, "booking_block": None}, timeout=0
-    )
+    flow_run = await run_deployment(NIGHTLY, parameters=on_booking(booking_id), timeout=0)
     suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
     # Suspended holds no infrastructure: the worker's flow process for it ends.
     await wait_for(lambda: not flow_run_processes(flow_run.id))

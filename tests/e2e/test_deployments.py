@@ -21,6 +21,7 @@ from e2e_stack import (
     backend_runs,
     completed,
     named,
+    on_booking,
     suspend_on_spike,
     wait_for,
     wait_for_deployment_run,
@@ -48,7 +49,7 @@ async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
     flow_run = await run_deployment(NIGHTLY, timeout=0)
     done = await wait_for_flow_run(flow_run.id, completed)
 
-    assert done.parameters["booking_block"] == BOOKING_BLOCK
+    assert done.parameters["training"]["booking_block"] == BOOKING_BLOCK
     assert done.parameters["credentials"] == CREDENTIALS_BLOCK
     (run,) = backend_runs(stack, PLAIN_BOOKING)
     assert run.state is RunState.SUCCEEDED
@@ -65,8 +66,8 @@ async def test_a_booking_event_triggers_a_training_run(stack: Stack):
     triggered = await wait_for_deployment_run(AFTER_BOOKING, lambda run: True)
     done = await wait_for_flow_run(triggered.id, completed)
 
-    assert done.parameters["booking"] == PLAIN_BOOKING
-    assert done.parameters["model_size"] == "8B"  # the deployment's default
+    assert done.parameters["training"]["booking"] == PLAIN_BOOKING
+    assert done.parameters["training"]["model_size"] == "8B"  # the deployment's default
     runs = backend_runs(stack, PLAIN_BOOKING)
     assert len(runs) == 2 and all(r.state is RunState.SUCCEEDED for r in runs)
 
@@ -112,9 +113,7 @@ async def test_cancelling_a_suspended_run_cancels_the_backend_workload(stack: St
 
 
 async def test_cancelling_a_running_deployment_run_cancels_the_backend_workload(stack: Stack):
-    flow_run = await run_deployment(
-        NIGHTLY, parameters={"booking": STALLED_BOOKING, "booking_block": None}, timeout=0
-    )
+    flow_run = await run_deployment(NIGHTLY, parameters=on_booking(STALLED_BOOKING), timeout=0)
     await wait_for(
         lambda: [r for r in backend_runs(stack, STALLED_BOOKING) if not r.state.terminal]
     )

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.console import run_training
 from prefect_ito.simulator import SimulatorServer
+from prefect_ito.terminal import run_training
 
 BOOKING = "bk-h200-2x8-ib"
 REQUEST: dict[str, Any] = {
@@ -24,15 +24,19 @@ REQUEST: dict[str, Any] = {
 
 
 def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
-    """Return flow parameters for the simulator's completed booking, with ``changes``."""
-    return {
+    """Return ``ito-training`` parameters for the simulator's completed booking.
+
+    ``changes`` replace fields of the ``training`` parameter, except ``credentials``.
+    """
+    credentials = changes.pop("credentials", ItoCredentials(api_url=simulator.url))
+    training = {
         **REQUEST,
         "booking": BOOKING,
-        "credentials": ItoCredentials(api_url=simulator.url),
         # Bounded, so a test whose pause nobody answers fails instead of waiting a day.
         "approval_timeout": 300,
         **changes,
     }
+    return {"training": training, "credentials": credentials}
 
 
 async def wait_for_pause(flow_run_id: Any, timeout: float = 60) -> Any:
@@ -61,4 +65,4 @@ async def answer_pauses_with(
     flow: Flow[Any, Any], *, approve: bool, console: Console
 ) -> State[Any]:
     """Run ``flow`` here; a :class:`Person` answers its pauses through the resume API."""
-    return await run_training({}, Person(approve), console, poll=0.3, flow=flow)
+    return await run_training(flow, {}, Person(approve), console, poll=0.3)

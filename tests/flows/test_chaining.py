@@ -65,7 +65,7 @@ async def test_training_runs_as_a_subflow_of_a_booking_flow(start_simulator):
     async def book_then_train() -> TrainingSummary:
         booked = booking()  # what an ito-compute booking flow would return
         credentials = ItoCredentials(api_url=simulator.url)
-        return await ito_training(booking=booked, credentials=credentials, **REQUEST)
+        return await ito_training({**REQUEST, "booking": booked}, credentials=credentials)
 
     summary = await book_then_train()
 

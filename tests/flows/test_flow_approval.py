@@ -13,11 +13,11 @@ from flow_helpers import Person, parameters, wait_for_pause
 from prefect import get_client
 from rich.console import Console
 
-from prefect_ito.console import run_training
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.flows import ito_training
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.scenario import SpikeSpec
+from prefect_ito.terminal import run_training
 
 
 def decision_posts(simulator: Any) -> list[Any]:
@@ -27,7 +27,9 @@ def decision_posts(simulator: Any) -> list[Any]:
 async def test_approval_is_relayed_once_and_the_run_completes(start_simulator):
     simulator = start_simulator("loss-spike")
     person = Person(approve=True)
-    state = await run_training(parameters(simulator), person, Console(quiet=True), poll=0.3)
+    state = await run_training(
+        ito_training, parameters(simulator), person, Console(quiet=True), poll=0.3
+    )
 
     assert state.is_completed(), state.message
     assert len(person.asked) == 1 and "Loss spike in `pretrain`" in person.asked[0]
@@ -39,7 +41,7 @@ async def test_approval_is_relayed_once_and_the_run_completes(start_simulator):
 async def test_rejection_is_relayed_and_the_run_goes_on(start_simulator):
     simulator = start_simulator("loss-spike")
     state = await run_training(
-        parameters(simulator), Person(approve=False), Console(quiet=True), poll=0.3
+        ito_training, parameters(simulator), Person(approve=False), Console(quiet=True), poll=0.3
     )
 
     assert state.is_completed(), state.message
@@ -59,7 +61,9 @@ async def test_two_spikes_in_one_stage_are_both_asked_and_answered(start_simulat
     )
     simulator = start_simulator(scenario)
     person = Person(approve=True)
-    state = await run_training(parameters(simulator), person, Console(quiet=True), poll=0.3)
+    state = await run_training(
+        ito_training, parameters(simulator), person, Console(quiet=True), poll=0.3
+    )
 
     assert state.is_completed(), state.message
     assert len(person.asked) == 2
@@ -78,7 +82,9 @@ async def test_nobody_deciding_ends_as_awaiting_decision_and_leaves_it_pending(s
     assert decision_posts(simulator) == []
 
     # Running the flow again re-attaches and asks again.
-    again = await run_training(parameters(simulator), Person(True), Console(quiet=True), poll=0.3)
+    again = await run_training(
+        ito_training, parameters(simulator), Person(True), Console(quiet=True), poll=0.3
+    )
     assert again.is_completed(), again.message
     assert len(simulator.runs()) == 1
 

@@ -18,9 +18,10 @@ from prefect import get_client
 from rich.console import Console
 
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.console import run_training
-from prefect_ito.demo import DEMO_BOOKING, DEMO_REQUEST
+from prefect_ito.demo import DEMO_TRAINING
+from prefect_ito.flows import ito_training
 from prefect_ito.reporting import EVENT_NAMES, event_id
+from prefect_ito.terminal import run_training
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = {"torch", "transformers", "accelerate", "deepspeed", "jax", "vllm", "trl", "lightning"}
@@ -40,12 +41,10 @@ def contract_routes() -> list[tuple[str, re.Pattern[str]]]:
 
 async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
     simulator = start_simulator("demo")
-    params = {
-        **DEMO_REQUEST,
-        "booking": DEMO_BOOKING,
-        "credentials": ItoCredentials(api_url=simulator.url),
-    }
-    state = await run_training(params, Person(approve=True), Console(quiet=True), poll=0.3)
+    params = {"training": DEMO_TRAINING, "credentials": ItoCredentials(api_url=simulator.url)}
+    state = await run_training(
+        ito_training, params, Person(approve=True), Console(quiet=True), poll=0.3
+    )
     assert state.is_completed(), state.message
 
     assert not {name.split(".")[0] for name in sys.modules} & FRAMEWORKS

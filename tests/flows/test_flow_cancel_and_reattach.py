@@ -79,7 +79,7 @@ _CHILD = textwrap.dedent(
     from prefect_ito.flows import ito_training
 
     asyncio.run(ito_training(
-        booking=sys.argv[2], credentials=ItoCredentials(api_url=sys.argv[1]), **REQUEST))
+        {**REQUEST, "booking": sys.argv[2]}, credentials=ItoCredentials(api_url=sys.argv[1])))
     """
 )
 

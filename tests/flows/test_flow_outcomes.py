@@ -192,10 +192,11 @@ async def test_saved_blocks_are_loaded_by_name(start_simulator):
         booking_id="bk-h200-2x8-ib", gpu_sku="H200", node_count=2, gpus_per_node=8,
         fabric="InfiniBand",
     ).save("outcomes-booking", overwrite=True)  # fmt: skip
-    params = {**parameters(simulator), "credentials": "outcomes-desk"}
-    del params["booking"]
+    params = parameters(
+        simulator, credentials="outcomes-desk", booking=None, booking_block="outcomes-booking"
+    )
 
-    state = await run_flow({**params, "booking_block": "outcomes-booking"})
+    state = await run_flow(params)
 
     assert state.is_completed(), state.message
     assert len(simulator.runs()) == 1
@@ -203,7 +204,7 @@ async def test_saved_blocks_are_loaded_by_name(start_simulator):
 
 async def test_an_unknown_block_name_is_an_invalid_parameter(start_simulator):
     simulator = start_simulator("default")
-    state = await run_flow({**parameters(simulator), "credentials": "no-such-block"})
+    state = await run_flow(parameters(simulator, credentials="no-such-block"))
 
     assert state.name == "InvalidParameters"
     assert "no-such-block" in state.message

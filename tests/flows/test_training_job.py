@@ -13,6 +13,7 @@ from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
 from prefect_ito.exceptions import DecisionRequired, GateFailed
 from prefect_ito.jobs import ItoTrainingJob, ItoTrainingRun
+from prefect_ito.parameters import TrainingParameters
 from prefect_ito.reporting import TrainingSummary
 
 
@@ -23,16 +24,8 @@ class TestItoTrainingJobStandards(BlockStandardTestSuite):
 
 
 def make_job(simulator, **changes) -> ItoTrainingJob:
-    fields = {
-        "credentials": ItoCredentials(api_url=simulator.url),
-        "booking": BOOKING,
-        "model_size": REQUEST["model_size"],
-        "data": REQUEST["data"],
-        "target": REQUEST["target"],
-        "budget_usd": REQUEST["budget_usd"],
-        **changes,
-    }
-    return ItoTrainingJob(**fields)
+    training = TrainingParameters(**{**REQUEST, "booking": BOOKING, **changes})
+    return ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
 
 
 async def test_trigger_wait_and_fetch_result(start_simulator):

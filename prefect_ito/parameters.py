@@ -1,0 +1,318 @@
+"""The one definition of what a caller asks prefect-ito to train, and how to supervise it.
+
+:class:`TrainingParameters` is the ``training`` parameter of the ``ito-training`` flow, a field
+of :class:`~prefect_ito.jobs.ItoTrainingJob`, the options of ``prefect-ito train`` (cyclopts
+reads them from the fields, their types and descriptions) and what the cancellation paths and the
+demo rebuild a request from. Adding a field means touching this model and the docs, nothing else.
+
+Values arrive loosely typed — from the Prefect UI, a deployment, an event trigger, the command
+line or Python — so every rule is checked here, before any backend call, and a broken rule is
+reported as :class:`~prefect_ito.exceptions.InvalidParameters` naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from typing import Annotated, Any, Literal, Self
+
+from cyclopts import Parameter
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from prefect_ito.blocks import ItoBooking
+from prefect_ito.contract import MODEL_SIZE_PATTERN, PostTraining, TrainingRequest
+from prefect_ito.exceptions import InvalidParameters
+
+__all__ = [
+    "BookingClaim",
+    "SupervisionParameters",
+    "TrainingParameters",
+    "derive_idempotency_key",
+    "invalid_parameters",
+    "resolve_booking",
+]
+
+_MODEL_SIZE = re.compile(MODEL_SIZE_PATTERN)
+_KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
+_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+
+
+def _booking_id_token(type_: Any, tokens: Any) -> str:
+    # On the command line a booking is always its id; an ItoBooking comes only from Python.
+    return str(tokens[0].value)
+
+
+class SupervisionParameters(BaseModel):
+    """How long prefect-ito supervises a backend run, and how long a person has to decide."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    approval_timeout: int = Field(
+        kw_only=True,
+        default=86_400,
+        description="Seconds a person has to decide on a proposed restart.",
+        json_schema_extra={"exclusiveMinimum": 0},
+    )
+    deadline: float | None = Field(
+        kw_only=True,
+        default=None,
+        description="Seconds supervision may last before it stops; the backend run goes on "
+        "and running the flow again re-attaches. Default: no deadline.",
+    )
+    stall_timeout: float | None = Field(
+        kw_only=True,
+        default=3_600,
+        description="Seconds without a backend heartbeat before supervision stops as Stalled.",
+    )
+
+    @field_validator("approval_timeout", "deadline", "stall_timeout", mode="before")
+    @classmethod
+    def _positive_seconds(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(f"must be a number of seconds (got {value!r})")
+        seconds = _number(value)
+        if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+            raise ValueError(f"must be a finite positive number of seconds (got {value!r})")
+        return value
+
+    @classmethod
+    def parse(cls, value: Self | dict[str, Any] | None) -> Self:
+        """Return ``value`` as validated parameters.
+
+        Raises:
+            InvalidParameters: naming the first field that breaks a rule, and the rule.
+        """
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls.model_validate(value or {})
+        except ValidationError as exc:
+            raise invalid_parameters(exc) from None
+
+
+class TrainingParameters(SupervisionParameters):
+    """A training request for a completed booking, and how to supervise it.
+
+    Example:
+        ```python
+        from prefect_ito.flows import ito_training
+        from prefect_ito.parameters import TrainingParameters
+
+        await ito_training(
+            TrainingParameters(
+                booking="bk-123", model_size="8B", data=["catalog://ito/web-2026-10"],
+                target="code-assistant", budget_usd=250_000, post_training="rlvr",
+            ),
+            credentials="desk",
+        )
+        ```
+    """
+
+    booking: Annotated[
+        ItoBooking | str | None,
+        Parameter(n_tokens=1, accepts_keys=False, converter=_booking_id_token),
+    ] = Field(
+        kw_only=True,
+        default=None,
+        description="The completed booking's id (or, from Python, an ItoBooking). "
+        "Give this or booking_block.",
+    )
+    booking_block: str | None = Field(
+        kw_only=True,
+        default=None,
+        description="Instead of booking: the name of a saved ItoBooking block.",
+    )
+    model_size: str = Field(
+        kw_only=True,
+        description="Parameter count such as 150M, 8B or 70B.",
+        json_schema_extra={"pattern": MODEL_SIZE_PATTERN},
+    )
+    data: Annotated[list[str], Parameter(negative=())] = Field(
+        kw_only=True,
+        description="Data references to train on; at least one. Anything not under "
+        "catalog:// is custom data and goes through the 150M ladder pre-check. On the "
+        "command line, repeat --data, or give --data-file with one reference a line.",
+        json_schema_extra={"minItems": 1},
+    )
+    target: str = Field(
+        kw_only=True, description="The capability to train for, e.g. code-assistant."
+    )
+    budget_usd: float = Field(
+        kw_only=True,
+        description="Spend ceiling in US dollars: finite and positive.",
+        json_schema_extra={"exclusiveMinimum": 0},
+    )
+    post_training: Literal["sft", "dpo", "rlvr"] | None = Field(
+        kw_only=True,
+        default=None,
+        description="Post-training up to and including this recipe: sft, dpo or rlvr "
+        "(the pipeline SFT → DPO → RLVR). Default: none.",
+    )
+    idempotency_key: str | None = Field(
+        kw_only=True,
+        default=None,
+        description="Overrides the submission key derived from booking, manifest and flow run.",
+        json_schema_extra={"pattern": _KEY_PATTERN},
+    )
+
+    @field_validator("post_training", mode="before")
+    @classmethod
+    def _recipe(cls, value: Any) -> Any:
+        if value is None or value == "none":
+            return None
+        if value not in {"sft", "dpo", "rlvr"}:
+            raise ValueError(f"must be one of sft, dpo, rlvr or none (got {value!r})")
+        return value
+
+    @field_validator("model_size", mode="before")
+    @classmethod
+    def _model_size(cls, value: Any) -> Any:
+        if not isinstance(value, str) or not _MODEL_SIZE.match(value):
+            raise ValueError(f"must be a parameter count like 150M, 8B or 70B (got {value!r})")
+        return value
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data(cls, value: Any) -> Any:
+        if not isinstance(value, list) or not value or not all(_is_text(ref) for ref in value):
+            raise ValueError("give at least one data reference, each a non-empty string")
+        return [ref.strip() for ref in value]
+
+    @field_validator("target", "booking_block", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        if value is not None and not _is_text(value):
+            raise ValueError(f"must be a non-empty string (got {value!r})")
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("booking", mode="before")
+    @classmethod
+    def _booking(cls, value: Any) -> Any:
+        if value is None or isinstance(value, ItoBooking) or _is_text(value):
+            return value.strip() if isinstance(value, str) else value
+        if isinstance(value, dict):
+            return ItoBooking.model_validate(value)
+        raise ValueError(f"must be a booking id or an ItoBooking (got {value!r})")
+
+    @field_validator("budget_usd", mode="before")
+    @classmethod
+    def _budget(cls, value: Any) -> Any:
+        amount = None if isinstance(value, bool) else _number(value)
+        if amount is None or not math.isfinite(amount) or amount <= 0:
+            raise ValueError(f"must be a finite positive amount of US dollars (got {value!r})")
+        return amount
+
+    @field_validator("idempotency_key", mode="before")
+    @classmethod
+    def _key(cls, value: Any) -> Any:
+        if value is not None and not (isinstance(value, str) and re.match(_KEY_PATTERN, value)):
+            raise ValueError(
+                "must be 1 to 255 letters, digits or ._:- starting with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_booking(self) -> TrainingParameters:
+        if (self.booking is None) == (self.booking_block is None):
+            raise ValueError(
+                "give exactly one of booking (a booking id or an ItoBooking) and booking_block "
+                "(the name of a saved ItoBooking block)"
+            )
+        return self
+
+    def to_request(self, claim: BookingClaim) -> TrainingRequest:
+        """Return the training request the manifest digest covers, for the booking ``claim``."""
+        try:
+            return TrainingRequest(
+                booking_id=claim.booking_id,
+                model_size=self.model_size,
+                data_refs=self.data,
+                target=self.target,
+                budget_usd=self.budget_usd,
+                post_training=PostTraining(self.post_training) if self.post_training else None,
+            )
+        except ValidationError as exc:
+            raise invalid_parameters(exc) from None
+
+
+def invalid_parameters(error: ValidationError) -> InvalidParameters:
+    """Return the first broken rule of ``error`` as :class:`InvalidParameters` naming the field."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "parameters"
+    cause = (first.get("ctx") or {}).get("error")
+    message = str(cause) if isinstance(cause, ValueError) else first["msg"]
+    if first["type"] == "missing":
+        message = "is required"
+    elif first["type"] == "extra_forbidden":
+        message = "is not a parameter of ito-training"
+    return InvalidParameters(f"{field}: {message}")
+
+
+class BookingClaim(BaseModel):
+    """What the caller says about the booking; only the backend's answer proves it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    booking_id: str
+    gpu_sku: str | None = None
+    node_count: int | None = None
+    fabric: str | None = None
+
+    @classmethod
+    def from_booking(cls, booking: ItoBooking | str) -> BookingClaim:
+        """Return the claim an ``ItoBooking`` or a bare booking id makes."""
+        if isinstance(booking, str):
+            return cls(booking_id=booking)
+        if not _is_text(booking.booking_id):
+            raise InvalidParameters("booking.booking_id: must be a non-empty string")
+        return cls(
+            booking_id=booking.booking_id.strip(),
+            gpu_sku=booking.gpu_sku,
+            node_count=booking.node_count,
+            fabric=booking.fabric,
+        )
+
+
+async def resolve_booking(parameters: TrainingParameters) -> BookingClaim:
+    """Return the booking claim of ``parameters``: the booking given, or the block named.
+
+    A string in ``booking`` is always a booking id, and ``booking_block`` always a block name:
+    neither is guessed to be the other.
+
+    Raises:
+        InvalidParameters: the named block cannot be loaded.
+    """
+    if parameters.booking is not None:
+        return BookingClaim.from_booking(parameters.booking)
+    name = parameters.booking_block or ""
+    try:
+        loaded = await ItoBooking.aload(name)
+    except ValueError as exc:
+        raise InvalidParameters(f"booking_block: no ItoBooking block named {name!r}") from exc
+    return BookingClaim.from_booking(loaded)
+
+
+def derive_idempotency_key(request: TrainingRequest, flow_run_id: uuid.UUID | str | None) -> str:
+    """Return the submission's idempotency key.
+
+    It is derived from the booking, the manifest digest and the flow run, so Prefect retries and
+    re-entries of one flow run resend the same key, while the next scheduled run gets a new one.
+    Outside a flow run a fresh key is made: the caller is then one logical submission.
+    """
+    anchor = str(flow_run_id) if flow_run_id is not None else uuid.uuid4().hex
+    name = f"{request.booking_id}|{request.digest()}|{anchor}"
+    return f"ito-train-{uuid.uuid5(_KEY_NAMESPACE, name)}"
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip())

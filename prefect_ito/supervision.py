@@ -1,0 +1,240 @@
+"""The one supervision loop: start or re-attach, then follow the backend run to its end.
+
+:func:`start` and :func:`supervise` say *what* happens, in which order; a :class:`Steps` says
+*how* each step is done. The ``ito-training`` flow runs every step as a Prefect task (so each shows
+in the UI, with retries where they are safe); :class:`~prefect_ito.jobs.ItoTrainingRun` calls the
+same steps plainly over one client (:class:`ClientSteps`). Both therefore verify, delegate, report,
+ask people and stop on request in exactly the same way, and only :meth:`Steps.submit` creates
+work — :func:`start` is the only caller of it, and only after nothing could be re-attached.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TypeAlias
+
+from prefect_ito import approval, operations, reporting
+from prefect_ito.cancellation import stop_requested
+from prefect_ito.client import ItoClient
+from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
+from prefect_ito.exceptions import (
+    BackendUnavailable,
+    DecisionRequired,
+    Detached,
+    ItoTransportError,
+    RateLimited,
+)
+from prefect_ito.operations import Watchdog
+from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.runtime import current_flow_run_id
+
+Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+__all__ = ["CancelRequested", "ClientSteps", "Steps", "start", "stop_for_cancel", "supervise"]
+
+_REPORTING_FAULTS = (ItoTransportError, BackendUnavailable, RateLimited)
+"""Failures that only delay a report: supervision goes on and reports next time round."""
+
+
+class CancelRequested(Exception):
+    """A person asked Prefect to cancel the flow run while it supervised ``run``."""
+
+    def __init__(self, run: TrainingRun) -> None:
+        super().__init__(run.run_id)
+        self.run = run
+
+
+class Steps(ABC):
+    """How each step of supervision is done; see the module docstring."""
+
+    def __init__(self, supervision: SupervisionParameters, logger: Logger) -> None:
+        self.supervision = supervision
+        self.logger = logger
+
+    @abstractmethod
+    async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
+        """Return the booking's unfinished run for this request; raise ``BookingBusy``."""
+
+    @abstractmethod
+    async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
+        """Return the booking's eligibility; raise ``BookingNotEligible``."""
+
+    @abstractmethod
+    async def check_training_capability(self, request: TrainingRequest) -> None:
+        """Raise ``CapabilityNotAvailable`` unless the backend can train this request."""
+
+    @abstractmethod
+    async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
+        """Submit the request once under ``idempotency_key``: the one step that creates work."""
+
+    @abstractmethod
+    async def read_run(self, run_id: str) -> TrainingRun:
+        """Return the backend run ``run_id``; raise ``RunNotFound``."""
+
+    @abstractmethod
+    async def report(self, run: TrainingRun, after_seq: int) -> int:
+        """Relay events after ``after_seq`` and refresh artifacts; return the last seq seen."""
+
+    @abstractmethod
+    async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
+        """Return the run once its current stage's gate settled (or it must stop waiting)."""
+
+    @abstractmethod
+    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
+        """Return a person's decision on the pending action; None if the flow run was cancelled."""
+
+    @abstractmethod
+    async def relay_decision(
+        self, run: TrainingRun, action_id: str, decision: DecisionRequest
+    ) -> TrainingRun:
+        """Pass the decision to the backend, once per action."""
+
+    @abstractmethod
+    async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
+        """Cancel the backend workload (never the booking); return the last run seen."""
+
+    async def interrupted(self) -> bool:
+        """Tell whether a person cancelled the flow run; raise ``Detached`` on a detach."""
+        return await stop_requested(current_flow_run_id())
+
+
+async def start(
+    steps: Steps,
+    claim: BookingClaim,
+    request: TrainingRequest,
+    idempotency_key: Callable[[], str],
+) -> TrainingRun:
+    """Re-attach to this request's unfinished run; otherwise verify, check and submit it once.
+
+    Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
+    backend already accepted work for; the booking's active runs are listed once.
+    """
+    run = await steps.find_attachable_run(request)
+    if run is not None:
+        steps.logger.info("Re-attached to unfinished backend run %s.", run.run_id)
+        return run
+    eligibility = await steps.verify_booking(claim)
+    steps.logger.info(
+        "Booking %s verified: %s × %d nodes × %d GPUs on %s.",
+        eligibility.booking_id,
+        eligibility.gpu_sku,
+        eligibility.node_count,
+        eligibility.gpus_per_node,
+        eligibility.fabric,
+    )
+    await steps.check_training_capability(request)
+    run = await steps.submit(request, idempotency_key())
+    steps.logger.info("Delegated to the Itô desk backend as run %s.", run.run_id)
+    return run
+
+
+async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
+    """Follow the backend's own stage plan until the run ends; ask people to decide restarts.
+
+    Raises:
+        CancelRequested: a person cancelled the flow run; the caller cancels the workload.
+        Detached: the person at the terminal detached; the backend run goes on.
+        RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
+    """
+    limits = steps.supervision
+    watchdog = Watchdog(stall_timeout=limits.stall_timeout, deadline=limits.deadline)
+    seen, before = 0, None
+    try:
+        while True:
+            seen = await _report(steps, run, seen)
+            for line in reporting.stage_changes(before, run):
+                steps.logger.info("%s", line)
+            before = run
+            if run.state.terminal:
+                return run
+            if await steps.interrupted():
+                raise CancelRequested(run)
+            if run.pending_action is not None:
+                decision = await steps.ask_person(run)
+                if decision is None:
+                    raise CancelRequested(run)
+                run = await steps.relay_decision(run, run.pending_action.action_id, decision)
+                continue
+            run = await steps.await_gate(run, watchdog)
+    except Detached:
+        raise Detached(
+            f"detached at the terminal: backend run {run.run_id} goes on; re-attach with "
+            f"`prefect-ito attach {run.run_id}`"
+        ) from None
+
+
+async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, str]:
+    """Cancel the workload of a cancelled flow run; return the last run seen and what happened."""
+    steps.logger.info("Cancellation requested: cancelling backend workload %s.", run.run_id)
+    final = await steps.cancel_workload(run.run_id, "the Prefect flow run was cancelled")
+    if final.state.terminal:
+        return final, f"Backend workload {run.run_id} cancelled ({final.state.value})."
+    return final, (
+        f"Cancel of backend workload {run.run_id} is unconfirmed: it was still "
+        f"{final.state.value} after {operations.CANCEL_CONFIRM_SECONDS:g} s."
+    )
+
+
+async def _report(steps: Steps, run: TrainingRun, seen: int) -> int:
+    # A report that fails for a passing reason must never be what stops supervision: the events
+    # are read again from the same sequence next time round, so nothing is lost.
+    try:
+        return await steps.report(run, seen)
+    except _REPORTING_FAULTS as error:
+        steps.logger.warning("Could not report on run %s this time: %s", run.run_id, error)
+        return seen
+
+
+class ClientSteps(Steps):
+    """Each step as a plain call over one client, for :class:`~prefect_ito.jobs.ItoTrainingRun`.
+
+    Inside a flow run a proposed restart is put to a person exactly as the flow does; outside one
+    :class:`DecisionRequired` is raised instead, since nobody could answer a pause.
+    """
+
+    def __init__(
+        self, client: ItoClient, supervision: SupervisionParameters, logger: Logger
+    ) -> None:
+        super().__init__(supervision, logger)
+        self.client = client
+
+    async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
+        return await operations.find_attachable_run(self.client, request)
+
+    async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
+        return await operations.verify_booking(self.client, claim)
+
+    async def check_training_capability(self, request: TrainingRequest) -> None:
+        await operations.check_training_capability(self.client, request)
+
+    async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
+        return await operations.submit(self.client, request, idempotency_key)
+
+    async def read_run(self, run_id: str) -> TrainingRun:
+        return await self.client.get_training_run(run_id)
+
+    async def report(self, run: TrainingRun, after_seq: int) -> int:
+        return await reporting.report(self.client, run, after_seq)
+
+    async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
+        flow_run_id = current_flow_run_id()
+        return await operations.follow_gate(
+            self.client, run, watchdog, lambda: stop_requested(flow_run_id)
+        )
+
+    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
+        action = run.pending_action
+        assert action is not None
+        if current_flow_run_id() is None:
+            raise DecisionRequired(action, run_id=run.run_id)
+        return await approval.ask_and_log(run, timeout=self.supervision.approval_timeout)
+
+    async def relay_decision(
+        self, run: TrainingRun, action_id: str, decision: DecisionRequest
+    ) -> TrainingRun:
+        return await operations.relay_decision(self.client, run, action_id, decision)
+
+    async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
+        return await operations.cancel_workload(self.client, run_id, reason=reason)

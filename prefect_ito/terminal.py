@@ -1,0 +1,239 @@
+"""Running a training flow from a terminal: a live view, and a person answering at the prompt.
+
+The flow runs in this process (against ``PREFECT_API_URL`` when set, else Prefect's ephemeral
+mode). When it pauses for a restart decision, the answer goes back through Prefect's resume API —
+the same one the Prefect UI uses — so the flow cannot tell a terminal from the UI. Ctrl-C detaches:
+supervision stops at its next check and the flow run ends ``Detached``, while the backend run goes
+on; a second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, cast
+from uuid import UUID
+
+from prefect import Flow, State, get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+from prefect.flow_engine import run_flow_async
+from prefect.flow_runs import aresume_flow_run
+from prefect.input.run_input import keyset_from_paused_state
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+    PREFECT_UI_URL,
+    temporary_settings,
+)
+from rich.console import Console
+from rich.markdown import Markdown
+
+from prefect_ito.approval import RestartDecision
+from prefect_ito.cancellation import request_detach
+
+__all__ = [
+    "EPHEMERAL_STARTUP_SECONDS",
+    "Operator",
+    "ask_at_terminal",
+    "has_real_server",
+    "interactive",
+    "leave_to_others",
+    "prefect_api",
+    "run_training",
+]
+
+Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
+"""Answers a paused flow run, given the markdown it shows a person; None leaves it waiting."""
+
+EPHEMERAL_STARTUP_SECONDS = 180
+"""How long Prefect's temporary server may take to start: a brand-new ``PREFECT_HOME`` migrates
+its database first, which takes tens of seconds on a small, busy machine (Prefect allows 20)."""
+
+_QUIET_EPHEMERAL_SERVER = {
+    # The temporary server has no network to send telemetry to, and logs every failure to.
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # Its SQLite "database is locked" retries are Prefect's own business, not the user's.
+    "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
+}
+
+
+def has_real_server() -> bool:
+    """Tell whether a Prefect server (not the ephemeral one) is configured."""
+    return bool(PREFECT_API_URL.value())
+
+
+@contextlib.contextmanager
+def prefect_api() -> Iterator[None]:
+    """Make Prefect's API ready for a command: a real server, or a quiet temporary one.
+
+    The temporary server is given time to migrate a new database, and its noise is kept out of
+    the command's output. The first API call comes from the main thread, so exactly one
+    temporary server starts.
+    """
+    if has_real_server():
+        yield
+        return
+    for name, value in _QUIET_EPHEMERAL_SERVER.items():
+        os.environ.setdefault(name, value)
+    with temporary_settings(
+        {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EPHEMERAL_STARTUP_SECONDS}
+    ):
+        with get_client(sync_client=True) as client:
+            client.hello()
+        yield
+
+
+async def run_training(
+    flow: Flow[Any, Any],
+    parameters: dict[str, Any],
+    operator: Operator,
+    console: Console,
+    *,
+    poll: float = 1.0,
+) -> State[Any]:
+    """Run ``flow`` here with ``parameters``, answering its pauses through ``operator``."""
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(flow, parameters=parameters)
+    console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
+    running = asyncio.ensure_future(
+        run_flow_async(
+            cast(Any, flow), flow_run=flow_run, parameters=parameters, return_type="state"
+        )
+    )
+    answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
+    try:
+        with _detach_on_interrupt(console):
+            await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
+            if answering.done():
+                answering.result()  # the operator failed: say so rather than wait for nobody
+            state = await running
+    finally:
+        answering.cancel()
+        running.cancel()
+    assert isinstance(state, State)
+    return state
+
+
+@contextlib.contextmanager
+def _detach_on_interrupt(console: Console) -> Iterator[None]:
+    """Turn the first Ctrl-C into a detach; a second one interrupts as usual."""
+    loop = asyncio.get_running_loop()
+
+    def first_interrupt() -> None:
+        console.print("[yellow]Detaching: supervision stops; the backend run goes on.[/]")
+        request_detach()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first_interrupt)
+    except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _answer_pauses(
+    flow_run_id: UUID, operator: Operator, console: Console, poll: float
+) -> None:
+    """Hand each new pause of the flow run to ``operator``, once, and relay its answer."""
+    handled: set[str] = set()
+    while True:
+        await asyncio.sleep(poll)
+        pause = await _waiting_pause(flow_run_id)
+        if pause is None or pause[1] in handled:
+            continue
+        flow_run, key, description = pause
+        handled.add(key)
+        _announce_pause(console, flow_run_id)
+        decision = await operator(flow_run, description)
+        if decision is not None:
+            await aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json"))
+
+
+async def _waiting_pause(flow_run_id: UUID) -> tuple[FlowRun, str, str] | None:
+    """Return the flow run, its pause's key and description while it waits for input."""
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run_id)
+        state = flow_run.state
+        if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
+            return None
+        keyset = keyset_from_paused_state(state)
+        try:
+            description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+        except (ObjectNotFound, PrefectHTTPStatusError) as error:
+            if _status(error) not in (None, 404):
+                raise
+            return None  # Prefect saves the form just after the Paused state: look again soon
+    return flow_run, keyset["response"], json.loads(description)
+
+
+def _status(error: Exception) -> int | None:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _announce_pause(console: Console, flow_run_id: UUID) -> None:
+    console.print("[bold yellow]A restart needs a decision.[/]")
+    if has_real_server():
+        ui = PREFECT_UI_URL.value()
+        if ui:
+            console.print(f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}")
+        console.print(
+            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+        )
+
+
+async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
+    """Ask the person at this terminal; the answer is relayed exactly as the UI would."""
+    console = Console()
+    console.print(Markdown(description))
+    answer = await _read_line(console, "Approve the restart? [y/N] ")
+    name = await _read_line(console, "Your name: ")
+    reason = await _read_line(console, "Why: ")
+    return RestartDecision(
+        approve=answer.strip().lower() in {"y", "yes"},
+        decided_by=name.strip() or "terminal user",
+        reason=reason.strip() or "no reason given",
+    )
+
+
+async def _read_line(console: Console, prompt: str) -> str:
+    """Read a line in a daemon thread, so a detach never waits for the person to press Enter."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def read() -> None:
+        try:
+            # Rich would read "[y/N]" as markup and print nothing of it.
+            line = console.input(prompt, markup=False)
+        except (EOFError, KeyboardInterrupt):
+            line = ""
+        loop.call_soon_threadsafe(_settle, answer, line)
+
+    threading.Thread(target=read, name="prefect-ito-prompt", daemon=True).start()
+    return await answer
+
+
+def _settle(future: asyncio.Future[str], value: str) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+async def leave_to_others(flow_run: FlowRun, description: str) -> RestartDecision | None:
+    """Answer nothing: a person decides in the Prefect UI or with ``prefect-ito decide``."""
+    return None
+
+
+def interactive() -> bool:
+    """Tell whether a person is at this terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
