@@ -25,7 +25,6 @@ from prefect_ito.contract import (
     TrainingRunRequest,
 )
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented_errors, ok
-from prefect_ito.simulator.faults import DROP_RESPONSE
 from prefect_ito.simulator.state import Account, SimState, State
 
 router = APIRouter(prefix="/v0", tags=["training"])
@@ -93,7 +92,8 @@ async def create_training_run(
     if submitted.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"
-    request.scope["state"][DROP_RESPONSE] = submitted.drop_response
+    else:
+        state.faults.drop_after_commit(request.scope)
     return ok(Submission(run=submitted.run, replayed=submitted.replayed))
 
 
