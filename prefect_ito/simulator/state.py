@@ -59,11 +59,12 @@ def sim_state(request: Request) -> SimState:
 
 
 _bearer = HTTPBearer(auto_error=False, description="A bearer token from device login.")
-State = Annotated[SimState, Depends(sim_state)]
+SimStateDep = Annotated[SimState, Depends(sim_state)]
+"""The serving app's :class:`SimState`, as a route parameter."""
 
 
 def bearer_token(
-    state: State,
+    state: SimStateDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
     """Return the presented bearer token once it checks out."""
@@ -73,7 +74,7 @@ def bearer_token(
     return token
 
 
-def token_info(state: State, token: Annotated[str, Depends(bearer_token)]) -> TokenInfo:
+def token_info(state: SimStateDep, token: Annotated[str, Depends(bearer_token)]) -> TokenInfo:
     """Return what the simulator knows about the presented token."""
     return state.identity.authenticate(token)
 
