@@ -3,14 +3,21 @@
 The client retries seconds-scale transient faults only: transport errors, 429 (honouring
 ``Retry-After`` up to a bound) and 503. It retries a request only when repeating it is safe: a
 GET, or a POST that carries an idempotency key. 409 is final (``IDEMPOTENCY_KEY_REUSED``,
-``DECISION_CONFLICT``) and 401 stops at once. A :class:`RetryBudget` shared by all of a client's
-requests caps how hard a failing backend is hit.
+``DECISION_CONFLICT``) and 401 stops at once.
+
+A :class:`RetryBudget` caps how hard a failing backend is hit. There is **one budget per process
+and backend**: :func:`retry_budget_for` hands every client of the same backend URL (without a
+budget of its own) the same budget. A per-client budget would bound nothing, because the flows
+make a fresh client for every task call; the shared one means that a backend that keeps failing
+sees a short burst of retries from this process and then only a trickle, however many calls,
+tasks and threads are at work.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -33,7 +40,7 @@ BACKOFF_JITTER = 0.25
 MAX_RETRY_AFTER_SECONDS = 60.0
 """A longer ``Retry-After`` is not waited out: the call fails with ``RateLimited`` instead."""
 RETRY_BUDGET_CAPACITY = 10.0
-"""Retries a client may make in a burst."""
+"""Retries this process may make to one backend in a burst."""
 RETRY_BUDGET_REFILL_PER_SECOND = 0.5
 """Retries the budget regains per second once spent."""
 RETRYABLE_STATUS = frozenset({429, 503})
@@ -132,8 +139,8 @@ def backoff(
 class RetryBudget:
     """A token bucket of retries: each retry spends one, and tokens come back over time.
 
-    One budget per client means a backend that keeps failing sees a short burst of retries and
-    then only a trickle, however many calls are in flight.
+    Thread-safe: the budget for a backend is shared by every client of it in the process (see
+    :func:`retry_budget_for`), and Prefect may run those clients' calls on several threads.
 
     Args:
         capacity: The most retries in a burst.
@@ -153,6 +160,7 @@ class RetryBudget:
         self._clock = clock
         self._tokens = capacity
         self._updated = clock()
+        self._lock = threading.Lock()
 
     def try_spend(self) -> bool:
         """Take one retry from the budget.
@@ -160,10 +168,41 @@ class RetryBudget:
         Returns:
             True if a retry was available (and is now spent), False if the budget is empty.
         """
-        now = self._clock()
-        self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._refill)
-        self._updated = now
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._refill)
+            self._updated = now
+            if self._tokens < 1.0:
+                return False
+            self._tokens -= 1.0
+            return True
+
+
+_budgets: dict[str, RetryBudget] = {}
+_budgets_lock = threading.Lock()
+
+
+def retry_budget_for(base_url: str) -> RetryBudget:
+    """Return this process's retry budget for a backend, made on first use.
+
+    Args:
+        base_url: The backend's root URL. Spellings of one URL (a trailing slash, the case of
+            the scheme and host) share one budget.
+
+    Returns:
+        The budget every client of this backend draws on unless it was given its own.
+    """
+    key = _backend_key(base_url)
+    with _budgets_lock:
+        budget = _budgets.get(key)
+        if budget is None:
+            budget = _budgets[key] = RetryBudget()
+        return budget
+
+
+def _backend_key(base_url: str) -> str:
+    text = base_url.strip().rstrip("/")
+    try:
+        return str(httpx.URL(text))
+    except httpx.InvalidURL:
+        return text

@@ -56,10 +56,11 @@ class ItoCredentials(CredentialsBlock):
         description="Keyring entry (service prefect-ito) to read the token from; "
         "defaults to the backend URL.",
     )
-    timeout_seconds: float = Field(
-        default=30.0,
+    timeout_seconds: float | None = Field(
+        default=None,
         gt=0,
-        description="Read, write and pool timeout of each request, in seconds.",
+        description="Read, write and pool timeout of each request, in seconds; when unset, "
+        "the PREFECT_INTEGRATIONS_ITO_REQUEST_TIMEOUT_SECONDS setting (30 by default).",
     )
 
     @field_validator("api_url")

@@ -36,6 +36,7 @@ from prefect_ito._retry import (
     RetryBudget,
     backoff,
     parse_retry_after,
+    retry_budget_for,
     should_retry,
 )
 from prefect_ito.contract import (
@@ -109,7 +110,9 @@ class ItoClient:
         timeout: Per-request timeouts (a long poll stretches its read timeout to fit ``wait``).
         max_retries: Retries after the first attempt of one call.
         transport: An httpx transport to send through (tests plug a mock one in here).
-        retry_budget: The budget all of this client's retries draw on (a fresh one by default).
+        retry_budget: The budget this client's retries draw on. By default, the process's
+            budget for ``base_url``, shared with every other client of that backend (see
+            :mod:`prefect_ito._retry`).
         sleep: How to wait between attempts.
 
     Example:
@@ -133,7 +136,7 @@ class ItoClient:
         self._base_url = base_url.rstrip("/")
         self._timeout = timeout
         self._max_retries = max_retries
-        self._budget = retry_budget or RetryBudget()
+        self._budget = retry_budget or retry_budget_for(self._base_url)
         self._sleep = sleep
         self._http = httpx.AsyncClient(
             base_url=self._base_url,

@@ -60,7 +60,6 @@ class ItoSettings(PrefectBaseSettings):
         Args:
             request_timeout_seconds: Overrides :attr:`request_timeout_seconds` when given.
         """
-        return httpx.Timeout(
-            request_timeout_seconds or self.request_timeout_seconds,
-            connect=self.connect_timeout_seconds,
-        )
+        if request_timeout_seconds is None:
+            request_timeout_seconds = self.request_timeout_seconds
+        return httpx.Timeout(request_timeout_seconds, connect=self.connect_timeout_seconds)

@@ -102,6 +102,18 @@ def start_prefect_server(
     raise RuntimeError(f"prefect server did not answer within 120 s: see {home / 'server.log'}")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_retry_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start every test with unspent retry budgets.
+
+    A process shares one budget per backend on purpose; tests that meet the same URL (a mock
+    backend, a session simulator) must not spend each other's.
+    """
+    from prefect_ito import _retry
+
+    monkeypatch.setattr(_retry, "_budgets", {})
+
+
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[str]:
     """One real Prefect server (SQLite) for the whole session; yields its API URL.

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from prefect_ito.contract import Envelope, TrainingRun
 from prefect_ito.simulator.envelopes import ok
 from prefect_ito.simulator.scenario import Scenario, SimBooking
-from prefect_ito.simulator.state import RequestLogEntry, State
+from prefect_ito.simulator.state import RequestLogEntry, SimStateDep
 
 router = APIRouter(prefix="/_sim", include_in_schema=False)
 
@@ -44,7 +44,7 @@ class LoadedScenario(BaseModel):
 
 
 @router.put("/scenario")
-async def put_scenario(state: State, scenario: Scenario) -> Envelope[LoadedScenario]:
+async def put_scenario(state: SimStateDep, scenario: Scenario) -> Envelope[LoadedScenario]:
     """Load a scenario: bookings, runs, request log and clock start over; tokens stay valid."""
     state.load(scenario)
     async with state.changed:
@@ -53,27 +53,27 @@ async def put_scenario(state: State, scenario: Scenario) -> Envelope[LoadedScena
 
 
 @router.post("/tokens")
-async def mint_token(state: State, body: MintRequest | None = None) -> Envelope[MintedToken]:
+async def mint_token(state: SimStateDep, body: MintRequest | None = None) -> Envelope[MintedToken]:
     """Mint a bearer token without device login."""
     account = (body or MintRequest()).account
     return ok(MintedToken(token=state.identity.mint(account), account=account))
 
 
 @router.get("/bookings")
-async def list_bookings(state: State) -> Envelope[list[SimBooking]]:
+async def list_bookings(state: SimStateDep) -> Envelope[list[SimBooking]]:
     """Every booking on file."""
     return ok(list(state.engine.bookings.values()))
 
 
 @router.post("/bookings")
-async def add_booking(state: State, booking: SimBooking) -> Envelope[SimBooking]:
+async def add_booking(state: SimStateDep, booking: SimBooking) -> Envelope[SimBooking]:
     """Put a booking on file."""
     state.engine.add_booking(booking)
     return ok(booking)
 
 
 @router.get("/runs")
-async def list_runs(state: State) -> Envelope[list[AdminRun]]:
+async def list_runs(state: SimStateDep) -> Envelope[list[AdminRun]]:
     """Every run of every account, with its idempotency key."""
     state.engine.advance()
     runs: list[Any] = [
@@ -89,6 +89,6 @@ async def list_runs(state: State) -> Envelope[list[AdminRun]]:
 
 
 @router.get("/requests")
-async def list_requests(state: State) -> Envelope[list[RequestLogEntry]]:
+async def list_requests(state: SimStateDep) -> Envelope[list[RequestLogEntry]]:
     """The request log: time, method, path, status, idempotency key; never a header."""
     return ok(list(state.requests))

@@ -23,7 +23,7 @@ from prefect_ito.simulator.envelopes import (
     documented_errors,
     ok,
 )
-from prefect_ito.simulator.state import Info, State, Token
+from prefect_ito.simulator.state import Info, SimStateDep, Token
 
 router = APIRouter(prefix="/v0/auth", tags=["auth"])
 page_router = APIRouter(include_in_schema=False)
@@ -43,7 +43,7 @@ _FORM = """<form method="post" action="/device">
 
 @router.post("/device", responses=documented_errors(*COMMON_ERRORS))
 async def start_device_authorization(
-    state: State, request: Request
+    state: SimStateDep, request: Request
 ) -> Envelope[DeviceAuthorization]:
     """Begin device login: show the person the user code and the verification page."""
     return ok(state.identity.start_device(str(request.base_url)))
@@ -59,13 +59,13 @@ async def start_device_authorization(
         ErrorCode.EXPIRED_TOKEN,
     ),
 )
-async def poll_device_token(state: State, body: DeviceTokenRequest) -> Envelope[TokenGrant]:
+async def poll_device_token(state: SimStateDep, body: DeviceTokenRequest) -> Envelope[TokenGrant]:
     """Poll for the token at the interval given; errors say why it is not ready."""
     return ok(state.identity.poll(body.device_code))
 
 
 @router.post("/revoke", responses=documented_errors(*AUTHENTICATED_ERRORS))
-async def revoke_token(state: State, token: Token) -> Envelope[Revocation]:
+async def revoke_token(state: SimStateDep, token: Token) -> Envelope[Revocation]:
     """Revoke the presented bearer token."""
     state.identity.revoke(token)
     return ok(Revocation(revoked=True))
@@ -93,7 +93,7 @@ async def device_page(user_code: Annotated[str, Query(max_length=32)] = "") -> H
 
 @page_router.post("/device", response_class=HTMLResponse)
 async def device_answer(
-    state: State,
+    state: SimStateDep,
     user_code: Annotated[str, Form(max_length=32)],
     decision: Annotated[Literal["approve", "deny"], Form()],
     account: Annotated[str, Form(min_length=1, max_length=128)] = "sim-user",

@@ -62,11 +62,10 @@ class _Claim:
 
 @dataclass(frozen=True)
 class Submitted:
-    """The result of a submission: the run, whether it is a replay, and whether to drop it."""
+    """The result of a submission: the run, and whether it is a replay of an earlier one."""
 
     run: TrainingRun
     replayed: bool
-    drop_response: bool = False
 
 
 class Engine:
@@ -85,7 +84,6 @@ class Engine:
         self._pipelines: dict[str, Pipeline] = {}
         self._waits: dict[str, float] = {}
         self._claims: dict[tuple[str, str], _Claim] = {}
-        self._drops_left = scenario.faults.drop_response_after_commit
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -260,9 +258,7 @@ class Engine:
             return Submitted(rec.snapshot(), replayed=True)
         rec = self._create(account, key, request, booking)
         self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
-        drop = self._drops_left > 0
-        self._drops_left -= int(drop)
-        return Submitted(rec.snapshot(), replayed=False, drop_response=drop)
+        return Submitted(rec.snapshot(), replayed=False)
 
     def _create(
         self, account: str, key: str, request: TrainingRunRequest, booking: SimBooking

@@ -1,54 +1,109 @@
 """Transport faults: 503s, 429s with ``Retry-After``, latency, and dropping a committed answer.
 
-Faults apply to ``/v0`` routes only, never to the ``/_sim`` admin surface, and their dice are seeded
-by the scenario, so a fault sequence repeats from run to run.
+Every fault a scenario's :class:`~prefect_ito.simulator.scenario.Faults` configures is injected
+from here. Faults apply to ``/v0`` routes only, never to the ``/_sim`` admin surface, and their dice
+are seeded by the scenario, so a fault sequence repeats from run to run.
+
+Dropping a committed answer takes two steps, because only the route knows when a submission made a
+new run: the route calls :meth:`FaultInjector.drop_after_commit`, which flags the request while the
+scenario has drops left, and :class:`FaultMiddleware` cuts a flagged answer half-way through its
+body.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prefect_ito.contract import API_PREFIX, ErrorCode
 from prefect_ito.simulator.envelopes import error_response
-from prefect_ito.simulator.state import SimState
+from prefect_ito.simulator.scenario import Faults
 
-DROP_RESPONSE = "prefect_ito.drop_response"
-"""Key a route sets in the ASGI scope state to have its answer cut off after the headers."""
+if TYPE_CHECKING:
+    from prefect_ito.simulator.state import SimState
+
+_DROP_KEY = "prefect_ito.drop_response"
+"""Key in the ASGI scope state that flags an answer to be cut off after the headers."""
+
+
+class FaultInjector:
+    """The running side of a scenario's faults: the seeded dice and the drops still due.
+
+    Made afresh on every scenario load, so the dice and the drop count start over with it.
+
+    Args:
+        config: The scenario's faults.
+    """
+
+    def __init__(self, config: Faults) -> None:
+        self.config = config
+        # Seeded on purpose: fault sequences must repeat; nothing here is a secret.
+        self._dice = random.Random(config.seed)  # noqa: S311
+        self._drops_left = config.drop_response_after_commit
+
+    def roll(self) -> float:
+        """Return the next number in [0, 1) from the seeded dice."""
+        return self._dice.random()
+
+    def drop_after_commit(self, scope: Scope) -> None:
+        """Flag the answer to a new, committed submission to be cut, while drops are left.
+
+        Args:
+            scope: The ASGI scope of the submission's request.
+        """
+        if self._drops_left > 0:
+            self._drops_left -= 1
+            scope["state"][_DROP_KEY] = True
+
+
+def was_dropped(scope: Scope) -> bool:
+    """Return whether the answer to this request was flagged to be cut."""
+    return bool(scope.get("state", {}).get(_DROP_KEY))
 
 
 class FaultMiddleware:
-    """Inject the scenario's latency, 503s and 429s before a ``/v0`` request reaches a route."""
+    """Inject the scenario's latency, 503s and 429s, and cut flagged answers, on ``/v0`` routes.
+
+    Args:
+        app: The ASGI app to wrap.
+        state: The simulator's state, read on every request (a scenario load replaces its
+            fault injector).
+    """
 
     def __init__(self, app: ASGIApp, state: SimState) -> None:
         self.app = app
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX + "/"):
-            faults = self.state.engine.scenario.faults
-            if faults.latency_seconds:
-                await asyncio.sleep(faults.latency_seconds)
-            roll = self.state.rng.random()
-            if roll < faults.unavailable_rate:
-                response = error_response(
-                    ErrorCode.BACKEND_UNAVAILABLE, "the backend is briefly unavailable"
-                )
-                await response(scope, receive, send)
-                return
-            if roll < faults.unavailable_rate + faults.rate_limited_rate:
-                response = error_response(
-                    ErrorCode.RATE_LIMITED,
-                    "too many requests",
-                    headers={"Retry-After": str(faults.retry_after_seconds)},
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX + "/"):
+            await self.app(scope, receive, send)
+            return
+        injector = self.state.faults
+        faults = injector.config
+        if faults.latency_seconds:
+            await asyncio.sleep(faults.latency_seconds)
+        roll = injector.roll()
+        if roll < faults.unavailable_rate:
+            response = error_response(
+                ErrorCode.BACKEND_UNAVAILABLE, "the backend is briefly unavailable"
+            )
+            await response(scope, receive, send)
+            return
+        if roll < faults.unavailable_rate + faults.rate_limited_rate:
+            response = error_response(
+                ErrorCode.RATE_LIMITED,
+                "too many requests",
+                headers={"Retry-After": str(faults.retry_after_seconds)},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, _dropping(scope, send))
 
 
-def dropping(scope: Scope, send: Send) -> Send:
+def _dropping(scope: Scope, send: Send) -> Send:
     """Wrap ``send`` so that a flagged answer stops half-way through its body.
 
     uvicorn closes the connection when an app returns without completing its response, so the
@@ -61,7 +116,7 @@ def dropping(scope: Scope, send: Send) -> Send:
         nonlocal cut
         if cut:
             return
-        if message["type"] == "http.response.body" and scope["state"].get(DROP_RESPONSE):
+        if message["type"] == "http.response.body" and was_dropped(scope):
             body: bytes = message.get("body", b"")
             await send(
                 {"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True}

@@ -9,7 +9,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER
-from prefect_ito.simulator.faults import DROP_RESPONSE, dropping
+from prefect_ito.simulator.faults import was_dropped
 from prefect_ito.simulator.state import RequestLogEntry, SimState
 
 ADMIN_PREFIX = "/_sim"
@@ -38,7 +38,7 @@ class RequestLogMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, dropping(scope, send_with_id))
+            await self.app(scope, receive, send_with_id)
         finally:
             if not scope["path"].startswith(ADMIN_PREFIX):
                 self._log(scope, request_id, status)
@@ -52,6 +52,6 @@ class RequestLogMiddleware:
                 status=status,
                 idempotency_key=Headers(scope=scope).get(IDEMPOTENCY_HEADER),
                 request_id=request_id,
-                dropped=bool(scope["state"].get(DROP_RESPONSE)),
+                dropped=was_dropped(scope),
             )
         )

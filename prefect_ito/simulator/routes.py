@@ -25,8 +25,7 @@ from prefect_ito.contract import (
     TrainingRunRequest,
 )
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented_errors, ok
-from prefect_ito.simulator.faults import DROP_RESPONSE
-from prefect_ito.simulator.state import Account, SimState, State
+from prefect_ito.simulator.state import Account, SimState, SimStateDep
 
 router = APIRouter(prefix="/v0", tags=["training"])
 
@@ -51,7 +50,7 @@ def _errors(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
 
 
 @router.get("/capabilities", responses=_errors())
-async def get_capabilities(state: State, _: Account) -> Envelope[Capabilities]:
+async def get_capabilities(state: SimStateDep, _: Account) -> Envelope[Capabilities]:
     """What this backend offers: whether training runs are live, recipes, long-poll."""
     return ok(state.engine.capabilities())
 
@@ -60,7 +59,7 @@ async def get_capabilities(state: State, _: Account) -> Envelope[Capabilities]:
     "/bookings/{booking_id}/training-eligibility", responses=_errors(ErrorCode.BOOKING_NOT_FOUND)
 )
 async def get_training_eligibility(
-    state: State, _: Account, booking_id: Annotated[str, Path(min_length=1, max_length=128)]
+    state: SimStateDep, _: Account, booking_id: Annotated[str, Path(min_length=1, max_length=128)]
 ) -> Envelope[TrainingEligibility]:
     """The backend's view of a booking: the only proof that it exists and may train."""
     return ok(state.engine.eligibility(booking_id))
@@ -81,7 +80,7 @@ async def get_training_eligibility(
     },
 )
 async def create_training_run(
-    state: State,
+    state: SimStateDep,
     account: Account,
     key: IdempotencyKey,
     body: TrainingRunRequest,
@@ -93,13 +92,14 @@ async def create_training_run(
     if submitted.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"
-    request.scope["state"][DROP_RESPONSE] = submitted.drop_response
+    else:
+        state.faults.drop_after_commit(request.scope)
     return ok(Submission(run=submitted.run, replayed=submitted.replayed))
 
 
 @router.get("/training-runs", responses=_errors())
 async def list_training_runs(
-    state: State,
+    state: SimStateDep,
     account: Account,
     idempotency_key: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
     booking_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
@@ -114,7 +114,7 @@ async def list_training_runs(
 
 @router.get("/training-runs/{run_id}", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def get_training_run(
-    state: State,
+    state: SimStateDep,
     account: Account,
     run_id: RunId,
     after_version: Annotated[int | None, Query(ge=0)] = None,
@@ -143,7 +143,7 @@ async def _wait_for_change(
 
 @router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def list_run_events(
-    state: State, account: Account, run_id: RunId, after: Annotated[int, Query(ge=0)] = 0
+    state: SimStateDep, account: Account, run_id: RunId, after: Annotated[int, Query(ge=0)] = 0
 ) -> Envelope[EventPage]:
     """The run's append-only event log, after a sequence number."""
     return ok(state.engine.events(account, run_id, after))
@@ -159,7 +159,7 @@ async def list_run_events(
     ),
 )
 async def decide_action(
-    state: State,
+    state: SimStateDep,
     account: Account,
     run_id: RunId,
     action_id: Annotated[str, Path(min_length=1, max_length=128)],
@@ -175,7 +175,7 @@ async def decide_action(
     responses=_errors(ErrorCode.RUN_NOT_FOUND, ErrorCode.IDEMPOTENCY_KEY_REUSED),
 )
 async def cancel_training_run(
-    state: State,
+    state: SimStateDep,
     account: Account,
     run_id: RunId,
     body: CancelRequest | None = None,

@@ -152,10 +152,6 @@ class RunScript(_Spec):
             raise ValueError("post_training must list sft, dpo, rlvr in order (a prefix)")
         return self
 
-    def stage(self, name: str) -> StageSpec | None:
-        """Return the spec of the named training stage, if the script has it."""
-        return next((s for s in self.curriculum + self.post_training if s.name == name), None)
-
 
 class Faults(_Spec):
     """Transport-level faults on ``/v0`` routes (never on ``/_sim``). Seeded, so repeatable."""

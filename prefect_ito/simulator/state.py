@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated
@@ -13,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from prefect_ito.simulator.engine import Engine
+from prefect_ito.simulator.faults import FaultInjector
 from prefect_ito.simulator.identity import Identity, TokenInfo
 from prefect_ito.simulator.scenario import Scenario
 
@@ -35,26 +35,21 @@ class SimState:
 
     engine: Engine
     identity: Identity
-    rng: random.Random
+    faults: FaultInjector
     requests: list[RequestLogEntry] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     @classmethod
     def create(cls, scenario: Scenario) -> SimState:
         """Return fresh state for a scenario."""
-        return cls(Engine(scenario), Identity(scenario), _dice(scenario))
+        return cls(Engine(scenario), Identity(scenario), FaultInjector(scenario.faults))
 
     def load(self, scenario: Scenario) -> None:
         """Load a scenario: bookings, runs, request log, clock and fault dice start over."""
         self.engine.load(scenario)
         self.identity.configure(scenario)
-        self.rng = _dice(scenario)
+        self.faults = FaultInjector(scenario.faults)
         self.requests.clear()
-
-
-def _dice(scenario: Scenario) -> random.Random:
-    # Seeded on purpose: fault sequences must repeat; nothing here is a secret.
-    return random.Random(scenario.faults.seed)  # noqa: S311
 
 
 def sim_state(request: Request) -> SimState:
@@ -64,11 +59,12 @@ def sim_state(request: Request) -> SimState:
 
 
 _bearer = HTTPBearer(auto_error=False, description="A bearer token from device login.")
-State = Annotated[SimState, Depends(sim_state)]
+SimStateDep = Annotated[SimState, Depends(sim_state)]
+"""The serving app's :class:`SimState`, as a route parameter."""
 
 
 def bearer_token(
-    state: State,
+    state: SimStateDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
     """Return the presented bearer token once it checks out."""
@@ -78,7 +74,7 @@ def bearer_token(
     return token
 
 
-def token_info(state: State, token: Annotated[str, Depends(bearer_token)]) -> TokenInfo:
+def token_info(state: SimStateDep, token: Annotated[str, Depends(bearer_token)]) -> TokenInfo:
     """Return what the simulator knows about the presented token."""
     return state.identity.authenticate(token)
 

@@ -56,6 +56,19 @@ def test_get_client_takes_the_environment_token_without_a_keyring_entry(
     assert "from-env" not in repr(client)
 
 
+@pytest.mark.parametrize(("field", "expected"), [({}, 7.0), ({"timeout_seconds": 2.5}, 2.5)])
+async def test_client_timeout_is_the_block_field_else_the_setting(
+    monkeypatch: pytest.MonkeyPatch, field: dict[str, float], expected: float
+) -> None:
+    monkeypatch.setenv(ENV_TOKEN, "from-env")
+    monkeypatch.setenv("PREFECT_INTEGRATIONS_ITO_REQUEST_TIMEOUT_SECONDS", "7")
+    block = ItoCredentials(api_url="http://127.0.0.1:9", **field)
+    async with block.get_client() as client:
+        timeout = client._http.timeout
+    assert (timeout.read, timeout.write, timeout.pool) == (expected, expected, expected)
+    assert timeout.connect == 5.0
+
+
 def test_booking_block_holds_the_handover() -> None:
     booking = ItoBooking(
         booking_id="bk-1", gpu_sku="H200", node_count=2, gpus_per_node=8, fabric="InfiniBand"

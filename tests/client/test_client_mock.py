@@ -7,9 +7,11 @@ import json
 import httpx
 import pytest
 from ito_fakes import Script, Sleeps, fail, mock_client, ok, sample_request, sample_run
+from pydantic import SecretStr
 
 from prefect_ito import exceptions as exc
-from prefect_ito._retry import LONG_POLL_MARGIN_SECONDS, RetryBudget
+from prefect_ito._retry import LONG_POLL_MARGIN_SECONDS, RETRY_BUDGET_CAPACITY, RetryBudget
+from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
     ERROR_STATUS,
     IDEMPOTENCY_HEADER,
@@ -139,6 +141,23 @@ async def test_retry_budget_caps_retries_across_calls() -> None:
                 await client.get_capabilities()
     # 2 first attempts + the 3 retries the budget allowed, shared between both calls.
     assert len(script.requests) == 5
+
+
+async def test_clients_of_one_backend_share_its_retry_budget() -> None:
+    requests = []
+    for url in ("http://desk.test", "HTTP://Desk.test/", "http://other.test"):
+        script = Script(fail(ErrorCode.BACKEND_UNAVAILABLE))
+        transport = httpx.MockTransport(script)
+        token = SecretStr("unit-test-token")
+        async with ItoClient(url, token, transport=transport, max_retries=20, sleep=Sleeps()) as c:
+            with pytest.raises(exc.BackendUnavailable):
+                await c.get_capabilities()
+        requests.append(len(script.requests))
+    # The first client spends the backend's whole burst (the refill, one retry per two seconds,
+    # gives nothing back within this test); a second client of that backend, spelled otherwise,
+    # finds the budget empty; another backend has a budget of its own.
+    burst = int(RETRY_BUDGET_CAPACITY)
+    assert requests == [1 + burst, 1, 1 + burst]
 
 
 @pytest.mark.parametrize("code", [ErrorCode.TOKEN_REVOKED, ErrorCode.UNAUTHENTICATED])
