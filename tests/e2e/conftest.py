@@ -18,9 +18,12 @@ from types import ModuleType
 import pytest
 from e2e_stack import (
     BOOKING_BLOCK,
+    CHECKOUT,
     CREDENTIALS_BLOCK,
+    INSTALLED_YAML,
     PLAIN_BOOKING,
     POOL,
+    SHIPPED_YAML,
     Stack,
     deploy,
     deployment_file,
@@ -99,17 +102,46 @@ def _events_to(api_url: str) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) -> Iterator[Stack]:
-    """Start the simulator, save the blocks, deploy prefect.yaml and start a worker."""
+    """The checkout route: deploy prefect.yaml from this checkout; the worker runs here too."""
+    with _running_stack(request.config, prefect_api, SHIPPED_YAML, CHECKOUT) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def installed_stack(
+    request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]
+) -> Iterator[Stack]:
+    """The installed-package route: deploy prefect-installed.yaml, and run the worker, elsewhere.
+
+    Elsewhere is a scratch directory outside the checkout. prefect-ito is installed in this
+    environment (``uv sync`` installs it editable); nothing points the deployments or the worker
+    at the checkout.
+    """
+    elsewhere = prefect_api[2] / "elsewhere"
+    elsewhere.mkdir()
+    with _running_stack(request.config, prefect_api, INSTALLED_YAML, elsewhere) as running:
+        yield running
+
+
+@contextmanager
+def _running_stack(
+    config: pytest.Config, prefect_api: tuple[str, str, Path], shipped: Path, workdir: Path
+) -> Iterator[Stack]:
+    """Start a simulator, save the blocks, deploy ``shipped`` and start a worker, in ``workdir``.
+
+    The copy of ``shipped`` that is deployed (with test edits) goes to the scratch directory.
+    """
     database, api_url, scratch = prefect_api
-    suite = _suite(request.config)
+    suite = _suite(config)
     with SimulatorServer(e2e_scenario()) as simulator:
         token = simulator.mint_token("e2e")
         _save_blocks(simulator.url)
         _create_work_pool()
         deploy(
-            deployment_file(scratch),
+            deployment_file(scratch, shipped),
             environment(api_url, scratch / "deployer"),
             scratch / "deploy.log",
+            cwd=workdir,
         )
         # The worker's own environment is the only way the token reaches flow runs. Its keyring
         # directory is empty, so nothing else could supply one.
@@ -119,7 +151,7 @@ def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) ->
             ITO_COMPUTE_TOKEN=token.get_secret_value(),
             XDG_DATA_HOME=str(scratch / "worker-keyring"),
         )
-        worker = start_worker(worker_env, scratch / "worker.log")
+        worker = start_worker(worker_env, scratch / "worker.log", cwd=workdir)
         try:
             rows = (
                 sqlite_rows(suite._SESSION_HOME / "server" / "prefect.db")

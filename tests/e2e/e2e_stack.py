@@ -23,6 +23,8 @@ from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 SHIPPED_YAML = CHECKOUT / "deployments" / "prefect.yaml"
+INSTALLED_YAML = CHECKOUT / "deployments" / "prefect-installed.yaml"
+"""The installed-package route: module entrypoints, no pull step, deployable from anywhere."""
 POOL = "ito-process"
 PLAIN_BOOKING = "bk-h200-2x8-ib"
 CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships with
@@ -32,6 +34,8 @@ CANCEL_BOOKING = "bk-e2e-spike-cancel"
 BROWSER_BOOKING = "bk-e2e-spike-browser"
 STALLED_BOOKING = "bk-e2e-stalled"
 NIGHTLY = "ito-training/nightly"
+AFTER_BOOKING = "ito-training/after-booking"
+CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
 TIMEOUT = 180.0
 POLL = 0.5
 
@@ -56,31 +60,40 @@ def e2e_scenario() -> Scenario:
     )
 
 
-def deployment_file(directory: Path) -> Path:
-    """Copy the shipped prefect.yaml with what a user would edit for this machine.
+def deployment_file(directory: Path, shipped: Path = SHIPPED_YAML) -> Path:
+    """Copy a shipped deployment file with what a user would edit for this machine.
 
-    The pull step points at this checkout, and schedules are inactive so that the nightly cron
-    never fires in a test. Everything else — the block names included — stays as shipped.
+    A pull step (the checkout route's) points at this checkout; the installed-package route has
+    none. Schedules are inactive so that the nightly cron never fires in a test. Everything else —
+    the block names included — stays as shipped.
     """
-    config = yaml.safe_load(SHIPPED_YAML.read_text())
-    config["pull"] = [
-        {"prefect.deployments.steps.set_working_directory": {"directory": str(CHECKOUT)}}
-    ]
+    config = yaml.safe_load(shipped.read_text())
+    if config["pull"]:
+        config["pull"] = [
+            {"prefect.deployments.steps.set_working_directory": {"directory": str(CHECKOUT)}}
+        ]
     for deployment in config["deployments"]:
         for schedule in deployment.get("schedules") or []:
             schedule["active"] = False
-    path = directory / "prefect.yaml"
+    path = directory / shipped.name
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def deploy(prefect_file: Path, env: dict[str, str], log: Path) -> None:
-    """Deploy every deployment of ``prefect_file`` from this checkout, as a user does."""
+def shipped_parameters(shipped: Path, deployment_name: str) -> dict[str, Any]:
+    """Return a shipped deployment's parameters, as Prefect reads them (anchors resolved)."""
+    config = yaml.safe_load(shipped.read_text())
+    (deployment,) = [d for d in config["deployments"] if d["name"] == deployment_name]
+    return dict(deployment.get("parameters") or {})
+
+
+def deploy(prefect_file: Path, env: dict[str, str], log: Path, cwd: Path = CHECKOUT) -> None:
+    """Deploy every deployment of ``prefect_file`` from ``cwd``, as a user does."""
     command = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"]
     with log.open("wb") as out:
         result = subprocess.run(
             [*command, "--prefect-file", str(prefect_file)],
-            cwd=CHECKOUT,
+            cwd=cwd,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -89,12 +102,12 @@ def deploy(prefect_file: Path, env: dict[str, str], log: Path) -> None:
     assert result.returncode == 0, log.read_text()
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """Start ``prefect worker start`` on the process pool; the caller stops it by PID."""
+def start_worker(env: dict[str, str], log: Path, cwd: Path = CHECKOUT) -> subprocess.Popen[bytes]:
+    """Start ``prefect worker start`` on the process pool in ``cwd``; the caller stops it by PID."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--name", "e2e"],
-            cwd=CHECKOUT,
+            cwd=cwd,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -198,6 +211,13 @@ async def suspend_on_spike(booking_id: str) -> FlowRun:
     # Suspended holds no infrastructure: the worker's flow process for it ends.
     await wait_for(lambda: not flow_run_processes(flow_run.id))
     return suspended
+
+
+async def train_until_stalled(stack: Stack, booking_id: str = STALLED_BOOKING) -> FlowRun:
+    """Run the nightly deployment on a booking whose backend run stalls; return once it trains."""
+    flow_run = await run_deployment(NIGHTLY, parameters=on_booking(booking_id), timeout=0)
+    await wait_for(lambda: [r for r in backend_runs(stack, booking_id) if not r.state.terminal])
+    return flow_run
 
 
 def sqlite_rows(database: Path) -> Callable[[], list[str]]:

@@ -10,9 +10,11 @@ import asyncio
 
 import pytest
 from e2e_stack import (
+    AFTER_BOOKING,
     APPROVE_BOOKING,
     BOOKING_BLOCK,
     CANCEL_BOOKING,
+    CANCEL_ON_CANCELLED,
     CREDENTIALS_BLOCK,
     NIGHTLY,
     PLAIN_BOOKING,
@@ -23,6 +25,7 @@ from e2e_stack import (
     named,
     on_booking,
     suspend_on_spike,
+    train_until_stalled,
     wait_for,
     wait_for_deployment_run,
     wait_for_flow_run,
@@ -36,9 +39,6 @@ from prefect_ito.chaining import emit_booking_completed
 from prefect_ito.contract import DecisionChoice, RunState
 
 pytestmark = pytest.mark.e2e
-
-AFTER_BOOKING = "ito-training/after-booking"
-CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
 
 
 async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
@@ -113,10 +113,7 @@ async def test_cancelling_a_suspended_run_cancels_the_backend_workload(stack: St
 
 
 async def test_cancelling_a_running_deployment_run_cancels_the_backend_workload(stack: Stack):
-    flow_run = await run_deployment(NIGHTLY, parameters=on_booking(STALLED_BOOKING), timeout=0)
-    await wait_for(
-        lambda: [r for r in backend_runs(stack, STALLED_BOOKING) if not r.state.terminal]
-    )
+    flow_run = await train_until_stalled(stack)
 
     async with get_client() as client:
         await client.set_flow_run_state(flow_run.id, Cancelling())  # as the UI's Cancel does
