@@ -23,7 +23,6 @@ from e2e_stack import (
     backend_runs,
     completed,
     named,
-    on_booking,
     suspend_on_spike,
     train_until_stalled,
     wait_for,
