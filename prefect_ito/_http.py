@@ -82,8 +82,14 @@ def map_transport_errors(endpoint: str) -> Iterator[None]:
 
 
 def _describe(exc: httpx.TransportError) -> str:
-    # The class name is enough to act on; httpx's own text is kept out of our message.
-    return f"{type(exc).__name__} talking to the Itô backend"
+    # The class name and where are enough to act on; httpx's own text is kept out of our message,
+    # and of the URL only the origin (never a path, query or user info).
+    try:
+        url = exc.request.url
+    except RuntimeError:  # an error raised without a request
+        return f"{type(exc).__name__} talking to the Itô backend"
+    port = f":{url.port}" if url.port else ""
+    return f"{type(exc).__name__} talking to the Itô backend at {url.scheme}://{url.host}{port}"
 
 
 def parse_response(response: httpx.Response, model: type[M], endpoint: str) -> M:

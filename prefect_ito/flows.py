@@ -22,7 +22,7 @@ from prefect_ito import supervision
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
 from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.contract import TrainingRun
-from prefect_ito.exceptions import ItoError
+from prefect_ito.exceptions import ItoError, RunNotFound
 from prefect_ito.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.parameters import (
     SupervisionParameters,
@@ -105,6 +105,8 @@ async def ito_attach_training(
             await resolve_credentials(credentials), SupervisionParameters.parse(limits)
         )
         run = await steps.read_run(run_id)
+    except RunNotFound:
+        return _failed(RunNotFound(f"the backend has no training run {run_id!r}"))
     except ItoError as error:
         return _failed(error)
     get_run_logger().info("Attached to backend run %s (%s).", run.run_id, run.state.value)

@@ -3,49 +3,22 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 
 import pytest
+from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, worker_env
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
-
-TRAIN = [
-    "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B",
-    "--data", "catalog://ito/web-2026-10", "--data", "s3://acme/custom/",
-    "--target", "code-assistant", "--budget-usd", "250000",
-]  # fmt: skip
-FLOW_RUN_LINE = re.compile(r"Flow run \S+ \(([0-9a-f-]{36})\)")  # what train prints first
-
-
-def prefect_ito(
-    *args: str, env: dict[str, str], timeout: float = 300
-) -> subprocess.CompletedProcess:
-    """Run the CLI with no terminal attached, as CI and schedulers do."""
-    return subprocess.run(
-        [sys.executable, "-m", "prefect_ito.cli", *args],
-        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
 
 
 @pytest.fixture
 def simulator() -> Iterator[SimulatorServer]:
     with SimulatorServer(builtin_scenario("default")) as server:
         yield server
-
-
-def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:
-    token = simulator.mint_token("cli").get_secret_value()
-    return {
-        **os.environ,
-        "PREFECT_API_URL": prefect_server,
-        "ITO_COMPUTE_API_URL": simulator.url,
-        "ITO_COMPUTE_TOKEN": token,
-    }
 
 
 def test_train_runs_the_flow_to_completion(simulator, prefect_server):
@@ -171,13 +144,3 @@ async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_serv
         assert train.returncode == ExitCode.CANCELLED, output
         assert "Backend workload" in output
         assert simulator.runs()[0].run.state is RunState.CANCELLED
-
-
-def read_flow_run_id(process: subprocess.Popen[str]) -> str:
-    """Read the train command's output until it names its flow run."""
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = FLOW_RUN_LINE.search(line)
-        if found:
-            return found.group(1)
-    raise AssertionError("train ended without naming its flow run")

@@ -1,0 +1,47 @@
+"""Shared pieces of the CLI tests: the command they run and how they run it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from prefect_ito.simulator import SimulatorServer
+
+TRAIN = [
+    "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B",
+    "--data", "catalog://ito/web-2026-10", "--data", "s3://acme/custom/",
+    "--target", "code-assistant", "--budget-usd", "250000",
+]  # fmt: skip
+FLOW_RUN_LINE = re.compile(r"Flow run \S+ \(([0-9a-f-]{36})\)")  # what train prints first
+
+
+def prefect_ito(
+    *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run the CLI with no terminal attached, as CI and schedulers do."""
+    return subprocess.run(
+        [sys.executable, "-m", "prefect_ito.cli", *args],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:
+    token = simulator.mint_token("cli").get_secret_value()
+    return {
+        **os.environ,
+        "PREFECT_API_URL": prefect_server,
+        "ITO_COMPUTE_API_URL": simulator.url,
+        "ITO_COMPUTE_TOKEN": token,
+    }
+
+
+def read_flow_run_id(process: subprocess.Popen[str]) -> str:
+    """Read the train command's output until it names its flow run."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        found = FLOW_RUN_LINE.search(line)
+        if found:
+            return found.group(1)
+    raise AssertionError("train ended without naming its flow run")

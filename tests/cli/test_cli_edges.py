@@ -1,0 +1,220 @@
+"""The edges a new user hit: attach never spends, no traceback, Ctrl-C detaches, a new home."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, worker_env
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import RunState
+from prefect_ito.exceptions import ExitCode
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+
+SUBMIT = ("POST", "/v0/training-runs")
+
+
+def submissions(simulator: SimulatorServer) -> list[object]:
+    return [r for r in simulator.requests() if (r.method, r.path) == SUBMIT]
+
+
+def no_traceback(result: subprocess.CompletedProcess) -> str:
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    return output
+
+
+async def start_run(simulator: SimulatorServer) -> str:
+    """Submit one backend run, as an earlier supervisor did; return its id."""
+    training = TrainingParameters(
+        booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
+        target="chat", budget_usd=1e5,
+    )  # fmt: skip
+    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    return (await job.trigger()).run_id
+
+
+@pytest.mark.parametrize(
+    ("scenario", "cancel_first", "state", "code"),
+    [
+        ("default", True, RunState.CANCELLED, ExitCode.CANCELLED),
+        ("gate-failure", False, RunState.GATE_FAILED, ExitCode.RUN_OUTCOME),
+    ],
+)
+async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
+    prefect_server, monkeypatch, scenario, cancel_first, state, code
+):
+    # Before, attach rebuilt the request, found nothing unfinished and submitted a new run.
+    with SimulatorServer(builtin_scenario(scenario).with_options(time_scale=200_000)) as simulator:
+        env = worker_env(simulator, prefect_server)
+        monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
+        run_id = await start_run(simulator)
+        if cancel_first:
+            async with ItoCredentials(api_url=simulator.url).get_client() as client:
+                await client.cancel_training_run(run_id, reason="a person", idempotency_key="c-1")
+        while not simulator.runs()[0].run.state.terminal:
+            await asyncio.sleep(0.2)
+        assert simulator.runs()[0].run.state is state
+
+        result = prefect_ito("attach", run_id, env=env)
+
+        assert result.returncode == code, no_traceback(result)
+        assert len(submissions(simulator)) == 1
+        assert [admin.run.run_id for admin in simulator.runs()] == [run_id]
+
+
+def test_attach_to_an_unknown_run_is_not_found(simulator_default, prefect_server):
+    result = prefect_ito("attach", "run_nope", env=worker_env(simulator_default, prefect_server))
+
+    assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
+    assert "run_nope" in result.stdout + result.stderr
+    assert submissions(simulator_default) == []
+
+
+@pytest.mark.parametrize("command", ["status", "cancel", "decide"])
+def test_an_unknown_flow_run_is_one_line_and_not_found(command, prefect_server):
+    unknown = str(uuid4())
+    args = [command, unknown]
+    if command == "decide":
+        args += ["--approve", "--reason", "ok", "--name", "Ada"]
+    result = prefect_ito(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
+
+    assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
+    assert f"error: Prefect knows no flow run {unknown}" in result.stderr
+
+
+def test_decide_on_a_run_that_is_not_paused_says_so(simulator_default, prefect_server):
+    env = worker_env(simulator_default, prefect_server)
+    done = prefect_ito(*TRAIN, env=env)
+    flow_run_id = FLOW_RUN_LINE.search(done.stdout).group(1)
+
+    result = prefect_ito(
+        "decide", flow_run_id, "--approve", "--reason", "ok", "--name", "Ada", env=env
+    )
+
+    assert result.returncode == ExitCode.INVALID_INPUT, no_traceback(result)
+    assert "waits for no decision" in result.stderr
+
+
+def test_an_unreachable_backend_is_named_in_one_line(prefect_server):
+    with SimulatorServer(builtin_scenario("default")) as simulator:
+        env = worker_env(simulator, prefect_server)
+        url = simulator.url
+    # The simulator is gone: nothing listens at its URL any more.
+    env["PREFECT_INTEGRATIONS_ITO_MAX_RETRIES"] = "0"
+    result = prefect_ito(*TRAIN, env=env)
+
+    assert result.returncode == ExitCode.ERROR, no_traceback(result)
+    assert "BackendUnreachable" in result.stdout
+    assert url in result.stdout + result.stderr
+
+
+def test_train_takes_the_backend_and_data_from_options(simulator_default, prefect_server, tmp_path):
+    env = worker_env(simulator_default, prefect_server)
+    del env["ITO_COMPUTE_API_URL"]
+    refs = tmp_path / "refs.txt"
+    refs.write_text("# the corpus\ncatalog://ito/web-2026-10\n\n" + "\n".join(
+        f"s3://acme/shard-{i:05d}/" for i in range(3_000)
+    ))  # fmt: skip
+    args = [
+        "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B", "--target", "t",
+        "--budget-usd", "9e4", "--data-file", str(refs), "--api-url", simulator_default.url,
+    ]  # fmt: skip
+
+    result = prefect_ito(*args, env=env)
+
+    assert result.returncode == ExitCode.SUCCESS, no_traceback(result)
+    (run,) = simulator_default.runs()
+    assert len(run.run.request.data_refs) == 3_001
+    assert run.run.request.data_refs[0] == "catalog://ito/web-2026-10"
+
+
+def test_bad_options_name_the_option_and_send_nothing(simulator_default, prefect_server):
+    env = worker_env(simulator_default, prefect_server)
+    cases = {
+        ("--budget-usd", "-1"): "budget_usd",
+        ("--post-training", "ppo"): "post_training",
+        ("--data-file", "/no/such/file"): "data_file",
+        ("--api-url", "ftp://desk"): "api_url",
+    }
+    for (option, value), fragment in cases.items():
+        args = [*TRAIN[:-2], option, value] if option == "--budget-usd" else [*TRAIN, option, value]
+        result = prefect_ito(*args, env=env)
+        assert result.returncode == ExitCode.INVALID_INPUT, no_traceback(result)
+        assert fragment in result.stderr, result.stderr
+    assert simulator_default.requests() == []
+
+
+def test_ctrl_c_detaches_without_a_crash_and_names_the_run(prefect_server):
+    from prefect import get_client
+
+    scenario = builtin_scenario("stall")  # a backend run that never ends by itself
+    with SimulatorServer(scenario) as simulator:
+        env = {**worker_env(simulator, prefect_server), "PYTHONUNBUFFERED": "1"}
+        train = subprocess.Popen(
+            [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        try:
+            flow_run_id = read_flow_run_id(train)
+            while not simulator.runs():
+                time.sleep(0.3)
+            os.kill(train.pid, signal.SIGINT)
+            output, _ = train.communicate(timeout=120)
+        finally:
+            if train.poll() is None:
+                train.kill()
+                train.wait(timeout=30)
+
+        run_id = simulator.runs()[0].run.run_id
+        assert train.returncode == ExitCode.DETACHED, output
+        assert "Traceback" not in output and "Crash detected" not in output, output
+        assert f"prefect-ito attach {run_id}" in output
+        assert simulator.runs()[0].run.state is RunState.RUNNING  # detaching cancels nothing
+
+        async def state_name() -> str | None:
+            async with get_client() as client:
+                state = (await client.read_flow_run(flow_run_id)).state
+            return state.name if state else None
+
+        assert asyncio.run(state_name()) == "Detached"
+
+
+def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_unavailable):
+    # A new PREFECT_HOME migrates its database first; on a small busy machine that took longer
+    # than the 20 s Prefect allows its temporary server.
+    with tempfile.TemporaryDirectory() as home:
+        env = worker_env(simulator_unavailable, prefect_server="")
+        del env["PREFECT_API_URL"]
+        env["PREFECT_HOME"] = str(Path(home) / "new")
+        Path(env["PREFECT_HOME"]).mkdir()
+        result = prefect_ito(*TRAIN, env=env, timeout=600)
+
+    output = no_traceback(result)
+    assert result.returncode == ExitCode.UNAVAILABLE, output
+    assert "telemetry" not in output.lower()
+    assert "database is locked" not in output
+
+
+@pytest.fixture
+def simulator_default():
+    with SimulatorServer(builtin_scenario("default")) as server:
+        yield server
+
+
+@pytest.fixture
+def simulator_unavailable():
+    with SimulatorServer(builtin_scenario("unavailable")) as server:
+        yield server

@@ -1,0 +1,99 @@
+"""The one supervision loop: what no caller of it may lose, against the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from flow_helpers import BOOKING, REQUEST, Person, parameters
+from prefect.client.orchestration import PrefectClient
+from prefect.exceptions import PrefectHTTPStatusError
+from rich.console import Console
+
+from prefect_ito import supervision
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import RunState, TrainingRun
+from prefect_ito.exceptions import RateLimited
+from prefect_ito.flows import ito_training
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.supervision import ClientSteps
+from prefect_ito.terminal import run_training
+
+
+async def test_a_run_the_backend_cancelled_ends_cancelled(start_simulator):
+    # Before, a run cancelled at the backend (not through Prefect) ended as plain Failed, exit 1.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=2_000))
+    flow = asyncio.ensure_future(ito_training(**parameters(simulator), return_state=True))
+    while not simulator.runs():
+        await asyncio.sleep(0.2)
+    run_id = simulator.runs()[0].run.run_id
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        await client.cancel_training_run(run_id, reason="a person at the desk", idempotency_key="k")
+
+    state = await asyncio.wait_for(flow, timeout=120)
+
+    assert state.is_cancelled(), state
+    assert "Cancelled" in (state.message or "")
+    assert simulator.runs()[0].run.state is RunState.CANCELLED
+
+
+class FlakyReports(ClientSteps):
+    """Steps whose first reports fail as a storm of 429s would make them fail."""
+
+    def __init__(self, *args: Any, failures: int) -> None:
+        super().__init__(*args)
+        self.failures = failures
+        self.reported: list[int] = []
+
+    async def report(self, run: TrainingRun, after_seq: int) -> int:
+        if self.failures:
+            self.failures -= 1
+            raise RateLimited("too many requests", retry_after=1)
+        seen = await super().report(run, after_seq)
+        self.reported.append(seen)
+        return seen
+
+
+async def test_a_failing_report_never_stops_supervision(start_simulator):
+    simulator = start_simulator("default")
+    training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
+    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    handle = await job.trigger()
+    async with job.credentials.get_client() as client:
+        steps = FlakyReports(client, training, logging.getLogger("test"), failures=3)
+        final = await supervision.supervise(steps, handle.run)
+
+    assert final.state is RunState.SUCCEEDED
+    assert steps.failures == 0 and steps.reported  # it went on reporting after the storm
+    assert steps.reported[-1] >= max(steps.reported)  # no event was skipped past
+
+
+async def test_a_pause_form_not_stored_yet_is_looked_at_again(start_simulator, monkeypatch):
+    # Prefect stores the pause's form just after the Paused state; reading it in between answers
+    # 404 as PrefectHTTPStatusError, which once crashed `train` and the demo.
+    simulator = start_simulator("loss-spike")
+    original = PrefectClient.read_flow_run_input
+    misses: list[str] = []
+
+    async def not_stored_yet(self: PrefectClient, flow_run_id: Any, key: str) -> str:
+        if not misses:
+            misses.append(key)
+            response = _Response404()
+            raise PrefectHTTPStatusError("404", request=None, response=response)  # type: ignore[arg-type]
+        return await original(self, flow_run_id, key)
+
+    monkeypatch.setattr(PrefectClient, "read_flow_run_input", not_stored_yet)
+    person = Person(approve=True)
+    state = await run_training(
+        ito_training, parameters(simulator), person, Console(quiet=True), poll=0.3
+    )
+
+    assert misses and len(person.asked) == 1
+    assert state.is_completed(), state.message
+
+
+class _Response404:
+    status_code = 404
