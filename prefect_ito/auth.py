@@ -28,7 +28,6 @@ from typing import Any
 import httpx
 import keyring
 import keyring.errors
-from keyring.backend import KeyringBackend
 from pydantic import SecretStr
 
 from prefect_ito.client import ItoClient
@@ -233,27 +232,3 @@ async def login(
             continue
         return token.access_token
     raise ExpiredToken("the device code expired before the login was approved")
-
-
-class MemoryKeyring(KeyringBackend):
-    """A keyring that lives only in this process's memory.
-
-    ``prefect-ito demo`` keeps its throwaway token here, so the token never reaches a file or the
-    environment a child process inherits; tests use it in place of a secure OS keyring.
-    """
-
-    priority = 1
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.secrets: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.secrets.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.secrets[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if self.secrets.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError(username)

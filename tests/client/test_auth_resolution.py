@@ -7,13 +7,13 @@ from pathlib import Path
 import keyring
 import pytest
 from ito_fakes import Script, fail, mock_client, ok
+from keyring.backend import KeyringBackend
 from keyring.backends.chainer import ChainerBackend
 from keyring.backends.fail import Keyring as NoKeyring
 from keyrings.alt.file import PlaintextKeyring
 from pydantic import SecretStr
 
 from prefect_ito import auth
-from prefect_ito.auth import MemoryKeyring
 from prefect_ito.contract import DeviceAuthorization, ErrorCode, TokenGrant
 from prefect_ito.exceptions import (
     AccessDenied,
@@ -22,6 +22,7 @@ from prefect_ito.exceptions import (
     ItoError,
     NotLoggedIn,
 )
+from prefect_ito.memory_keyring import MemoryKeyring
 
 URL = "http://127.0.0.1:9/"
 ALLOW = "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING"
@@ -121,6 +122,12 @@ def test_no_keyring_falls_through_to_not_logged_in(
     assert any("No OS keyring" in record.getMessage() for record in caplog.records)
     with pytest.raises(ItoError, match="could not store"):
         auth.store_token(URL, SecretStr("t"))
+
+
+def test_memory_keyring_is_never_chosen_by_keyring_itself() -> None:
+    assert not MemoryKeyring.viable
+    assert MemoryKeyring not in set(KeyringBackend.get_viable_backends())
+    assert "in memory" in str(MemoryKeyring())
 
 
 def test_api_url_comes_from_argument_then_env(monkeypatch: pytest.MonkeyPatch) -> None:

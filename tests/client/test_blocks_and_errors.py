@@ -11,9 +11,10 @@ from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import SecretStr
 
 from prefect_ito import exceptions as exc
-from prefect_ito.auth import ENV_TOKEN, MemoryKeyring, store_token
+from prefect_ito.auth import ENV_TOKEN, store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.contract import CheckpointRef, PendingAction
+from prefect_ito.memory_keyring import MemoryKeyring
 
 
 class TestItoCredentialsStandards(BlockStandardTestSuite):
