@@ -82,6 +82,8 @@ EVERY_ERROR = [
     exc.error_from_envelope("BOOKING_BUSY", "busy", status_code=409, field="booking_id"),
     exc.ItoAPIError("new", code="NEW_CODE", status_code=418),
     exc.NotLoggedIn(api_url="http://desk"),
+    exc.NotLoggedIn(api_url="http://desk", reason="no keyring"),
+    exc.NoUsableKeyring("no keyring here, so…", reason="no keyring"),
     exc.InsecureKeyring("plaintext"),
     exc.GateFailed("pretrain", "mmlu", 0.41, 0.5, run_id="run-1"),
     exc.DecisionRequired(ACTION, run_id="run-1"),
