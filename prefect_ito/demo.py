@@ -22,9 +22,10 @@ from rich.table import Table
 
 from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
-from prefect_ito.auth import MemoryKeyring, store_token
+from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.flows import ito_training
+from prefect_ito.memory_keyring import MemoryKeyring
 from prefect_ito.outcomes import exit_code
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.reporting import telemetry_markdown

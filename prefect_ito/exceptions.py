@@ -23,7 +23,8 @@ ItoError
 ├── FlowRunNotFound, NothingToDecide  the Prefect flow run named is unknown, or not paused
 ├── PrefectServerRequired, PrefectUnreachable
 ├── NotLoggedIn                       no token was found
-├── InsecureKeyring                   the keyring backend keeps secrets in plain text
+├── NoUsableKeyring                   no keyring a token can be kept in (none, or a refused one)
+│   └── InsecureKeyring               the keyring backend keeps secrets in plain text
 └── ItoRunOutcome                     a training run ended without success
     ├── GateFailed, RunRefused, BudgetExhausted, RunStalled,
     │   RunCancelled, RunFailed
@@ -77,6 +78,7 @@ __all__ = [
     "ItoRunOutcome",
     "ItoTimeoutError",
     "ItoTransportError",
+    "NoUsableKeyring",
     "NotFound",
     "NotLoggedIn",
     "NothingToDecide",
@@ -468,18 +470,27 @@ def error_from_envelope(
 
 
 class NotLoggedIn(ItoError):
-    """No token was found in the environment or the keyring."""
+    """No token was found in the environment or the keyring.
+
+    ``reason`` says why the keyring was not consulted, when it could not be used.
+    """
 
     code = "NOT_LOGGED_IN"
     state_name = "Unauthenticated"
     exit_code = ExitCode.AUTHENTICATION
 
-    def __init__(self, message: str | None = None, *, api_url: str | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, api_url: str | None = None, reason: str | None = None
+    ) -> None:
         target = api_url or "URL"
+        why = f"the keyring was not used: {reason}" if reason else None
+        if message:
+            super().__init__(f"{message} ({why})" if why else message)
+            return
+        why = why or "no Itô token in ITO_COMPUTE_TOKEN or the keyring"
         super().__init__(
-            message
-            or f"no Itô token for {target}: run `prefect-ito login --api-url {target}` "
-            "(or set ITO_COMPUTE_TOKEN in the worker's own environment)"
+            f"not logged in to {target} ({why}): run `prefect-ito login --api-url {target}`, "
+            "or set ITO_COMPUTE_TOKEN in the worker's own environment"
         )
 
 
@@ -539,7 +550,23 @@ class PrefectUnreachable(ItoError):
     exit_code = ExitCode.ERROR
 
 
-class InsecureKeyring(ItoError):
+class NoUsableKeyring(ItoError):
+    """No keyring a token can be kept in: none is available, or it cannot be read or written.
+
+    Attributes:
+        reason: Why, in a few words (the message also says what to do instead).
+    """
+
+    code = "NO_USABLE_KEYRING"
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+class InsecureKeyring(NoUsableKeyring):
     """The keyring backend keeps secrets in a plaintext file, and that was not allowed."""
 
     code = "INSECURE_KEYRING"

@@ -2,17 +2,18 @@
 
 The backend URL comes from ``--api-url``, ``ITO_COMPUTE_API_URL``, or ``--credentials`` (the name
 of a saved ItoCredentials block). No command takes a token as an argument or reads one from
-standard input: ``login`` gets it through the device flow and keeps it in the OS keyring.
-Errors end the command with a one-line message and exit code 1.
+standard input: ``login`` gets it through the device flow and keeps it in the OS keyring, and
+refuses to start when there is no keyring it may keep the token in.
+Errors end the command with a one-line message and the error's own exit code (see
+:class:`prefect_ito.exceptions.ExitCode`): 6 for every authentication failure.
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import Coroutine
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
+import httpx
 from cyclopts import Parameter
 
 from prefect_ito.auth import (
@@ -21,15 +22,24 @@ from prefect_ito.auth import (
     resolve_api_url,
     resolve_token,
     store_token,
+    usable_keyring,
 )
 from prefect_ito.auth import (
     login as device_login,
 )
-from prefect_ito.blocks import ItoCredentials
+from prefect_ito.blocks import resolve_credentials
 from prefect_ito.cli import app
+from prefect_ito.cli.errors import run_command
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import DeviceAuthorization
-from prefect_ito.exceptions import ItoError, NotLoggedIn, TokenRevoked
+from prefect_ito.exceptions import (
+    InvalidParameters,
+    ItoError,
+    NotLoggedIn,
+    NoUsableKeyring,
+    PrefectUnreachable,
+    TokenRevoked,
+)
 
 __all__ = ["login", "logout", "whoami"]
 
@@ -62,20 +72,21 @@ def whoami(*, api_url: ApiUrl = None, credentials: CredentialsName = None) -> No
 
 
 def _run(command: Coroutine[Any, Any, None]) -> None:
-    try:
-        asyncio.run(command)
-    except ItoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+    run_command(command)
 
 
 async def _target(api_url: str | None, credentials: str | None) -> tuple[str, str | None]:
     """Return the backend URL and keyring entry the options point at."""
     if api_url and credentials:
-        raise ItoError("give --api-url or --credentials, not both")
+        raise InvalidParameters("give --api-url or --credentials, not both")
     if credentials:
-        # Prefect's aload is typed loosely; it returns an instance of the class it is called on.
-        block = cast(ItoCredentials, await ItoCredentials.aload(credentials))
+        try:
+            block = await resolve_credentials(credentials)
+        except httpx.HTTPError as exc:
+            raise PrefectUnreachable(
+                f"could not load the ItoCredentials block {credentials!r}: the Prefect API did "
+                f"not answer ({type(exc).__name__})"
+            ) from None
         return block.api_url, block.keyring_entry
     return resolve_api_url(api_url), None
 
@@ -88,24 +99,32 @@ def _show_prompt(grant: DeviceAuthorization) -> None:
 
 async def _login(api_url: str | None, credentials: str | None) -> None:
     url, entry = await _target(api_url, credentials)
+    # Before the device flow: a person must not approve a login whose token cannot be kept.
+    backend = usable_keyring()
     async with ItoClient.from_settings(url) as client:
         token = await device_login(client, on_prompt=_show_prompt)
-    store_token(url, token, keyring_entry=entry)
-    print(f"Logged in to {url}; the token is in the OS keyring (service prefect-ito).")
+    store_token(url, token, keyring_entry=entry)  # Reads the token back, or raises.
+    print(f"Logged in to {url}; the token is in the keyring ({backend.name}, service prefect-ito).")
 
 
 async def _logout(api_url: str | None, credentials: str | None) -> None:
     url, entry = await _target(api_url, credentials)
-    token = load_stored_token(url, keyring_entry=entry)
+    try:
+        token = load_stored_token(url, keyring_entry=entry)
+    except NoUsableKeyring as exc:
+        raise NotLoggedIn(
+            f"not logged in to {url}: no stored Itô token, nothing to log out of",
+            reason=exc.reason,
+        ) from None
     if token is None:
-        raise NotLoggedIn(f"no stored Itô token for {url}; nothing to log out of")
+        raise NotLoggedIn(f"not logged in to {url}: no stored Itô token, nothing to log out of")
     async with ItoClient.from_settings(url, token) as client:
         try:
             revoked = (await client.revoke_token()).revoked
         except TokenRevoked:
             revoked = True  # Already revoked on the backend: the local copy is useless.
         except ItoError as exc:
-            raise ItoError(f"revocation failed, so the local token was kept: {exc}") from None
+            raise _same_outcome(exc, "revocation failed, so the local token was kept") from None
     if not revoked:
         raise ItoError("the backend did not revoke the token, so the local token was kept")
     delete_token(url, keyring_entry=entry)
@@ -122,3 +141,14 @@ async def _whoami(api_url: str | None, credentials: str | None) -> None:
     print(f"account:  {me.account}")
     print(f"expires:  {me.expires_at.isoformat()}")
     print(f"scopes:   {' '.join(me.scopes) or '(none)'}")
+
+
+def _same_outcome(error: ItoError, context: str) -> ItoError:
+    """Return an error that says ``context`` and keeps ``error``'s code, state and exit code."""
+    wrapped = ItoError(f"{context}: {error}")
+    wrapped.code, wrapped.state_name, wrapped.exit_code = (
+        error.code,
+        error.state_name,
+        error.exit_code,
+    )
+    return wrapped

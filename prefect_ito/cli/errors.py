@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import httpx
 from prefect.settings import PREFECT_API_URL
 
-from prefect_ito.exceptions import ItoError, PrefectUnreachable
+from prefect_ito.exceptions import ExitCode, ItoError, PrefectUnreachable
 
 __all__ = ["exit_with", "run_command"]
 
@@ -32,6 +32,9 @@ def run_command(command: Coroutine[Any, Any, T]) -> T:
         # Only Prefect's own client lets httpx errors through: the Itô client maps its own.
         target = PREFECT_API_URL.value() or "Prefect's temporary server"
         exit_with(PrefectUnreachable(f"the Prefect API at {target} did not answer ({error})"))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(int(ExitCode.DETACHED))
 
 
 def exit_with(error: ItoError) -> NoReturn:

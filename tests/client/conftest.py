@@ -10,7 +10,8 @@ import keyring
 import pytest
 from keyrings.alt.file import PlaintextKeyring
 
-from prefect_ito.auth import ENV_API_URL, ENV_TOKEN, MemoryKeyring
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
+from prefect_ito.memory_keyring import MemoryKeyring
 
 
 @pytest.fixture(autouse=True)

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import keyring
 import pytest
 from ito_fakes import Script, fail, mock_client, ok
+from keyring.backend import KeyringBackend
 from keyring.backends.chainer import ChainerBackend
 from keyring.backends.fail import Keyring as NoKeyring
+from keyring.backends.null import Keyring as NullKeyring
 from keyrings.alt.file import PlaintextKeyring
 from pydantic import SecretStr
 
 from prefect_ito import auth
-from prefect_ito.auth import MemoryKeyring
 from prefect_ito.contract import DeviceAuthorization, ErrorCode, TokenGrant
 from prefect_ito.exceptions import (
     AccessDenied,
+    ExitCode,
     ExpiredToken,
     InsecureKeyring,
     ItoError,
     NotLoggedIn,
+    NoUsableKeyring,
 )
+from prefect_ito.memory_keyring import MemoryKeyring
 
 URL = "http://127.0.0.1:9/"
 ALLOW = "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING"
@@ -55,6 +60,7 @@ def test_not_logged_in_says_how_to_log_in(memory_keyring: MemoryKeyring) -> None
     with pytest.raises(NotLoggedIn) as caught:
         auth.resolve_token(URL)
     assert "prefect-ito login --api-url http://127.0.0.1:9" in str(caught.value)
+    assert str(caught.value).startswith("not logged in to http://127.0.0.1:9")
     assert caught.value.code == "NOT_LOGGED_IN"
 
 
@@ -92,7 +98,8 @@ def test_plaintext_keyring_is_refused_unless_allowed(
     monkeypatch.setenv(ALLOW, "false")
 
     for call in (
-        lambda: auth.resolve_token(URL),
+        auth.usable_keyring,
+        lambda: auth.load_stored_token(URL),
         lambda: auth.store_token(URL, SecretStr("t")),
         lambda: auth.delete_token(URL),
     ):
@@ -105,6 +112,22 @@ def test_plaintext_keyring_is_refused_unless_allowed(
     assert auth.resolve_token(URL).get_secret_value() == "t"
 
 
+def test_a_refused_plaintext_keyring_is_not_consulted_for_a_token(
+    file_keyring: PlaintextKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth.store_token(URL, SecretStr("kept-in-a-file"))
+    monkeypatch.setenv(ALLOW, "false")
+
+    with pytest.raises(NotLoggedIn) as caught:
+        auth.resolve_token(URL)
+
+    message = str(caught.value)
+    assert "prefect-ito login --api-url http://127.0.0.1:9" in message
+    assert "keyring was not used" in message
+    assert "PlaintextKeyring keeps secrets in a plaintext file" in message
+    assert caught.value.exit_code == ExitCode.AUTHENTICATION
+
+
 def test_env_token_needs_no_keyring_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keyring, "get_keyring", lambda: PlaintextKeyring())
     monkeypatch.setenv(ALLOW, "false")
@@ -112,15 +135,47 @@ def test_env_token_needs_no_keyring_at_all(monkeypatch: pytest.MonkeyPatch) -> N
     assert auth.resolve_token(URL).get_secret_value() == "headless"
 
 
-def test_no_keyring_falls_through_to_not_logged_in(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    "make_backend",
+    [NoKeyring, NullKeyring, lambda: ChainerBackend.__new__(ChainerBackend)],
+    ids=["fail", "null", "empty-chainer"],
+)
+def test_without_a_usable_keyring_a_token_is_not_logged_in_and_cannot_be_stored(
+    make_backend: Callable[[], KeyringBackend],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(keyring, "get_keyring", NoKeyring)
-    with caplog.at_level("INFO", logger="prefect_ito.auth"), pytest.raises(NotLoggedIn):
+    monkeypatch.setattr(ChainerBackend, "backends", [])
+    monkeypatch.setattr(keyring, "get_keyring", make_backend)
+
+    with caplog.at_level("INFO", logger="prefect_ito.auth"), pytest.raises(NotLoggedIn) as caught:
         auth.resolve_token(URL)
-    assert any("No OS keyring" in record.getMessage() for record in caplog.records)
-    with pytest.raises(ItoError, match="could not store"):
+    assert "keyring was not used" in str(caught.value)
+    assert any("Not looking in the keyring" in record.getMessage() for record in caplog.records)
+    for call in (auth.usable_keyring, lambda: auth.store_token(URL, SecretStr("t"))):
+        with pytest.raises(NoUsableKeyring, match=f"set {auth.ENV_TOKEN}") as refused:
+            call()
+        assert type(refused.value) is NoUsableKeyring
+        assert refused.value.exit_code == ExitCode.AUTHENTICATION
+
+
+class DroppingKeyring(MemoryKeyring):
+    """A backend that says it stored a secret and did not."""
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        return None
+
+
+def test_a_keyring_that_drops_the_token_fails_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keyring, "get_keyring", DroppingKeyring)
+    with pytest.raises(NoUsableKeyring, match="did not keep the token"):
         auth.store_token(URL, SecretStr("t"))
+
+
+def test_memory_keyring_is_never_chosen_by_keyring_itself() -> None:
+    assert not MemoryKeyring.viable
+    assert MemoryKeyring not in set(KeyringBackend.get_viable_backends())
+    assert "in memory" in str(MemoryKeyring())
 
 
 def test_api_url_comes_from_argument_then_env(monkeypatch: pytest.MonkeyPatch) -> None:

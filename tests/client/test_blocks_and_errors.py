@@ -11,9 +11,10 @@ from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import SecretStr
 
 from prefect_ito import exceptions as exc
-from prefect_ito.auth import ENV_TOKEN, MemoryKeyring, store_token
+from prefect_ito.auth import ENV_TOKEN, store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.contract import CheckpointRef, PendingAction
+from prefect_ito.memory_keyring import MemoryKeyring
 
 
 class TestItoCredentialsStandards(BlockStandardTestSuite):
@@ -94,6 +95,8 @@ EVERY_ERROR = [
     exc.error_from_envelope("BOOKING_BUSY", "busy", status_code=409, field="booking_id"),
     exc.ItoAPIError("new", code="NEW_CODE", status_code=418),
     exc.NotLoggedIn(api_url="http://desk"),
+    exc.NotLoggedIn(api_url="http://desk", reason="no keyring"),
+    exc.NoUsableKeyring("no keyring here, so…", reason="no keyring"),
     exc.InsecureKeyring("plaintext"),
     exc.GateFailed("pretrain", "mmlu", 0.41, 0.5, run_id="run-1"),
     exc.DecisionRequired(ACTION, run_id="run-1"),
@@ -128,6 +131,6 @@ def test_error_tree_roots() -> None:
     assert issubclass(exc.GateFailed, exc.ItoRunOutcome)
     for name in exc.__all__:
         member = getattr(exc, name)
-        # Every class is an error of the tree, but for the exit codes those errors state.
+        # ExitCode is the one public class outside the tree: the exit codes the tree states.
         assert not isinstance(member, type) or issubclass(member, exc.ItoError | exc.ExitCode)
     assert exc.__all__ == sorted(exc.__all__)

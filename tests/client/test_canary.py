@@ -26,7 +26,7 @@ from ito_fakes import (
 )
 from pydantic import SecretStr
 
-from prefect_ito.auth import ENV_TOKEN, MemoryKeyring, resolve_token
+from prefect_ito.auth import ENV_TOKEN, resolve_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
@@ -39,6 +39,7 @@ from prefect_ito.contract import (
     TrainingRunList,
 )
 from prefect_ito.exceptions import ItoError
+from prefect_ito.memory_keyring import MemoryKeyring
 from prefect_ito.simulator import Faults, builtin_scenario
 
 CANARY = f"canary-{uuid.uuid4().hex}"

@@ -17,7 +17,7 @@ from prefect_ito import auth
 from prefect_ito.cli import app
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import DeviceAuthorization
-from prefect_ito.exceptions import TokenRevoked
+from prefect_ito.exceptions import ExitCode, TokenRevoked
 
 USER_CODE = re.compile(r"\b[A-Z]{4}-[A-Z]{4}\b")
 
@@ -94,8 +94,8 @@ def test_cli_login_whoami_logout(
 
     assert run_cli("logout", "--api-url", sim.url) == 0
     assert auth.load_stored_token(sim.url) is None
-    assert run_cli("whoami", "--api-url", sim.url) == 1
-    assert "prefect-ito login" in capsys.readouterr().err
+    assert run_cli("whoami", "--api-url", sim.url) == ExitCode.AUTHENTICATION
+    assert "not logged in" in capsys.readouterr().err
 
 
 def test_failed_revocation_keeps_the_local_token(
