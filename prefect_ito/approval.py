@@ -12,7 +12,6 @@ import asyncio
 import re
 
 from prefect import get_run_logger
-from prefect.context import FlowRunContext
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
 from pydantic import Field
@@ -20,6 +19,7 @@ from pydantic import Field
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
 from prefect_ito.exceptions import AwaitingDecision
+from prefect_ito.flow_run import can_suspend
 from prefect_ito.settings import ItoSettings
 
 PAUSE_MARGIN_SECONDS = 5.0
@@ -71,15 +71,6 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "**Approve** restarts from that checkpoint; **reject** lets the run go on as it is.",
         ]
     )
-
-
-def can_suspend() -> bool:
-    """Tell whether this flow run may suspend: it comes from a deployment and is no subflow."""
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
-        return False
-    flow_run = context.flow_run
-    return flow_run.deployment_id is not None and flow_run.parent_task_run_id is None
 
 
 async def ask_person(

@@ -19,12 +19,12 @@ from uuid import UUID
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
 
-from prefect_ito import operations
+from prefect_ito import desk
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import Detached
+from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import TrainingParameters, resolve_booking
-from prefect_ito.runtime import current_flow_run_id
 
 __all__ = [
     "cancel_for_flow_run",
@@ -91,6 +91,6 @@ async def cancel_for_flow_run(flow: Any, flow_run: FlowRun, state: Any) -> None:
         else:
             training = TrainingParameters.parse(parameters.get("training") or {})
             request = training.to_request(await resolve_booking(training))
-            run = await operations.find_attachable_run(client, request)
+            run = await desk.find_attachable_run(client, request)
         if run is not None and not run.state.terminal:
-            await operations.cancel_workload(client, run.run_id, reason=reason)
+            await desk.cancel_workload(client, run.run_id, reason=reason)

@@ -23,6 +23,7 @@ from prefect_ito.blocks import ItoCredentials, resolve_credentials
 from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoError, RunNotFound
+from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.parameters import (
     SupervisionParameters,
@@ -31,7 +32,6 @@ from prefect_ito.parameters import (
     resolve_booking,
 )
 from prefect_ito.reporting import TrainingSummary
-from prefect_ito.runtime import current_flow_run_id
 from prefect_ito.tasks import TaskSteps
 
 __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]

@@ -1,7 +1,7 @@
 """Prefect's job conventions for Itô training: ``ItoTrainingJob`` → ``ItoTrainingRun``.
 
 ``trigger()`` goes through the very checks and delegating code the flow's tasks use (see
-:mod:`prefect_ito.operations`): re-attach, verify the booking, check the capability, submit once.
+:mod:`prefect_ito.desk`): re-attach, verify the booking, check the capability, submit once.
 The run handle adds what Prefect's abstract ``JobRun`` lacks: :meth:`ItoTrainingRun.cancel` and
 :meth:`ItoTrainingRun.attach`.
 """
@@ -11,14 +11,14 @@ from __future__ import annotations
 from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
-from prefect_ito import operations, supervision
+from prefect_ito import desk, supervision
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoRunOutcome
+from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.outcomes import raise_for_outcome
 from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
 from prefect_ito.reporting import TrainingSummary
-from prefect_ito.runtime import current_flow_run_id
 from prefect_ito.supervision import ClientSteps
 
 __all__ = ["ItoTrainingJob", "ItoTrainingRun"]
@@ -133,5 +133,5 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
     async def cancel(self, reason: str = "cancelled through prefect-ito") -> TrainingRun:
         """Cancel the backend workload (never the booking) and wait until it is terminal."""
         async with self.job.credentials.get_client() as client:
-            self.run = await operations.cancel_workload(client, self.run_id, reason=reason)
+            self.run = await desk.cancel_workload(client, self.run_id, reason=reason)
         return self.run

@@ -15,10 +15,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TypeAlias
 
-from prefect_ito import approval, operations, reporting
+from prefect_ito import approval, desk, reporting
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
+from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import (
     BackendUnavailable,
     DecisionRequired,
@@ -26,9 +27,8 @@ from prefect_ito.exceptions import (
     ItoTransportError,
     RateLimited,
 )
-from prefect_ito.operations import Watchdog
+from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
-from prefect_ito.runtime import current_flow_run_id
 
 Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
@@ -173,7 +173,7 @@ async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, 
         return final, f"Backend workload {run.run_id} cancelled ({final.state.value})."
     return final, (
         f"Cancel of backend workload {run.run_id} is unconfirmed: it was still "
-        f"{final.state.value} after {operations.CANCEL_CONFIRM_SECONDS:g} s."
+        f"{final.state.value} after {desk.CANCEL_CONFIRM_SECONDS:g} s."
     )
 
 
@@ -201,16 +201,16 @@ class ClientSteps(Steps):
         self.client = client
 
     async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
-        return await operations.find_attachable_run(self.client, request)
+        return await desk.find_attachable_run(self.client, request)
 
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
-        return await operations.verify_booking(self.client, claim)
+        return await desk.verify_booking(self.client, claim)
 
     async def check_training_capability(self, request: TrainingRequest) -> None:
-        await operations.check_training_capability(self.client, request)
+        await desk.check_training_capability(self.client, request)
 
     async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
-        return await operations.submit(self.client, request, idempotency_key)
+        return await desk.submit(self.client, request, idempotency_key)
 
     async def read_run(self, run_id: str) -> TrainingRun:
         return await self.client.get_training_run(run_id)
@@ -220,7 +220,7 @@ class ClientSteps(Steps):
 
     async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
         flow_run_id = current_flow_run_id()
-        return await operations.follow_gate(
+        return await desk.follow_gate(
             self.client, run, watchdog, lambda: stop_requested(flow_run_id)
         )
 
@@ -234,7 +234,7 @@ class ClientSteps(Steps):
     async def relay_decision(
         self, run: TrainingRun, action_id: str, decision: DecisionRequest
     ) -> TrainingRun:
-        return await operations.relay_decision(self.client, run, action_id, decision)
+        return await desk.relay_decision(self.client, run, action_id, decision)
 
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
-        return await operations.cancel_workload(self.client, run_id, reason=reason)
+        return await desk.cancel_workload(self.client, run_id, reason=reason)

@@ -1,4 +1,4 @@
-"""Prefect tasks, each a thin wrapper over one step in :mod:`prefect_ito.operations`.
+"""Prefect tasks, each a thin wrapper over one step in :mod:`prefect_ito.desk`.
 
 Reads and idempotent writes may be retried by Prefect on transient failures (the client already
 retried within a call).
@@ -17,14 +17,14 @@ from prefect import State, Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 
-from prefect_ito import approval, operations, reporting
+from prefect_ito import approval, desk, reporting
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
+from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import BackendUnavailable, ItoTransportError, RateLimited
-from prefect_ito.operations import Watchdog
+from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
-from prefect_ito.runtime import current_flow_run_id
 from prefect_ito.supervision import Steps
 
 P = ParamSpec("P")
@@ -69,14 +69,14 @@ def _retried_task(
 async def verify_booking(credentials: ItoCredentials, claim: BookingClaim) -> TrainingEligibility:
     """Return the booking's eligibility; raise ``BookingNotEligible`` when it may not train."""
     async with credentials.get_client() as client:
-        return await operations.verify_booking(client, claim)
+        return await desk.verify_booking(client, claim)
 
 
 @_retried_task("check_training_capability", "Stop unless the backend says training_run is live.")
 async def check_training_capability(credentials: ItoCredentials, request: TrainingRequest) -> None:
     """Raise ``CapabilityNotAvailable`` when the backend cannot train."""
     async with credentials.get_client() as client:
-        await operations.check_training_capability(client, request)
+        await desk.check_training_capability(client, request)
 
 
 @_retried_task("reattach_training_run", "Find this request's unfinished backend run, if any.")
@@ -85,7 +85,7 @@ async def reattach_training_run(
 ) -> TrainingRun | None:
     """Return the unfinished run with this manifest; raise ``BookingBusy`` for another one."""
     async with credentials.get_client() as client:
-        return await operations.find_attachable_run(client, request)
+        return await desk.find_attachable_run(client, request)
 
 
 @task(
@@ -98,7 +98,7 @@ async def delegate_training_run(
 ) -> TrainingRun:
     """Submit the request under ``idempotency_key``: the one task that creates work."""
     async with credentials.get_client() as client:
-        return await operations.submit(client, request, idempotency_key)
+        return await desk.submit(client, request, idempotency_key)
 
 
 @_retried_task("read_training_run", "Read a backend training run by its id.")
@@ -128,9 +128,7 @@ async def await_stage_gate(
     """
     del stage  # only names the task run
     async with credentials.get_client() as client:
-        return await operations.follow_gate(
-            client, run, watchdog, lambda: stop_requested(flow_run_id)
-        )
+        return await desk.follow_gate(client, run, watchdog, lambda: stop_requested(flow_run_id))
 
 
 @_retried_task("relay_decision", "Pass a person's restart decision to the backend.")
@@ -139,7 +137,7 @@ async def relay_decision(
 ) -> TrainingRun:
     """Record the decision at the backend (idempotent per action) and return the run."""
     async with credentials.get_client() as client:
-        return await operations.relay_decision(client, run, action_id, decision)
+        return await desk.relay_decision(client, run, action_id, decision)
 
 
 @task(
@@ -152,7 +150,7 @@ async def cancel_training_workload(
 ) -> TrainingRun:
     """Return the run after the cancel; a non-terminal state means the cancel is unconfirmed."""
     async with credentials.get_client() as client:
-        return await operations.cancel_workload(
+        return await desk.cancel_workload(
             client, run_id, reason=reason, confirm_seconds=confirm_seconds
         )
 
@@ -212,5 +210,5 @@ class TaskSteps(Steps):
 
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
         return await cancel_training_workload(
-            self.credentials, run_id, reason, operations.CANCEL_CONFIRM_SECONDS
+            self.credentials, run_id, reason, desk.CANCEL_CONFIRM_SECONDS
         )

@@ -1,4 +1,4 @@
-"""What prefect-ito does with the backend, as plain coroutines over an :class:`ItoClient`.
+"""What prefect-ito asks of the Itô desk backend, as plain coroutines over an :class:`ItoClient`.
 
 Both ways of doing the steps of :mod:`prefect_ito.supervision` — the flow's Prefect tasks and the
 job's plain calls — come down to these, so there is one way to verify, submit and follow a run.
