@@ -45,3 +45,12 @@ def read_flow_run_id(process: subprocess.Popen[str]) -> str:
         if found:
             return found.group(1)
     raise AssertionError("train ended without naming its flow run")
+
+
+def start_train(env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start ``prefect-ito train`` in the background, its output unbuffered on one pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
+        env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip

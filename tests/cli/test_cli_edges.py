@@ -6,14 +6,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
-from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, worker_env
+from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
@@ -161,12 +160,8 @@ def test_ctrl_c_detaches_without_a_crash_and_names_the_run(prefect_server):
 
     scenario = builtin_scenario("stall")  # a backend run that never ends by itself
     with SimulatorServer(scenario) as simulator:
-        env = {**worker_env(simulator, prefect_server), "PYTHONUNBUFFERED": "1"}
-        train = subprocess.Popen(
-            [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
+        env = worker_env(simulator, prefect_server)
+        train = start_train(env)
         try:
             flow_run_id = read_flow_run_id(train)
             while not simulator.runs():

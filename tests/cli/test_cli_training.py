@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, worker_env
+from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -121,12 +121,8 @@ async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_serv
     from prefect_ito.contract import RunState
 
     with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
-        env = {**worker_env(simulator, prefect_server), "PYTHONUNBUFFERED": "1"}
-        train = subprocess.Popen(
-            [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
+        env = worker_env(simulator, prefect_server)
+        train = start_train(env)
         try:
             flow_run_id = await asyncio.to_thread(read_flow_run_id, train)
             async with asyncio.timeout(120), get_client() as client:
