@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -82,12 +83,33 @@ def prefect_api() -> Iterator[None]:
         return
     for name, value in _QUIET_EPHEMERAL_SERVER.items():
         os.environ.setdefault(name, value)
-    with temporary_settings(
-        {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EPHEMERAL_STARTUP_SECONDS}
-    ):
-        with get_client(sync_client=True) as client:
+    startup = {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EPHEMERAL_STARTUP_SECONDS}
+    with temporary_settings(startup):
+        with _children_in_their_own_process_group(), get_client(sync_client=True) as client:
             client.hello()
         yield
+
+
+@contextlib.contextmanager
+def _children_in_their_own_process_group() -> Iterator[None]:
+    """Start the processes begun meanwhile (Prefect's temporary server) in a group of their own.
+
+    A terminal sends Ctrl-C to its whole foreground process group. Prefect starts its temporary
+    server in ours, so the Ctrl-C that detaches would also stop the server the flow still has to
+    report its final state to, and the command would wait for it forever.
+    """
+    original = subprocess.Popen
+    subprocess.Popen = _OwnGroupPopen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        subprocess.Popen = original  # type: ignore[misc]
+
+
+class _OwnGroupPopen(subprocess.Popen[Any]):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("process_group", 0)
+        super().__init__(*args, **kwargs)
 
 
 async def run_training(
