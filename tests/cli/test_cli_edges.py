@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -201,6 +203,47 @@ def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_unavailable
     assert result.returncode == ExitCode.UNAVAILABLE, output
     assert "telemetry" not in output.lower()
     assert "database is locked" not in output
+
+
+def test_ctrl_c_at_a_terminal_detaches_in_ephemeral_mode(tmp_path):
+    # A terminal sends Ctrl-C to its whole foreground process group: once that stopped Prefect's
+    # temporary server too, and the detaching command then waited for it forever.
+    with SimulatorServer(builtin_scenario("stall")) as simulator:
+        env = worker_env(simulator, prefect_server="")
+        del env["PREFECT_API_URL"]
+        env["PREFECT_HOME"] = str(tmp_path)
+        train = subprocess.Popen(
+            [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
+            env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,  # its own group, as a terminal's foreground job
+        )  # fmt: skip
+        try:
+            read_flow_run_id(train)
+            deadline = time.monotonic() + 120
+            while not simulator.runs() and time.monotonic() < deadline:
+                time.sleep(0.3)
+            os.killpg(train.pid, signal.SIGINT)
+            output, _ = train.communicate(timeout=120)
+        finally:
+            stop_group(train)
+
+    assert train.returncode == ExitCode.DETACHED, output
+    assert "Final state: Detached" in output
+    assert "Traceback" not in output and "Crash detected" not in output
+
+
+def stop_group(process: subprocess.Popen[str]) -> None:
+    """Stop what a test started in its own process group, and the temporary server it began."""
+    if process.poll() is None:
+        children = subprocess.run(
+            ["pgrep", "-P", str(process.pid)], capture_output=True, text=True
+        ).stdout.split()
+        os.killpg(process.pid, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(child), signal.SIGKILL)
+        process.wait(timeout=30)
 
 
 @pytest.fixture
