@@ -4,6 +4,10 @@ Every call goes through :meth:`ItoClient._request`, which sends, retries what is
 (see :mod:`prefect_ito._retry`), and parses the answer into a contract v0 model. The bearer token
 is held by an ``httpx.Auth`` as a ``SecretStr`` and attached only at send time.
 
+The module is a little over ~400 lines because it is one method per contract endpoint around that
+one choke point; the transport mapping and the retry policy live beside it in ``_http`` and
+``_retry``.
+
 Example:
     ```python
     from prefect_ito.blocks import ItoCredentials

@@ -51,6 +51,7 @@ async def start_run(simulator: SimulatorServer) -> str:
     [
         ("default", True, RunState.CANCELLED, ExitCode.CANCELLED),
         ("gate-failure", False, RunState.GATE_FAILED, ExitCode.RUN_OUTCOME),
+        ("default", False, RunState.SUCCEEDED, ExitCode.SUCCESS),
     ],
 )
 async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(

@@ -97,3 +97,18 @@ async def test_a_pause_form_not_stored_yet_is_looked_at_again(start_simulator, m
 
 class _Response404:
     status_code = 404
+
+
+async def test_a_new_submission_lists_the_booking_s_active_runs_once(start_simulator):
+    # Re-attach, verify, check and delegate happen in one place; the flow listed them twice.
+    simulator = start_simulator("default")
+    state = await ito_training(**parameters(simulator), return_state=True)
+
+    assert state.is_completed(), state.message
+    listings = [r for r in simulator.requests() if (r.method, r.path) == ("GET", LIST_RUNS)]
+    assert len(listings) == 1
+    submissions = [r for r in simulator.requests() if (r.method, r.path) == ("POST", LIST_RUNS)]
+    assert len(submissions) == 1
+
+
+LIST_RUNS = "/v0/training-runs"
