@@ -54,8 +54,7 @@ async def ito_training(
     """Train on a completed Itô compute booking, supervised stage by stage.
 
     Args:
-        training: What to train on which booking, and how to supervise it (see
-            :class:`~prefect_ito.parameters.TrainingParameters`).
+        training: What to train on which booking, and how long to supervise it.
         credentials: An ``ItoCredentials`` block or its name; default: ``ITO_COMPUTE_API_URL``.
 
     Returns:

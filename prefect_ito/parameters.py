@@ -93,23 +93,14 @@ class SupervisionParameters(BaseModel):
             raise invalid_parameters(exc) from None
 
 
-class TrainingParameters(SupervisionParameters):
-    """A training request for a completed booking, and how to supervise it.
+class _Request(BaseModel):
+    """The fields of a request, before the limits of :class:`SupervisionParameters`.
 
-    Example:
-        ```python
-        from prefect_ito.flows import ito_training
-        from prefect_ito.parameters import TrainingParameters
-
-        await ito_training(
-            TrainingParameters(
-                booking="bk-123", model_size="8B", data=["catalog://ito/web-2026-10"],
-                target="code-assistant", budget_usd=250_000, post_training="rlvr",
-            ),
-            credentials="desk",
-        )
-        ```
+    A base of its own only so that forms and ``--help`` list what to train before how long to
+    supervise it (pydantic orders inherited fields base by base).
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     booking: Annotated[
         ItoBooking | str | None,
@@ -142,6 +133,7 @@ class TrainingParameters(SupervisionParameters):
     )
     budget_usd: float = Field(
         kw_only=True,
+        title="Budget (USD)",
         description="Spend ceiling in US dollars: finite and positive.",
         json_schema_extra={"exclusiveMinimum": 0},
     )
@@ -214,12 +206,31 @@ class TrainingParameters(SupervisionParameters):
             )
         return value
 
+
+class TrainingParameters(SupervisionParameters, _Request):
+    """A training request for a completed booking, and how to supervise it.
+
+    Example:
+        ```python
+        from prefect_ito.flows import ito_training
+        from prefect_ito.parameters import TrainingParameters
+
+        await ito_training(
+            TrainingParameters(
+                booking="bk-123", model_size="8B", data=["catalog://ito/web-2026-10"],
+                target="code-assistant", budget_usd=250_000, post_training="rlvr",
+            ),
+            credentials="desk",
+        )
+        ```
+    """
+
     @model_validator(mode="after")
     def _one_booking(self) -> TrainingParameters:
         if (self.booking is None) == (self.booking_block is None):
             raise ValueError(
-                "give exactly one of booking (a booking id or an ItoBooking) and booking_block "
-                "(the name of a saved ItoBooking block)"
+                "booking / booking_block: give exactly one, a booking (a booking id or an "
+                "ItoBooking) or the name of a saved ItoBooking block"
             )
         return self
 
@@ -241,14 +252,15 @@ class TrainingParameters(SupervisionParameters):
 def invalid_parameters(error: ValidationError) -> InvalidParameters:
     """Return the first broken rule of ``error`` as :class:`InvalidParameters` naming the field."""
     first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "parameters"
+    field = ".".join(str(part) for part in first["loc"])
     cause = (first.get("ctx") or {}).get("error")
     message = str(cause) if isinstance(cause, ValueError) else first["msg"]
     if first["type"] == "missing":
         message = "is required"
     elif first["type"] == "extra_forbidden":
         message = "is not a parameter of ito-training"
-    return InvalidParameters(f"{field}: {message}")
+    # A rule over several fields names them in its own message.
+    return InvalidParameters(f"{field}: {message}" if field else message)
 
 
 class BookingClaim(BaseModel):
