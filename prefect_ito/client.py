@@ -49,6 +49,7 @@ from prefect_ito.contract import (
     MAX_WAIT_SECONDS,
     CancelRequest,
     Capabilities,
+    ChangePage,
     DecisionRequest,
     DeviceAuthorization,
     DeviceTokenRequest,
@@ -291,6 +292,23 @@ class ItoClient:
             write=self._timeout.write,
             pool=self._timeout.pool,
         )
+
+    async def list_changes(self, *, after: int | None = None, wait: float = 0) -> ChangePage:
+        """Return the account's runs whose version moved after the cursor ``after``.
+
+        Without ``after``: at once, no changes, and the current cursor to start from. With
+        ``wait``, the backend holds the request until something changes (at most 60 s). Only a
+        backend whose capabilities say ``change_feed`` serves it.
+        """
+        params: dict[str, Any] = {}
+        timeout = None
+        if after is not None:
+            params["after"] = after
+            params["wait"] = min(max(wait, 0.0), float(MAX_WAIT_SECONDS))
+            timeout = self._long_poll_timeout(params["wait"])
+        path = f"{API_PREFIX}/training-runs/changes"
+        call = _Call("GET", "/v0/training-runs/changes", path, params=params, timeout=timeout)
+        return await self._request(call, ChangePage)
 
     async def list_events(self, run_id: str, *, after: int = 0) -> EventPage:
         """Return a run's events after sequence number ``after``."""

@@ -25,6 +25,7 @@ from prefect_ito.contract.bookings import (
     PostTraining,
     TrainingEligibility,
 )
+from prefect_ito.contract.changes import ChangePage, RunChange
 from prefect_ito.contract.envelope import (
     API_PREFIX,
     DETECT_TARGET_SECONDS,
@@ -95,6 +96,7 @@ __all__ = [
     "CancelRequest",
     "Capabilities",
     "Capability",
+    "ChangePage",
     "Checkpoint",
     "CheckpointRef",
     "DataPrepDetails",
@@ -122,6 +124,7 @@ __all__ = [
     "PostTraining",
     "Revocation",
     "RlvrDetails",
+    "RunChange",
     "RunEvent",
     "RunOutcome",
     "RunState",

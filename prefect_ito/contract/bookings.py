@@ -32,6 +32,10 @@ class Capabilities(_Model):
     post_training_recipes: list[PostTraining]
     long_poll: bool
     max_wait_seconds: int = MAX_WAIT_SECONDS
+    change_feed: bool = Field(
+        default=False,
+        description="Whether GET /v0/training-runs/changes serves the account-wide change feed.",
+    )
 
 
 class BookingStatus(StrEnum):

@@ -17,12 +17,14 @@ from prefect_ito.contract import (
     CancelRequest,
     Capabilities,
     Capability,
+    ChangePage,
     DecisionRecord,
     DecisionRequest,
     ErrorCode,
     EventPage,
     EventType,
     PostTraining,
+    RunChange,
     RunState,
     StageStatus,
     TrainingEligibility,
@@ -84,6 +86,9 @@ class Engine:
         self._pipelines: dict[str, Pipeline] = {}
         self._waits: dict[str, float] = {}
         self._claims: dict[tuple[str, str], _Claim] = {}
+        self._feed_cursor = 0
+        self._feed_versions: dict[str, int] = {}
+        self._changed_at: dict[str, int] = {}
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -165,7 +170,40 @@ class Engine:
             training_run=Capability(live=live, detail=detail),
             post_training_recipes=list(PostTraining),
             long_poll=True,
+            change_feed=self.scenario.change_feed,
         )
+
+    def changes(self, account: str, after: int | None) -> ChangePage:
+        """Return the account's runs whose version moved after the cursor ``after``."""
+        self._note_changes()
+        if after is None:
+            return ChangePage(changes=[], cursor=self._feed_cursor)
+        changed = [
+            rec
+            for run_id, rec in self.runs.items()
+            if rec.account == account and self._changed_at.get(run_id, 0) > after
+        ]
+        return ChangePage(
+            changes=[
+                RunChange(
+                    run_id=rec.run_id,
+                    version=rec.version,
+                    state=rec.state,
+                    current_stage=rec.current_stage,
+                    pending_action=rec.pending_action is not None,
+                )
+                for rec in changed
+            ],
+            cursor=self._feed_cursor,
+        )
+
+    def _note_changes(self) -> None:
+        # The feed's cursor counts version moves, run by run, in the order they are noticed.
+        for run_id, rec in self.runs.items():
+            if self._feed_versions.get(run_id) != rec.version:
+                self._feed_versions[run_id] = rec.version
+                self._feed_cursor += 1
+                self._changed_at[run_id] = self._feed_cursor
 
     def booking(self, booking_id: str) -> SimBooking:
         """Return a booking on file, or raise ``BOOKING_NOT_FOUND``."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -14,6 +15,7 @@ from prefect_ito.contract import (
     REPLAYED_HEADER,
     CancelRequest,
     Capabilities,
+    ChangePage,
     DecisionRequest,
     Envelope,
     ErrorCode,
@@ -24,6 +26,7 @@ from prefect_ito.contract import (
     TrainingRunList,
     TrainingRunRequest,
 )
+from prefect_ito.simulator.engine import SimError
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented_errors, ok
 from prefect_ito.simulator.state import Account, SimState, SimStateDep
 
@@ -112,6 +115,25 @@ async def list_training_runs(
     return ok(TrainingRunList(runs=runs))
 
 
+# Declared before /training-runs/{run_id}, which would otherwise take "changes" for a run id.
+@router.get("/training-runs/changes", responses=_errors(ErrorCode.NOT_FOUND))
+async def list_run_changes(
+    state: SimStateDep,
+    account: Account,
+    after: Annotated[int | None, Query(ge=0, description="The cursor of the last page.")] = None,
+    wait: Annotated[float, Query(ge=0, allow_inf_nan=False, description="Capped at 60.")] = 0,
+) -> Envelope[ChangePage]:
+    """The account's runs whose version moved after ``after``; with ``wait``, hold until one does.
+
+    Without ``after`` the answer is at once, empty, with the current cursor to start from.
+    """
+    if not state.engine.scenario.change_feed:
+        raise SimError(ErrorCode.NOT_FOUND, "this backend serves no change feed")
+    if after is not None and wait > 0:
+        await _wait_for(state, lambda: bool(state.engine.changes(account, after).changes), wait)
+    return ok(state.engine.changes(account, after))
+
+
 @router.get("/training-runs/{run_id}", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def get_training_run(
     state: SimStateDep,
@@ -122,7 +144,7 @@ async def get_training_run(
 ) -> Envelope[TrainingRun]:
     """Read a run; with ``after_version`` and ``wait``, hold until its version exceeds it."""
     if after_version is not None:
-        await _wait_for_change(state, account, run_id, after_version, min(wait, MAX_WAIT_SECONDS))
+        await _wait_for_change(state, account, run_id, after_version, wait)
     return ok(state.engine.record(account, run_id).snapshot())
 
 
@@ -134,11 +156,17 @@ async def _wait_for_change(
     def changed() -> bool:
         return state.engine.record(account, run_id).version > after_version
 
-    if wait <= 0 or changed():
+    await _wait_for(state, changed, wait)
+
+
+async def _wait_for(state: SimState, done: Callable[[], bool], wait: float) -> None:
+    """Return once ``done()`` holds, or after ``wait`` seconds (at most the contract's cap)."""
+    wait = min(wait, MAX_WAIT_SECONDS)
+    if wait <= 0 or done():
         return
     async with state.changed:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.changed.wait_for(changed), timeout=wait)
+            await asyncio.wait_for(state.changed.wait_for(done), timeout=wait)
 
 
 @router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))

@@ -176,6 +176,11 @@ class Scenario(_Spec):
     description: str = ""
     time_scale: float = Field(default=DEFAULT_TIME_SCALE, gt=0)
     scaffold: bool = Field(default=False, description="Answer like production today: not live.")
+    change_feed: bool = Field(
+        default=True,
+        description="Serve and advertise the account-wide change feed; false answers like a "
+        "backend without one (404), for watchers' per-run fallback.",
+    )
     start_at: datetime = datetime.fromisoformat("2026-03-02T00:00:00+00:00")
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)

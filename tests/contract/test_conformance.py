@@ -33,9 +33,10 @@ CHECKS = [
 
 def _document_with_short_waits():
     document = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))
-    for parameter in document["paths"]["/v0/training-runs/{run_id}"]["get"]["parameters"]:
-        if parameter["name"] == "wait":
-            parameter["schema"]["maximum"] = 1
+    for path in ("/v0/training-runs/{run_id}", "/v0/training-runs/changes"):
+        for parameter in document["paths"][path]["get"]["parameters"]:
+            if parameter["name"] == "wait":
+                parameter["schema"]["maximum"] = 1
     return document
 
 

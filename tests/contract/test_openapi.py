@@ -24,6 +24,7 @@ def test_document_is_openapi_31_with_the_contract_routes_only():
         "/v0/capabilities",
         "/v0/bookings/{booking_id}/training-eligibility",
         "/v0/training-runs",
+        "/v0/training-runs/changes",
         "/v0/training-runs/{run_id}",
         "/v0/training-runs/{run_id}/events",
         "/v0/training-runs/{run_id}/actions/{action_id}/decision",
