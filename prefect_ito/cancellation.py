@@ -22,6 +22,7 @@ from prefect.client.schemas.objects import FlowRun
 from prefect_ito import desk
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun
+from prefect_ito.deferral import read_recorded_run_id
 from prefect_ito.exceptions import Detached
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import TrainingParameters, resolve_booking
@@ -77,17 +78,18 @@ async def cancel_for_flow_run(flow: Any, flow_run: FlowRun, state: Any) -> None:
 
     Used as the flow's ``on_cancellation`` hook (which Prefect runs in the worker after it killed
     the flow's process) and by the ``ito-cancel-training`` flow. It finds the workload from the
-    flow run's own parameters — the run id it attached to, or the booking and manifest digest of
-    its request — so it needs no state of its own. A crashed or evicted flow run is never
-    cancelled this way: it is re-attached instead.
+    flow run's own records — the backend run it recorded, or the run id it attached to, or the
+    booking and manifest digest of its request — so it needs no state of its own. A crashed or
+    evicted flow run is never cancelled this way: it is re-attached instead.
     """
     parameters = dict(flow_run.parameters or {})
     creds = await resolve_credentials(parameters.get("credentials"))
     reason = f"Prefect flow run {flow_run.id} was cancelled"
     async with creds.get_client() as client:
         run: TrainingRun | None
-        if "run_id" in parameters:
-            run = await client.get_training_run(str(parameters["run_id"]))
+        recorded = await read_recorded_run_id(flow_run.id)
+        if recorded is not None or "run_id" in parameters:
+            run = await client.get_training_run(recorded or str(parameters["run_id"]))
         else:
             training = TrainingParameters.parse(parameters.get("training") or {})
             request = training.to_request(await resolve_booking(training))

@@ -110,7 +110,7 @@ async def submit(client: ItoClient, request: TrainingRequest, idempotency_key: s
 
 @dataclass
 class Watchdog:
-    """Wall-clock limits on supervision, measured with a monotonic clock.
+    """Wall-clock limits on supervision, measured with ``clock`` (monotonic unless deferred).
 
     ``stall_timeout`` ends supervision when the backend's ``heartbeat_at`` has not advanced for
     that long; ``deadline`` when supervision as a whole has run that long. Neither touches the run.
@@ -125,6 +125,29 @@ class Watchdog:
 
     def __post_init__(self) -> None:
         self._started = self._heartbeat_seen = self.clock()
+
+    def resume(
+        self, *, started: float, heartbeat: datetime | None, heartbeat_seen: float | None
+    ) -> Watchdog:
+        """Carry the clocks on from an earlier process (times in this watchdog's ``clock``).
+
+        A deferred flow run re-enters many times over weeks; its limits count from when
+        supervision started and when the heartbeat last moved, not from this process's start.
+        """
+        self._started = started
+        if heartbeat is not None and heartbeat_seen is not None:
+            self._heartbeat, self._heartbeat_seen = heartbeat, heartbeat_seen
+        return self
+
+    @property
+    def heartbeat_seen(self) -> float:
+        """When (on ``clock``) the current heartbeat was first seen."""
+        return self._heartbeat_seen
+
+    @property
+    def deadline_at(self) -> float | None:
+        """When (on ``clock``) the deadline is reached, or None without one."""
+        return None if self.deadline is None else self._started + self.deadline
 
     def observe(self, run: TrainingRun) -> None:
         """Record the run's heartbeat and raise when a limit is passed."""
@@ -186,23 +209,33 @@ async def await_gate(
     wait: float,
     watchdog: Watchdog,
     interrupted: Callable[[], Awaitable[bool]] | None = None,
+    patience: float | None = None,
 ) -> TrainingRun:
     """Long-poll the run until the current stage's gate settles (see :func:`gate_settled`).
 
     Every read is a fresh long-poll on the run's ``version``. ``interrupted`` is asked between
     polls (e.g. whether a person cancelled the flow run) and ends the wait early when true.
+    With ``patience``, the wait also ends after that many seconds, the gate settled or not.
 
     Raises:
         RunStalled: the heartbeat stopped advancing for ``watchdog.stall_timeout``.
         DeadlineExceeded: supervision reached ``watchdog.deadline``.
     """
     stage = run.current_stage
+    give_up = None if patience is None else time.monotonic() + patience
     while True:
         watchdog.observe(run)
         if gate_settled(run, stage) or (interrupted is not None and await interrupted()):
             return run
+        limits = [wait]
         remaining = watchdog.remaining()
-        poll = wait if remaining is None else max(0.0, min(wait, remaining + 0.01))
+        if remaining is not None:
+            limits.append(remaining)
+        if give_up is not None:
+            if give_up <= time.monotonic():
+                return run
+            limits.append(give_up - time.monotonic())
+        poll = max(0.0, min(limits) + 0.01)
         run = await client.get_training_run(run.run_id, after_version=run.version, wait=poll)
 
 
@@ -211,6 +244,7 @@ async def follow_gate(
     run: TrainingRun,
     watchdog: Watchdog,
     interrupted: Callable[[], Awaitable[bool]],
+    patience: float | None = None,
 ) -> TrainingRun:
     """Wait for the current stage's gate with the configured long-poll, asking ``interrupted``.
 
@@ -218,7 +252,9 @@ async def follow_gate(
     """
     settings = ItoSettings()
     wait = min(settings.poll_wait_seconds, settings.state_poll_seconds)
-    return await await_gate(client, run, wait=wait, watchdog=watchdog, interrupted=interrupted)
+    return await await_gate(
+        client, run, wait=wait, watchdog=watchdog, interrupted=interrupted, patience=patience
+    )
 
 
 async def relay_decision(

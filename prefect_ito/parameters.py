@@ -60,13 +60,27 @@ class SupervisionParameters(BaseModel):
         description="Seconds supervision may last before it stops; the backend run goes on "
         "and running the flow again re-attaches. Default: no deadline.",
     )
+    mode: Literal["auto", "deferred", "in-process"] = Field(
+        kw_only=True,
+        default="auto",
+        description="How to wait while the backend works: deferred suspends the flow run and "
+        "holds no process (a `prefect-ito watch` resumes it when the run changes; needs a flow "
+        "run from a deployment); in-process keeps waiting in the flow's process; auto defers "
+        "exactly when it can.",
+    )
+    defer_after: float = Field(
+        kw_only=True,
+        default=30,
+        description="Deferred mode: seconds to wait in the flow's process for a gate before "
+        "suspending (a short wait costs less than starting a flow process again).",
+    )
     stall_timeout: float | None = Field(
         kw_only=True,
         default=3_600,
         description="Seconds without a backend heartbeat before supervision stops as Stalled.",
     )
 
-    @field_validator("approval_timeout", "deadline", "stall_timeout", mode="before")
+    @field_validator("approval_timeout", "deadline", "stall_timeout", "defer_after", mode="before")
     @classmethod
     def _positive_seconds(cls, value: Any) -> Any:
         if value is None:

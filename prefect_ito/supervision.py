@@ -78,8 +78,22 @@ class Steps(ABC):
         """Relay events after ``after_seq`` and refresh artifacts; return the last seq seen."""
 
     @abstractmethod
-    async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
+    async def await_gate(
+        self, run: TrainingRun, watchdog: Watchdog, events_seen: int
+    ) -> TrainingRun:
         """Return the run once its current stage's gate settled (or it must stop waiting)."""
+
+    async def recorded_run_id(self) -> str | None:
+        """Return the backend run this supervisor recorded before (in an earlier process)."""
+        return None
+
+    async def record_run(self, run: TrainingRun) -> None:  # noqa: B027 (optional hook)
+        """Record the backend run this supervisor follows, so a re-entry never submits again."""
+
+    async def resume_point(self, run: TrainingRun) -> tuple[int, Watchdog]:
+        """Return the events already relayed and the watchdog to carry on with."""
+        limits = self.supervision
+        return 0, Watchdog(stall_timeout=limits.stall_timeout, deadline=limits.deadline)
 
     @abstractmethod
     async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
@@ -111,10 +125,17 @@ async def start(
     Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
     backend already accepted work for; the booking's active runs are listed once.
     """
-    run = await steps.find_attachable_run(request)
-    if run is not None:
-        steps.logger.info("Re-attached to unfinished backend run %s.", run.run_id)
-        return run
+    recorded = await steps.recorded_run_id()
+    if recorded is not None:
+        # Whatever state that run is in now, even finished: this flow run never submits again.
+        known = await steps.read_run(recorded)
+        steps.logger.info("Re-attached to backend run %s (%s).", known.run_id, known.state.value)
+        return known
+    attachable = await steps.find_attachable_run(request)
+    if attachable is not None:
+        steps.logger.info("Re-attached to unfinished backend run %s.", attachable.run_id)
+        await steps.record_run(attachable)
+        return attachable
     eligibility = await steps.verify_booking(claim)
     steps.logger.info(
         "Booking %s verified: %s × %d nodes × %d GPUs on %s.",
@@ -127,6 +148,7 @@ async def start(
     await steps.check_training_capability(request)
     run = await steps.submit(request, idempotency_key())
     steps.logger.info("Delegated to the Itô desk backend as run %s.", run.run_id)
+    await steps.record_run(run)
     return run
 
 
@@ -138,9 +160,8 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
         Detached: the person at the terminal detached; the backend run goes on.
         RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
     """
-    limits = steps.supervision
-    watchdog = Watchdog(stall_timeout=limits.stall_timeout, deadline=limits.deadline)
-    seen, before = 0, None
+    seen, watchdog = await steps.resume_point(run)
+    before = None
     try:
         while True:
             seen = await _report(steps, run, seen)
@@ -157,7 +178,7 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
                     raise CancelRequested(run)
                 run = await steps.relay_decision(run, run.pending_action.action_id, decision)
                 continue
-            run = await steps.await_gate(run, watchdog)
+            run = await steps.await_gate(run, watchdog, seen)
     except Detached:
         raise Detached(
             f"detached at the terminal: backend run {run.run_id} goes on; re-attach with "
@@ -218,7 +239,9 @@ class ClientSteps(Steps):
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         return await reporting.report(self.client, run, after_seq)
 
-    async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
+    async def await_gate(
+        self, run: TrainingRun, watchdog: Watchdog, events_seen: int
+    ) -> TrainingRun:
         flow_run_id = current_flow_run_id()
         return await desk.follow_gate(
             self.client, run, watchdog, lambda: stop_requested(flow_run_id)

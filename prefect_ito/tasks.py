@@ -16,14 +16,21 @@ from uuid import UUID
 from prefect import State, Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
+from prefect.context import FlowRunContext
 
-from prefect_ito import approval, desk, reporting
+from prefect_ito import approval, deferral, desk, reporting
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
+from prefect_ito.deferral import Deferral
 from prefect_ito.desk import Watchdog
-from prefect_ito.exceptions import BackendUnavailable, ItoTransportError, RateLimited
-from prefect_ito.flow_run import current_flow_run_id
+from prefect_ito.exceptions import (
+    BackendUnavailable,
+    InvalidParameters,
+    ItoTransportError,
+    RateLimited,
+)
+from prefect_ito.flow_run import can_suspend, current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
 from prefect_ito.supervision import Steps
 
@@ -120,15 +127,19 @@ async def await_stage_gate(
     *,
     watchdog: Watchdog,
     flow_run_id: UUID | None,
+    patience: float | None = None,
 ) -> TrainingRun:
     """Return the run once ``stage``'s gate settles, a person must decide, or it finished.
 
     ``stage`` names the task run; between polls the flow run's own state is checked, so a
-    cancellation requested in the UI or the API ends the wait.
+    cancellation requested in the UI or the API ends the wait. With ``patience`` the wait ends
+    after that many seconds even if nothing settled (before a deferral).
     """
     del stage  # only names the task run
     async with credentials.get_client() as client:
-        return await desk.follow_gate(client, run, watchdog, lambda: stop_requested(flow_run_id))
+        return await desk.follow_gate(
+            client, run, watchdog, lambda: stop_requested(flow_run_id), patience
+        )
 
 
 @_retried_task("relay_decision", "Pass a person's restart decision to the backend.")
@@ -172,6 +183,8 @@ class TaskSteps(Steps):
     def __init__(self, credentials: ItoCredentials, supervision: SupervisionParameters) -> None:
         super().__init__(supervision, get_run_logger())
         self.credentials = credentials
+        self.flow_run_id = current_flow_run_id()
+        self.deferred = _defers(supervision)
 
     async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
         return await reattach_training_run(self.credentials, request)
@@ -191,13 +204,67 @@ class TaskSteps(Steps):
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         return await report_progress(self.credentials, run, after_seq)
 
-    async def await_gate(self, run: TrainingRun, watchdog: Watchdog) -> TrainingRun:
+    async def await_gate(
+        self, run: TrainingRun, watchdog: Watchdog, events_seen: int
+    ) -> TrainingRun:
+        if self.deferred and self.flow_run_id is not None:
+            # A short wait costs less than a flow process's start: defer only if it lasts.
+            stage = run.current_stage
+            run = await self._gate(run, watchdog, patience=self.supervision.defer_after)
+            if desk.gate_settled(run, stage):
+                return run
+            record = self._deferral(run, watchdog, events_seen)
+            # Ends this process; returns only when resumed although this version did not move.
+            await deferral.suspend_until_changed(self.flow_run_id, run, record)
+        return await self._gate(run, watchdog)
+
+    async def _gate(
+        self, run: TrainingRun, watchdog: Watchdog, patience: float | None = None
+    ) -> TrainingRun:
         return await await_stage_gate(
             self.credentials,
             run,
             run.current_stage or "start",
             watchdog=watchdog,
-            flow_run_id=current_flow_run_id(),
+            flow_run_id=self.flow_run_id,
+            patience=patience,
+        )
+
+    async def recorded_run_id(self) -> str | None:
+        if self.flow_run_id is None:
+            return None
+        return await deferral.read_recorded_run_id(self.flow_run_id)
+
+    async def record_run(self, run: TrainingRun) -> None:
+        if self.flow_run_id is not None:
+            await deferral.record_run_id(self.flow_run_id, run.run_id)
+
+    async def resume_point(self, run: TrainingRun) -> tuple[int, Watchdog]:
+        if not self.deferred or self.flow_run_id is None:
+            return await super().resume_point(run)
+        record = await deferral.latest_deferral(self.flow_run_id, run.run_id)
+        limits = self.supervision
+        watchdog = Watchdog(
+            stall_timeout=limits.stall_timeout, deadline=limits.deadline, clock=deferral.wall_clock
+        ).resume(
+            started=_flow_run_started_at(),
+            heartbeat=record.heartbeat_at if record else None,
+            heartbeat_seen=record.heartbeat_seen_at if record else None,
+        )
+        return (record.events_seen if record else 0), watchdog
+
+    def _deferral(self, run: TrainingRun, watchdog: Watchdog, events_seen: int) -> Deferral:
+        return Deferral(
+            api_url=self.credentials.api_url,
+            keyring_entry=self.credentials.keyring_entry,
+            run_id=run.run_id,
+            version=run.version,
+            stage=run.current_stage,
+            events_seen=events_seen,
+            heartbeat_at=run.heartbeat_at,
+            heartbeat_seen_at=watchdog.heartbeat_seen,
+            stall_timeout=self.supervision.stall_timeout,
+            deadline_at=watchdog.deadline_at,
         )
 
     async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
@@ -212,3 +279,21 @@ class TaskSteps(Steps):
         return await cancel_training_workload(
             self.credentials, run_id, reason, desk.CANCEL_CONFIRM_SECONDS
         )
+
+
+def _defers(supervision: SupervisionParameters) -> bool:
+    """Tell whether to defer; ``deferred`` where no suspension is possible is a broken rule."""
+    possible = can_suspend()
+    if supervision.mode == "deferred" and not possible:
+        raise InvalidParameters(
+            "mode: deferred supervision needs a flow run from a deployment (and no subflow); "
+            "use in-process, or auto to defer exactly when possible"
+        )
+    return supervision.mode == "deferred" or (supervision.mode == "auto" and possible)
+
+
+def _flow_run_started_at() -> float:
+    """When this flow run first started, on the wall clock: the deadline counts from there."""
+    context = FlowRunContext.get()
+    started = context.flow_run.start_time if context and context.flow_run else None
+    return started.timestamp() if started is not None else deferral.wall_clock()

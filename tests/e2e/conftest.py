@@ -31,6 +31,7 @@ from e2e_stack import (
     environment,
     postgres_rows,
     sqlite_rows,
+    start_watcher,
     start_worker,
 )
 from prefect import get_client
@@ -150,17 +151,27 @@ def _running_stack(
             scratch / "worker",
             ITO_COMPUTE_TOKEN=token.get_secret_value(),
             XDG_DATA_HOME=str(scratch / "worker-keyring"),
+            # Flow runs beat every 30 s; the watcher counts one silent for 90 s as lost.
+            PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30",
         )
         worker = start_worker(worker_env, scratch / "worker.log", cwd=workdir)
+        # The watcher is started like a worker, with the token in its own environment too.
+        watcher_log = scratch / "watcher.log"
+        watcher = start_watcher(worker_env, watcher_log)
+        stack = None
         try:
             rows = (
                 sqlite_rows(suite._SESSION_HOME / "server" / "prefect.db")
                 if database == "sqlite"
                 else postgres_rows(os.environ[POSTGRES_URL])
             )
-            yield Stack(database, api_url, simulator, token, worker, rows)
+            stack = Stack(
+                database, api_url, simulator, token, worker, rows, watcher, worker_env, watcher_log
+            )
+            yield stack
         finally:
             suite.stop_process(worker)
+            suite.stop_process(stack.watcher if stack and stack.watcher else watcher)
 
 
 def _save_blocks(api_url: str) -> None:

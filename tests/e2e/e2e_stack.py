@@ -33,6 +33,8 @@ APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
 BROWSER_BOOKING = "bk-e2e-spike-browser"
 STALLED_BOOKING = "bk-e2e-stalled"
+DEFER_BOOKING = "bk-e2e-deferred"
+LOST_BOOKING = "bk-e2e-lost"
 NIGHTLY = "ito-training/nightly"
 AFTER_BOOKING = "ito-training/after-booking"
 CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
@@ -44,18 +46,29 @@ def e2e_scenario() -> Scenario:
     """Return the default scenario plus bookings whose runs hit a loss spike, or stall."""
     base = builtin_scenario("default")
     spiky = [APPROVE_BOOKING, CANCEL_BOOKING, BROWSER_BOOKING]
+    slow = [DEFER_BOOKING, LOST_BOOKING]
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [
         {"booking_id": b, "status": "completed", "gpu_sku": "H100"}
-        for b in [*spiky, STALLED_BOOKING]
+        for b in [*spiky, STALLED_BOOKING, *slow]
     ]
     spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.6}]}
     stall = {"stall": {"stage": "pretrain", "at_fraction": 0.5}}
+    # Two curriculum stages of about 10 s each at the default time scale: long enough to defer.
+    stages = base.run.curriculum[:2]
+    long_stages = {
+        "curriculum": [{**stage.model_dump(), "hours": 1_000} for stage in stages],
+        "post_training": [],
+    }
     return Scenario.model_validate(
         {
             **base.model_dump(),
             "bookings": bookings,
-            "booking_overrides": {**{b: spike for b in spiky}, STALLED_BOOKING: stall},
+            "booking_overrides": {
+                **{b: spike for b in spiky},
+                STALLED_BOOKING: stall,
+                **{b: long_stages for b in slow},
+            },
         }
     )
 
@@ -114,6 +127,17 @@ def start_worker(env: dict[str, str], log: Path, cwd: Path = CHECKOUT) -> subpro
         )
 
 
+def start_watcher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``prefect-ito watch`` with short long-polls; the caller stops it by PID."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "2", "--lost-after", "90"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def flow_run_processes(flow_run_id: Any) -> list[int]:
     """Return the PIDs of processes running the flow run (the worker sets this variable)."""
     marker = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
@@ -141,6 +165,9 @@ class Stack:
     worker: subprocess.Popen[bytes]
     rows: Callable[[], list[str]]
     """Every deployment, flow-run and work-pool row of the server's database, as text."""
+    watcher: subprocess.Popen[bytes] | None = None
+    watcher_env: dict[str, str] | None = None
+    watcher_log: Path | None = None
 
 
 async def wait_for_flow_run(
@@ -190,13 +217,13 @@ def named(name: str) -> Callable[[FlowRun], bool]:
     return lambda flow_run: flow_run.state is not None and flow_run.state.name == name
 
 
-def on_booking(booking_id: str) -> dict[str, Any]:
+def on_booking(booking_id: str, **changes: Any) -> dict[str, Any]:
     """Return deployment-run parameters that train the shipped defaults on ``booking_id``.
 
     A run's parameters replace the deployment's ``training`` parameter as a whole.
     """
     defaults = yaml.safe_load(SHIPPED_YAML.read_text())["definitions"]["training"]
-    return {"training": {**defaults, "booking": booking_id}}
+    return {"training": {**defaults, "booking": booking_id, **changes}}
 
 
 def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
@@ -215,7 +242,9 @@ async def suspend_on_spike(booking_id: str) -> FlowRun:
 
 async def train_until_stalled(stack: Stack, booking_id: str = STALLED_BOOKING) -> FlowRun:
     """Run the nightly deployment on a booking whose backend run stalls; return once it trains."""
-    flow_run = await run_deployment(NIGHTLY, parameters=on_booking(booking_id), timeout=0)
+    # In-process, so that a worker's process runs it while the test cancels (nothing defers).
+    params = on_booking(booking_id, mode="in-process")
+    flow_run = await run_deployment(NIGHTLY, parameters=params, timeout=0)
     await wait_for(lambda: [r for r in backend_runs(stack, booking_id) if not r.state.terminal])
     return flow_run
 

@@ -112,3 +112,30 @@ async def test_a_new_submission_lists_the_booking_s_active_runs_once(start_simul
 
 
 LIST_RUNS = "/v0/training-runs"
+
+
+async def test_running_a_finished_flow_run_again_re_attaches_and_submits_nothing(start_simulator):
+    # The flow run recorded its backend run: run again (as the watcher re-enters a lost one),
+    # it re-attaches to that run even though it finished, and sends no submission at all.
+    from prefect import get_client
+    from prefect.flow_engine import run_flow_async
+
+    simulator = start_simulator("default")
+    params = parameters(simulator)
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(ito_training, parameters=params)
+    first = await run_flow_async(
+        ito_training, flow_run=flow_run, parameters=params, return_type="state"
+    )
+    assert first.is_completed(), first.message
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run.id)
+
+    again = await run_flow_async(
+        ito_training, flow_run=flow_run, parameters=params, return_type="state"
+    )
+
+    assert again.is_completed(), again.message
+    submissions = [r for r in simulator.requests() if (r.method, r.path) == ("POST", LIST_RUNS)]
+    assert len(submissions) == 1
+    assert len(simulator.runs()) == 1

@@ -1,0 +1,77 @@
+"""``prefect-ito watch``: the watcher, started like ``prefect worker start``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Annotated
+
+from cyclopts import Parameter
+from prefect.settings import get_current_settings
+
+from prefect_ito.cli import app
+from prefect_ito.cli.errors import exit_with, run_command
+from prefect_ito.exceptions import InvalidParameters, PrefectServerRequired
+from prefect_ito.terminal import has_real_server
+from prefect_ito.watcher import Watcher
+
+__all__ = ["watch"]
+
+
+@app.command
+def watch(
+    *,
+    wait: Annotated[float, Parameter(help="Seconds one long-poll may wait for a change.")] = 30,
+    max_concurrency: Annotated[
+        int, Parameter(help="Long-polls at once on a backend without a change feed.")
+    ] = 32,
+    lost_after: Annotated[
+        float | None,
+        Parameter(
+            help="Seconds without a flow-run heartbeat before a running flow run counts as lost "
+            "and is re-entered (default: three heartbeat intervals, "
+            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY)."
+        ),
+    ] = None,
+) -> None:
+    """Resume deferred ito-training flow runs when their backend run changes; re-enter lost ones.
+
+    Run one (or two, for availability) beside your workers, with the same PREFECT_API_URL and
+    the backend's token in its own environment (ITO_COMPUTE_TOKEN) or keyring, never in Prefect.
+    It keeps no state: stop and start it at will.
+    """
+    if not has_real_server():
+        exit_with(
+            PrefectServerRequired(
+                "`prefect-ito watch` needs a real Prefect server: set PREFECT_API_URL"
+            )
+        )
+    if wait <= 0 or max_concurrency < 1 or (lost_after is not None and lost_after <= 0):
+        exit_with(
+            InvalidParameters("wait and lost_after must be positive, max_concurrency at least 1")
+        )
+    heartbeat = get_current_settings().flows.heartbeat_frequency or 180
+    watcher = Watcher(
+        wait=wait,
+        max_concurrency=max_concurrency,
+        lost_after=lost_after if lost_after is not None else 3 * heartbeat,
+    )
+    logging.getLogger("prefect_ito").setLevel(logging.INFO)
+    run_command(_watch(watcher))
+
+
+async def _watch(watcher: Watcher) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    logging.getLogger("prefect_ito.watcher").info(
+        "Watching deferred and lost ito-training flow runs (long-polls of %g s).", watcher.wait
+    )
+    task = asyncio.ensure_future(watcher.run(stop))
+    await stop.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

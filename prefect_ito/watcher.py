@@ -1,0 +1,336 @@
+"""``prefect-ito watch``: resume deferred training flow runs when their backend run changes, and
+re-enter flow runs whose process was lost.
+
+The watcher keeps no state of its own. Each sweep it asks Prefect which ``ito-training`` flow
+runs are deferred (suspended under a ``defer-`` pause key, with a :class:`Deferral` record beside
+it) and which were lost (a run from a deployment that crashed, or stopped sending heartbeats). It
+reads each deferred run's backend run once, resumes the flow runs whose run changed in a way the
+flow must handle, then waits for the next change: on the backend's account-wide change feed when
+the backend offers one, else on one long-poll per run, a bounded number at a time. A restarted
+watcher loses nothing (its first sweep reads everything again), and two watchers resume nothing
+twice (Prefect refuses to resume a run that is no longer paused).
+
+It never resumes a run that waits for a person (those pause under other keys), never decides
+anything, and never submits: a re-entered flow run re-attaches to the run it recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterDeploymentId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+    EventResourceFilter,
+)
+from prefect.exceptions import ObjectNotFound
+from prefect.flow_runs import aresume_flow_run
+from prefect.states import Scheduled
+
+from prefect_ito import deferral, desk
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.client import ItoClient
+from prefect_ito.contract import TrainingRun
+from prefect_ito.deferral import DEFER_PREFIX, Deferral
+from prefect_ito.exceptions import ItoError
+
+__all__ = ["FLOW_NAMES", "MAX_RECOVERIES", "Watcher"]
+
+logger = logging.getLogger("prefect_ito.watcher")
+
+FLOW_NAMES = ("ito-training", "ito-attach-training")
+"""The flows whose runs a watcher looks after."""
+
+MAX_RECOVERIES = 5
+"""How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
+
+_RECOVERY_PREFIX = "ito-recovery-"
+_HEARTBEAT = "prefect.flow-run.heartbeat"
+
+
+@dataclass
+class _Backend:
+    """One backend the deferred runs wait on: a client, and where its change feed stands."""
+
+    client: ItoClient
+    feed: bool
+    cursor: int | None = None
+
+
+@dataclass
+class Watcher:
+    """Resumes deferred flow runs on a change, and re-enters lost ones; see the module docstring.
+
+    Attributes:
+        wait: Seconds one long-poll (and so one sweep) may wait for a change.
+        max_concurrency: Per-run long-polls at once, for a backend without a change feed.
+        lost_after: Seconds without a heartbeat after which a running flow run counts as lost;
+            None never counts a running one lost (crashed ones are still re-entered).
+    """
+
+    wait: float = 30.0
+    max_concurrency: int = 32
+    lost_after: float | None = 540.0
+    resumed: list[UUID] = field(default_factory=list)
+    recovered: list[UUID] = field(default_factory=list)
+    _backends: dict[tuple[str, str | None], _Backend] = field(default_factory=dict)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweep until ``stop`` is set."""
+        try:
+            while not stop.is_set():
+                await self.sweep()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the backend clients."""
+        for backend in self._backends.values():
+            await backend.client.__aexit__(None, None, None)
+        self._backends.clear()
+
+    async def sweep(self) -> None:
+        """Re-enter lost runs; resume deferred runs that changed, then wait for one change."""
+        await self._recover_lost()
+        waiting = await self._deferred()
+        for (api_url, entry), group in _by_backend(waiting).items():
+            backend = await self._backend(api_url, entry)
+            if backend is None:
+                continue
+            pending = await self._check_all(backend, group)
+            if pending:
+                await self._wait_for_change(backend, pending)
+        if not waiting:
+            await asyncio.sleep(min(self.wait, 5.0))
+
+    # --- deferred runs ----------------------------------------------------------------------
+
+    async def _deferred(self) -> list[tuple[FlowRun, Deferral]]:
+        """Return every suspended training flow run that waits on a backend run, with its record."""
+        runs = await _flow_runs(StateType.PAUSED)
+        found = []
+        for flow_run in runs:
+            key = flow_run.state.state_details.pause_key if flow_run.state else None
+            if not key or not key.startswith(DEFER_PREFIX):
+                continue  # waits for a person, or for something else: never ours to resume
+            record = await deferral.read_deferral(flow_run.id, key)
+            if record is not None:
+                found.append((flow_run, record))
+        return found
+
+    async def _check_all(
+        self, backend: _Backend, group: list[tuple[FlowRun, Deferral]]
+    ) -> list[tuple[FlowRun, Deferral]]:
+        """Resume those whose run changed already; return the rest, which wait on."""
+        pending = []
+        for flow_run, record in group:
+            try:
+                run = await backend.client.get_training_run(record.run_id)
+            except ItoError as error:
+                logger.warning("Could not read backend run %s: %s", record.run_id, error)
+                continue
+            if _must_resume(record, run):
+                await self._resume(flow_run, record, run)
+            else:
+                pending.append((flow_run, record))
+        return pending
+
+    async def _wait_for_change(
+        self, backend: _Backend, pending: list[tuple[FlowRun, Deferral]]
+    ) -> None:
+        if backend.feed:
+            await self._wait_on_feed(backend, pending)
+        else:
+            await self._wait_per_run(backend, pending)
+
+    async def _wait_on_feed(
+        self, backend: _Backend, pending: list[tuple[FlowRun, Deferral]]
+    ) -> None:
+        if backend.cursor is None:
+            backend.cursor = (await backend.client.list_changes()).cursor
+        page = await backend.client.list_changes(
+            after=backend.cursor, wait=self._poll_wait(pending)
+        )
+        backend.cursor = page.cursor
+        moved = {change.run_id for change in page.changes}
+        await self._check_all(backend, [item for item in pending if item[1].run_id in moved])
+        await self._resume_due(pending)
+
+    async def _wait_per_run(
+        self, backend: _Backend, pending: list[tuple[FlowRun, Deferral]]
+    ) -> None:
+        limit = asyncio.Semaphore(self.max_concurrency)
+        wait = self._poll_wait(pending)
+
+        async def follow(flow_run: FlowRun, record: Deferral) -> None:
+            async with limit:
+                try:
+                    run = await backend.client.get_training_run(
+                        record.run_id, after_version=record.version, wait=wait
+                    )
+                except ItoError as error:
+                    logger.warning("Could not follow backend run %s: %s", record.run_id, error)
+                    return
+            if _must_resume(record, run):
+                await self._resume(flow_run, record, run)
+
+        await asyncio.gather(*(follow(flow_run, record) for flow_run, record in pending))
+        await self._resume_due(pending)
+
+    async def _resume_due(self, pending: Iterable[tuple[FlowRun, Deferral]]) -> None:
+        """Resume the runs whose deadline came while nothing changed."""
+        for flow_run, record in pending:
+            if record.past_deadline() and flow_run.id not in self.resumed:
+                await self._resume(flow_run, record, None)
+
+    def _poll_wait(self, pending: list[tuple[FlowRun, Deferral]]) -> float:
+        """Wait no longer than until the nearest deadline or stall limit comes due."""
+        now = deferral.wall_clock()
+        due = [self.wait]
+        for _, record in pending:
+            if record.deadline_at is not None:
+                due.append(record.deadline_at - now)
+            if record.stall_timeout is not None:
+                due.append(record.heartbeat_seen_at + record.stall_timeout - now)
+        return max(0.0, min(due))
+
+    async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun | None) -> None:
+        try:
+            await aresume_flow_run(flow_run.id)
+        except (RuntimeError, ObjectNotFound) as error:  # resumed or cancelled meanwhile
+            logger.debug("Flow run %s was not resumed: %s", flow_run.id, error)
+            return
+        self.resumed.append(flow_run.id)
+        what = f"version {run.version}, {run.state.value}" if run else "its limits came due"
+        logger.info(
+            "Resumed flow run %s: backend run %s moved (%s).", flow_run.id, record.run_id, what
+        )
+
+    async def _backend(self, api_url: str, entry: str | None) -> _Backend | None:
+        """Return the backend for a record, with a client whose token this process resolves."""
+        known = self._backends.get((api_url, entry))
+        if known is not None:
+            return known
+        try:
+            client = ItoCredentials(api_url=api_url, keyring_entry=entry).get_client()
+            await client.__aenter__()
+            feed = (await client.get_capabilities()).change_feed
+        except ItoError as error:
+            logger.warning("Cannot watch runs on %s: %s", api_url, error)
+            return None
+        backend = _Backend(client, feed)
+        self._backends[(api_url, entry)] = backend
+        return backend
+
+    # --- lost runs --------------------------------------------------------------------------
+
+    async def _recover_lost(self) -> None:
+        """Re-enter the training flow runs from deployments whose process is gone."""
+        lost = await _flow_runs(StateType.CRASHED)
+        if self.lost_after is not None:
+            lost += await self._silent(await _flow_runs(StateType.RUNNING))
+        for flow_run in lost:
+            await self._reenter(flow_run)
+
+    async def _silent(self, running: list[FlowRun]) -> list[FlowRun]:
+        """Return the running flow runs that sent no heartbeat for ``lost_after`` seconds."""
+        assert self.lost_after is not None
+        since = datetime.now(UTC) - timedelta(seconds=self.lost_after)
+        candidates = [
+            run
+            for run in running
+            if run.state and run.state.timestamp and run.state.timestamp < since
+        ]
+        if not candidates:
+            return []
+        alive = await _heartbeating({run.id for run in candidates}, since)
+        return [run for run in candidates if run.id not in alive]
+
+    async def _reenter(self, flow_run: FlowRun) -> None:
+        async with get_client() as client:
+            inputs = await client.filter_flow_run_input(
+                flow_run.id,
+                key_prefix=_RECOVERY_PREFIX,
+                limit=MAX_RECOVERIES + 1,
+                exclude_keys=set(),
+            )
+            if len(inputs) >= MAX_RECOVERIES:
+                logger.warning(
+                    "Flow run %s was lost %d times; left to a person.", flow_run.id, len(inputs)
+                )
+                return
+            key = f"{_RECOVERY_PREFIX}{len(inputs) + 1}"
+            with contextlib.suppress(Exception):  # another watcher took this one
+                await client.create_flow_run_input(flow_run.id, key, flow_run.state_name or "")
+                await client.set_flow_run_state(
+                    flow_run.id,
+                    Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
+                    force=True,
+                )
+                self.recovered.append(flow_run.id)
+                logger.info(
+                    "Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name
+                )
+
+
+def _must_resume(record: Deferral, run: TrainingRun) -> bool:
+    """Tell whether the flow must handle what became of ``run`` since it deferred."""
+    if run.version > record.version and desk.gate_settled(run, record.stage):
+        return True
+    return record.stalled(run.heartbeat_at) or record.past_deadline()
+
+
+def _by_backend(
+    waiting: list[tuple[FlowRun, Deferral]],
+) -> dict[tuple[str, str | None], list[tuple[FlowRun, Deferral]]]:
+    groups: dict[tuple[str, str | None], list[tuple[FlowRun, Deferral]]] = {}
+    for flow_run, record in waiting:
+        groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
+    return groups
+
+
+async def _flow_runs(state: StateType) -> list[FlowRun]:
+    """Return the training flow runs from deployments in ``state``."""
+    async with get_client() as client:
+        return await client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=list(FLOW_NAMES))),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[state])),
+                # Only a run from a deployment can suspend, and only a worker can re-enter one.
+                deployment_id=FlowRunFilterDeploymentId(is_null_=False),
+            ),
+            limit=None,
+        )
+
+
+async def _heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
+    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``."""
+    async with get_client() as client:
+        page = await client.read_events(
+            filter=EventFilter(
+                event=EventNameFilter(name=[_HEARTBEAT]),
+                resource=EventResourceFilter(
+                    id=[f"prefect.flow-run.{run_id}" for run_id in flow_run_ids]
+                ),
+                occurred=EventOccurredFilter(since=since),
+            ),
+            limit=200,
+        )
+    return {UUID(event.resource.id.rsplit(".", 1)[-1]) for event in page.events}

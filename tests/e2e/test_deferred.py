@@ -1,0 +1,87 @@
+"""Deferred supervision end to end: a real server, a process worker and `prefect-ito watch`.
+
+A deployment run waits on the backend with no process of its own, is resumed by the watcher when
+its run moves, survives the watcher's restart and the loss of its flow process, and ends with
+exactly one backend run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from e2e_stack import (
+    DEFER_BOOKING,
+    LOST_BOOKING,
+    NIGHTLY,
+    Stack,
+    backend_runs,
+    completed,
+    flow_run_processes,
+    on_booking,
+    start_watcher,
+    wait_for,
+    wait_for_flow_run,
+)
+from prefect import get_client
+from prefect.deployments import run_deployment
+
+from prefect_ito.contract import RunState
+
+SUBMIT = ("POST", "/v0/training-runs")
+
+
+def deferred(flow_run) -> bool:
+    state = flow_run.state
+    key = state.state_details.pause_key if state else None
+    return bool(state and state.is_paused() and key and key.startswith("defer-"))
+
+
+async def test_a_deferred_run_holds_no_process_and_ends_with_one_backend_run(stack: Stack):
+    flow_run = await run_deployment(
+        NIGHTLY, parameters=on_booking(DEFER_BOOKING, defer_after=1), timeout=0
+    )
+
+    waiting = await wait_for_flow_run(flow_run.id, deferred)
+    await wait_for(lambda: not flow_run_processes(flow_run.id))  # nobody holds a process
+
+    # The watcher may go away and come back at any time: it keeps no state of its own.
+    stop(stack.watcher)
+    assert stack.watcher_env is not None and stack.watcher_log is not None
+    stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
+
+    done = await wait_for_flow_run(flow_run.id, completed, timeout=300)
+
+    (run,) = backend_runs(stack, DEFER_BOOKING)
+    assert run.state is RunState.SUCCEEDED
+    assert done.run_count > waiting.run_count  # resumed from the deferral, more than once run
+    submissions = [r for r in stack.simulator.requests() if (r.method, r.path) == SUBMIT]
+    assert len([r for r in submissions if r.status < 300]) >= 1
+    assert len({r.idempotency_key for r in submissions}) == 1
+
+
+async def test_a_lost_flow_process_is_reentered_and_never_submits_again(stack: Stack):
+    flow_run = await run_deployment(
+        NIGHTLY, parameters=on_booking(LOST_BOOKING, mode="in-process"), timeout=0
+    )
+    await wait_for(lambda: backend_runs(stack, LOST_BOOKING))
+    pids = await wait_for(lambda: flow_run_processes(flow_run.id))
+
+    for pid in pids:  # the machine's flow process is lost
+        os.kill(pid, signal.SIGKILL)
+
+    done = await wait_for_flow_run(flow_run.id, completed, timeout=300)
+
+    (run,) = backend_runs(stack, LOST_BOOKING)
+    assert run.state is RunState.SUCCEEDED
+    async with get_client() as client:
+        inputs = await client.filter_flow_run_input(
+            done.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
+        )
+    assert len(inputs) >= 1  # the watcher re-entered it
+
+
+def stop(process) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        process.wait(timeout=30)
