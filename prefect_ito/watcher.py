@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
@@ -62,6 +61,7 @@ MAX_RECOVERIES = 5
 """How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
 
 _RECOVERY_PREFIX = "ito-recovery-"
+_CRASH_SETTLE_SECONDS = 15.0
 _HEARTBEAT = "prefect.flow-run.heartbeat"
 
 
@@ -75,11 +75,27 @@ class _Backend:
 
 
 @dataclass
+class _Seen:
+    """What the watcher last saw of a backend run: its version, and when its heartbeat moved."""
+
+    version: int
+    heartbeat_at: datetime
+    heartbeat_seen_at: float
+
+
+Waiting = tuple[FlowRun, Deferral]
+
+
+@dataclass
 class Watcher:
     """Resumes deferred flow runs on a change, and re-enters lost ones; see the module docstring.
 
+    What it holds in memory is only a cache of what Prefect and the backends say (records, which
+    never change under their key, and the last version and heartbeat seen of each run), so that
+    an idle sweep costs one change-feed request per backend, whatever the number of runs.
+
     Attributes:
-        wait: Seconds one long-poll (and so one sweep) may wait for a change.
+        wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
         max_concurrency: Per-run long-polls at once, for a backend without a change feed.
         lost_after: Seconds without a heartbeat after which a running flow run counts as lost;
             None never counts a running one lost (crashed ones are still re-entered).
@@ -91,6 +107,9 @@ class Watcher:
     resumed: list[UUID] = field(default_factory=list)
     recovered: list[UUID] = field(default_factory=list)
     _backends: dict[tuple[str, str | None], _Backend] = field(default_factory=dict)
+    _records: dict[tuple[UUID, str], Deferral] = field(default_factory=dict)
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+    _unread: set[str] = field(default_factory=set)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep until ``stop`` is set."""
@@ -114,7 +133,10 @@ class Watcher:
             backend = await self._backend(api_url, entry)
             if backend is None:
                 continue
-            pending = await self._check_all(backend, group)
+            # Read a run only when first seen or when a watchdog limit comes due; else wait.
+            due = [item for item in group if self._needs_reading(item[1])]
+            await self._read_and_judge(backend, due)
+            pending = [item for item in group if item[0].id not in self.resumed]
             if pending:
                 await self._wait_for_change(backend, pending)
         if not waiting:
@@ -122,105 +144,124 @@ class Watcher:
 
     # --- deferred runs ----------------------------------------------------------------------
 
-    async def _deferred(self) -> list[tuple[FlowRun, Deferral]]:
+    async def _deferred(self) -> list[Waiting]:
         """Return every suspended training flow run that waits on a backend run, with its record."""
-        runs = await _flow_runs(StateType.PAUSED)
         found = []
-        for flow_run in runs:
+        for flow_run in await _flow_runs(StateType.PAUSED):
             key = flow_run.state.state_details.pause_key if flow_run.state else None
             if not key or not key.startswith(DEFER_PREFIX):
                 continue  # waits for a person, or for something else: never ours to resume
-            record = await deferral.read_deferral(flow_run.id, key)
-            if record is not None:
-                found.append((flow_run, record))
+            record = self._records.get((flow_run.id, key))
+            if record is None:
+                record = await deferral.read_deferral(flow_run.id, key)
+                if record is None:
+                    continue  # suspending right now: the record comes first, look again soon
+                self._records[(flow_run.id, key)] = record
+                # A new deferral is read once: its run may have moved before the feed's cursor.
+                self._unread.add(record.run_id)
+            found.append((flow_run, record))
+        self.resumed = [run_id for run_id in self.resumed if run_id in {f.id for f, _ in found}]
         return found
 
-    async def _check_all(
-        self, backend: _Backend, group: list[tuple[FlowRun, Deferral]]
-    ) -> list[tuple[FlowRun, Deferral]]:
-        """Resume those whose run changed already; return the rest, which wait on."""
-        pending = []
-        for flow_run, record in group:
-            try:
-                run = await backend.client.get_training_run(record.run_id)
-            except ItoError as error:
-                logger.warning("Could not read backend run %s: %s", record.run_id, error)
-                continue
-            if _must_resume(record, run):
-                await self._resume(flow_run, record, run)
-            else:
-                pending.append((flow_run, record))
-        return pending
+    def _needs_reading(self, record: Deferral) -> bool:
+        if record.run_id in self._unread:
+            self._unread.discard(record.run_id)
+            return True
+        return self._due_in(record, self._seen.get(record.run_id)) <= 0
 
-    async def _wait_for_change(
-        self, backend: _Backend, pending: list[tuple[FlowRun, Deferral]]
-    ) -> None:
-        if backend.feed:
-            await self._wait_on_feed(backend, pending)
+    def _due_in(self, record: Deferral, seen: _Seen | None) -> float:
+        """Seconds until the stall limit or the deadline of ``record`` comes due."""
+        now = deferral.wall_clock()
+        due = [float("inf")]
+        if record.deadline_at is not None:
+            due.append(record.deadline_at - now)
+        if record.stall_timeout is not None:
+            moved = seen.heartbeat_seen_at if seen else record.heartbeat_seen_at
+            due.append(moved + record.stall_timeout - now)
+        return min(due)
+
+    async def _read_and_judge(self, backend: _Backend, items: list[Waiting]) -> None:
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def read(flow_run: FlowRun, record: Deferral) -> None:
+            async with limit:
+                try:
+                    run = await backend.client.get_training_run(record.run_id)
+                except ItoError as error:
+                    logger.warning("Could not read backend run %s: %s", record.run_id, error)
+                    return
+            await self._judge(flow_run, record, run)
+
+        await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
+
+    async def _judge(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
+        """Note what ``run`` shows, and resume the flow run if it must handle it."""
+        seen = self._observe(record, run)
+        if _must_resume(record, run, seen):
+            await self._resume(flow_run, record, run)
+
+    def _observe(self, record: Deferral, run: TrainingRun) -> _Seen:
+        before = self._seen.get(run.run_id)
+        if before is None and run.heartbeat_at == record.heartbeat_at:
+            moved = record.heartbeat_seen_at
+        elif before is not None and run.heartbeat_at == before.heartbeat_at:
+            moved = before.heartbeat_seen_at
         else:
-            await self._wait_per_run(backend, pending)
+            moved = deferral.wall_clock()
+        seen = _Seen(max(run.version, record.version), run.heartbeat_at, moved)
+        self._seen[run.run_id] = seen
+        return seen
 
-    async def _wait_on_feed(
-        self, backend: _Backend, pending: list[tuple[FlowRun, Deferral]]
-    ) -> None:
+    async def _wait_for_change(self, backend: _Backend, pending: list[Waiting]) -> None:
+        wait = max(
+            0.0, min([self.wait] + [self._due_in(r, self._seen.get(r.run_id)) for _, r in pending])
+        )
+        if backend.feed:
+            await self._wait_on_feed(backend, pending, wait)
+        else:
+            await self._wait_per_run(backend, pending, wait)
+
+    async def _wait_on_feed(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
         if backend.cursor is None:
             backend.cursor = (await backend.client.list_changes()).cursor
-        page = await backend.client.list_changes(
-            after=backend.cursor, wait=self._poll_wait(pending)
-        )
+        page = await backend.client.list_changes(after=backend.cursor, wait=wait)
         backend.cursor = page.cursor
         moved = {change.run_id for change in page.changes}
-        await self._check_all(backend, [item for item in pending if item[1].run_id in moved])
-        await self._resume_due(pending)
+        await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
 
-    async def _wait_per_run(
-        self, backend: _Backend, pending: list[tuple[FlowRun, Deferral]]
-    ) -> None:
+    async def _wait_per_run(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
         limit = asyncio.Semaphore(self.max_concurrency)
-        wait = self._poll_wait(pending)
 
         async def follow(flow_run: FlowRun, record: Deferral) -> None:
+            seen = self._seen.get(record.run_id)
+            after = seen.version if seen else record.version
             async with limit:
                 try:
                     run = await backend.client.get_training_run(
-                        record.run_id, after_version=record.version, wait=wait
+                        record.run_id, after_version=after, wait=wait
                     )
                 except ItoError as error:
                     logger.warning("Could not follow backend run %s: %s", record.run_id, error)
                     return
-            if _must_resume(record, run):
-                await self._resume(flow_run, record, run)
+            await self._judge(flow_run, record, run)
 
         await asyncio.gather(*(follow(flow_run, record) for flow_run, record in pending))
-        await self._resume_due(pending)
 
-    async def _resume_due(self, pending: Iterable[tuple[FlowRun, Deferral]]) -> None:
-        """Resume the runs whose deadline came while nothing changed."""
-        for flow_run, record in pending:
-            if record.past_deadline() and flow_run.id not in self.resumed:
-                await self._resume(flow_run, record, None)
-
-    def _poll_wait(self, pending: list[tuple[FlowRun, Deferral]]) -> float:
-        """Wait no longer than until the nearest deadline or stall limit comes due."""
-        now = deferral.wall_clock()
-        due = [self.wait]
-        for _, record in pending:
-            if record.deadline_at is not None:
-                due.append(record.deadline_at - now)
-            if record.stall_timeout is not None:
-                due.append(record.heartbeat_seen_at + record.stall_timeout - now)
-        return max(0.0, min(due))
-
-    async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun | None) -> None:
+    async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
+        if flow_run.id in self.resumed:
+            return
         try:
             await aresume_flow_run(flow_run.id)
         except (RuntimeError, ObjectNotFound) as error:  # resumed or cancelled meanwhile
             logger.debug("Flow run %s was not resumed: %s", flow_run.id, error)
             return
         self.resumed.append(flow_run.id)
-        what = f"version {run.version}, {run.state.value}" if run else "its limits came due"
         logger.info(
-            "Resumed flow run %s: backend run %s moved (%s).", flow_run.id, record.run_id, what
+            "Resumed flow run %s: backend run %s is at version %d (%s).",
+            flow_run.id,
+            record.run_id,
+            run.version,
+            run.state.value,
         )
 
     async def _backend(self, api_url: str, entry: str | None) -> _Backend | None:
@@ -243,7 +284,14 @@ class Watcher:
 
     async def _recover_lost(self) -> None:
         """Re-enter the training flow runs from deployments whose process is gone."""
-        lost = await _flow_runs(StateType.CRASHED)
+        # A worker reports a crash twice (its runner, then itself): re-entering in between would
+        # be undone by the second report, so a crash is left to settle first.
+        settled = datetime.now(UTC) - timedelta(seconds=_CRASH_SETTLE_SECONDS)
+        lost = [
+            run
+            for run in await _flow_runs(StateType.CRASHED)
+            if run.state and run.state.timestamp and run.state.timestamp < settled
+        ]
         if self.lost_after is not None:
             lost += await self._silent(await _flow_runs(StateType.RUNNING))
         for flow_run in lost:
@@ -290,11 +338,20 @@ class Watcher:
                 )
 
 
-def _must_resume(record: Deferral, run: TrainingRun) -> bool:
-    """Tell whether the flow must handle what became of ``run`` since it deferred."""
+def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) -> bool:
+    """Tell whether the flow must handle what became of ``run`` since it deferred.
+
+    ``seen`` carries when the heartbeat last moved, as this watcher saw it; without it, the
+    record's own heartbeat is the reference.
+    """
     if run.version > record.version and desk.gate_settled(run, record.stage):
         return True
-    return record.stalled(run.heartbeat_at) or record.past_deadline()
+    if seen is not None and record.stall_timeout is not None:
+        if deferral.wall_clock() - seen.heartbeat_seen_at > record.stall_timeout:
+            return True
+    elif record.stalled(run.heartbeat_at):
+        return True
+    return record.past_deadline()
 
 
 def _by_backend(

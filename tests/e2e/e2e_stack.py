@@ -171,16 +171,26 @@ class Stack:
 
 
 async def wait_for_flow_run(
-    flow_run_id: Any, done: Callable[[FlowRun], bool], timeout: float = TIMEOUT
+    flow_run_id: Any,
+    done: Callable[[FlowRun], bool],
+    timeout: float = TIMEOUT,
+    *,
+    crashes_recover: bool = False,
 ) -> FlowRun:
-    """Poll a flow run until ``done`` says so; fail if it ends in another final state."""
+    """Poll a flow run until ``done`` says so; fail if it ends in another final state.
+
+    With ``crashes_recover``, a Crashed state is not an end: the watcher re-enters such runs.
+    """
     async with asyncio.timeout(timeout), get_client() as client:
         while True:
             flow_run = await client.read_flow_run(flow_run_id)
             if done(flow_run):
                 return flow_run
             state = flow_run.state
-            assert state is None or not state.is_final(), f"{flow_run.name}: {state}"
+            final = state is not None and state.is_final()
+            assert not final or (crashes_recover and state.is_crashed()), (
+                f"{flow_run.name}: {state}"
+            )
             await asyncio.sleep(POLL)
 
 

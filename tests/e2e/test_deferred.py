@@ -54,7 +54,11 @@ async def test_a_deferred_run_holds_no_process_and_ends_with_one_backend_run(sta
 
     (run,) = backend_runs(stack, DEFER_BOOKING)
     assert run.state is RunState.SUCCEEDED
-    assert done.run_count > waiting.run_count  # resumed from the deferral, more than once run
+    async with get_client() as client:
+        history = [state.name for state in await client.read_flow_run_states(done.id)]
+    assert waiting.state_name == "Suspended"
+    assert "Running" in history[history.index("Suspended") :]  # resumed, by the new watcher
+    assert f"Resumed flow run {done.id}" in stack.watcher_log.read_text()
     submissions = [r for r in stack.simulator.requests() if (r.method, r.path) == SUBMIT]
     assert len([r for r in submissions if r.status < 300]) >= 1
     assert len({r.idempotency_key for r in submissions}) == 1
@@ -70,7 +74,7 @@ async def test_a_lost_flow_process_is_reentered_and_never_submits_again(stack: S
     for pid in pids:  # the machine's flow process is lost
         os.kill(pid, signal.SIGKILL)
 
-    done = await wait_for_flow_run(flow_run.id, completed, timeout=300)
+    done = await wait_for_flow_run(flow_run.id, completed, timeout=300, crashes_recover=True)
 
     (run,) = backend_runs(stack, LOST_BOOKING)
     assert run.state is RunState.SUCCEEDED
