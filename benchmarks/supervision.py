@@ -51,10 +51,11 @@ from prefect_ito.deferral import Deferral, deferral_key  # noqa: E402
 from prefect_ito.flows import ito_training  # noqa: E402
 from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402
 
-SIZES = (10, 100, 500)
-IDLE_SECONDS = 60.0
+SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "10,100,500").split(","))
+IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
 LATENCY_TRIALS = 10
 RESULTS = Path(__file__).with_name("results.json")
+WATCHER_LOG = Path(tempfile.gettempdir()) / "prefect-ito-bench-watcher.log"
 
 
 def start_server(home: Path) -> subprocess.Popen[bytes]:
@@ -104,10 +105,7 @@ async def submit_runs(url: str, n: int) -> list[TrainingRun]:
     async with ItoCredentials(api_url=url).get_client() as client:
         runs = []
         for i in range(n):
-            request = TrainingParameters(
-                booking=booking_id(i), model_size="8B", data=["catalog://ito/web"],
-                target="chat", budget_usd=1e5,
-            ).to_request(BookingClaim(booking_id=booking_id(i)))  # fmt: skip
+            request = training_for(booking_id(i)).to_request(BookingClaim(booking_id=booking_id(i)))
             submission = await client.submit_training_run(
                 request.to_submission(), idempotency_key=f"bench-{n}-{i}"
             )
@@ -115,12 +113,34 @@ async def submit_runs(url: str, n: int) -> list[TrainingRun]:
         return runs
 
 
+def training_for(booking: str) -> TrainingParameters:
+    """Return the training parameters of the benchmark's run on ``booking``."""
+    return TrainingParameters(
+        booking=booking, model_size="8B", data=["catalog://ito/web"], target="chat",
+        budget_usd=1e5,
+    )  # fmt: skip
+
+
+async def settled(url: str, runs: list[TrainingRun]) -> list[TrainingRun]:
+    """Return the runs once each is in its first stage (hours long at wall speed)."""
+    async with ItoCredentials(api_url=url).get_client() as client:
+        while True:
+            fresh = [await client.get_training_run(run.run_id) for run in runs]
+            if all(run.current_stage for run in fresh):
+                return fresh
+            await asyncio.sleep(0.5)
+
+
 async def defer_flow_runs(deployment: str, url: str, runs: list[TrainingRun]) -> list[str]:
     """Create one suspended flow run per backend run, as a deferring flow run leaves it."""
     ids = []
     async with get_client() as client:
-        for run in runs:
-            flow_run = await client.create_flow_run_from_deployment(deployment)  # type: ignore[arg-type]
+        for run in await settled(url, runs):
+            training = training_for(run.booking_id).model_dump(mode="json")
+            flow_run = await client.create_flow_run_from_deployment(
+                deployment,  # type: ignore[arg-type]
+                parameters={"training": training},
+            )
             await client.set_flow_run_state(flow_run.id, Running(), force=True)
             key = deferral_key(run)
             record = Deferral(
@@ -149,6 +169,7 @@ async def resume_latencies(url: str, runs: list[TrainingRun], flow_runs: list[st
             while await still_suspended(flow_run):
                 await asyncio.sleep(0.02)
             latencies.append(time.monotonic() - start)
+            assert latencies[-1] > 0.001
     return latencies
 
 
@@ -161,20 +182,29 @@ async def clear_flow_runs(flow_runs: list[str]) -> None:
 def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[str, float]:
     runs = asyncio.run(submit_runs(sim.url, n))
     flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs))
+    # Nothing resumes before the measurement: every run waits, as it would for hours.
+    assert all(asyncio.run(still_suspended(flow_run)) for flow_run in flow_runs[:3])
     env = {**os.environ, "ITO_COMPUTE_TOKEN": token}
     watcher = subprocess.Popen(
         [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         # The first sweep reads every deferred run once; then the watcher is idle.
-        while sum(1 for r in sim.requests() if r.path.startswith("/v0/training-runs/run_")) < n:
+        first = len(sim.requests())
+        while (
+            sum(1 for r in sim.requests()[first:] if r.path.startswith("/v0/training-runs/run_"))
+            < n
+        ):
             time.sleep(0.5)
         time.sleep(2)
         before = len(sim.requests())
         time.sleep(IDLE_SECONDS)
         idle = (len(sim.requests()) - before) / (IDLE_SECONDS / 60)
         rss = rss_mb(watcher.pid)
+        if os.environ.get("BENCH_DEBUG"):
+            for entry in sim.requests()[-12:]:
+                print(entry.time.isoformat(), entry.method, entry.path, entry.status)
         latencies = asyncio.run(resume_latencies(sim.url, runs, flow_runs))
     finally:
         watcher.terminate()
