@@ -36,7 +36,7 @@ ModelSize = Annotated[
 ManifestDigest = Annotated[
     str,
     StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$"),
-    Field(description="`sha256:<hex>` of the canonical JSON manifest of the request."),
+    Field(description="`sha256:<hex>` of the request's canonical manifest in RFC 8785 (JCS) form."),
 ]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
