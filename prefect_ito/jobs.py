@@ -125,7 +125,7 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
             ItoRunOutcome: the run ended without success (``GateFailed``, ``RunRefused``…), or
                 has not finished yet.
         """
-        if not self.run.state.terminal:
+        if not self.run.finished:
             raise ItoRunOutcome(f"run {self.run_id} has not finished", run_id=self.run_id)
         raise_for_outcome(self.run)
         return TrainingSummary.of(self.run)

@@ -109,7 +109,7 @@ def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
     seen = {stage.name: stage.status for stage in before.stages} if before else {}
     lines = []
     for stage in after.stages:
-        if seen.get(stage.name, StageStatus.PENDING) is stage.status:
+        if seen.get(stage.name, StageStatus.PENDING) == stage.status:
             continue
         gate = ""
         if stage.gate is not None and stage.gate.evals:

@@ -140,18 +140,19 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
     """
     limits = steps.supervision
     watchdog = Watchdog(stall_timeout=limits.stall_timeout, deadline=limits.deadline)
-    seen, before = 0, None
+    seen, before, noted = 0, None, set[str]()
     try:
         while True:
             seen = await _report(steps, run, seen)
             for line in reporting.stage_changes(before, run):
                 steps.logger.info("%s", line)
             before = run
-            if run.state.terminal:
+            if run.finished:
                 return run
             if await steps.interrupted():
                 raise CancelRequested(run)
-            if run.pending_action is not None:
+            _note_unknown(steps, run, noted)
+            if run.pending_action is not None and desk.decidable(run.pending_action):
                 decision = await steps.ask_person(run)
                 if decision is None:
                     raise CancelRequested(run)
@@ -169,12 +170,34 @@ async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, 
     """Cancel the workload of a cancelled flow run; return the last run seen and what happened."""
     steps.logger.info("Cancellation requested: cancelling backend workload %s.", run.run_id)
     final = await steps.cancel_workload(run.run_id, "the Prefect flow run was cancelled")
-    if final.state.terminal:
+    if final.finished:
         return final, f"Backend workload {run.run_id} cancelled ({final.state.value})."
     return final, (
         f"Cancel of backend workload {run.run_id} is unconfirmed: it was still "
         f"{final.state.value} after {desk.CANCEL_CONFIRM_SECONDS:g} s."
     )
+
+
+def _note_unknown(steps: Steps, run: TrainingRun, noted: set[str]) -> None:
+    """Say once what of the run this prefect-ito does not know, and that supervision goes on."""
+    if not run.state.known and f"state:{run.state.value}" not in noted:
+        noted.add(f"state:{run.state.value}")
+        steps.logger.warning(
+            "Backend run %s is in state %r, which this prefect-ito does not know: it is treated "
+            "as unfinished, and supervision goes on until the backend reports an end.",
+            run.run_id,
+            run.state.value,
+        )
+    action = run.pending_action
+    if action is not None and not desk.decidable(action) and action.action_id not in noted:
+        noted.add(action.action_id)
+        steps.logger.warning(
+            "Backend run %s waits for a decision on action %s of kind %r, which prefect-ito "
+            "cannot put to a person: decide it with a tool that knows it. Supervision goes on.",
+            run.run_id,
+            action.action_id,
+            action.kind.value,
+        )
 
 
 async def _report(steps: Steps, run: TrainingRun, seen: int) -> int:

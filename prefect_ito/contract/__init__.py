@@ -43,6 +43,7 @@ from prefect_ito.contract.envelope import (
     ModelSize,
     NonEmptyStr,
 )
+from prefect_ito.contract.open_enum import OpenEnum
 from prefect_ito.contract.requests import (
     CancelRequest,
     DecisionChoice,
@@ -51,6 +52,7 @@ from prefect_ito.contract.requests import (
     TrainingRunRequest,
 )
 from prefect_ito.contract.runs import (
+    ActionKind,
     Checkpoint,
     CheckpointRef,
     DataPrepDetails,
@@ -90,6 +92,7 @@ __all__ = [
     "REQUEST_ID_HEADER",
     "RESUME_TARGET_SECONDS",
     "SCHEMA_VERSION",
+    "ActionKind",
     "ApiError",
     "BookingStatus",
     "CancelRequest",
@@ -117,6 +120,7 @@ __all__ = [
     "ManifestDigest",
     "ModelSize",
     "NonEmptyStr",
+    "OpenEnum",
     "ParallelismPlan",
     "PendingAction",
     "PostTraining",

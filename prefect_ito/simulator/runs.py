@@ -192,4 +192,5 @@ class RunRecord:
             ),
             telemetry=self.telemetry,
             outcome=self.outcome,
+            terminal=self.state.terminal,
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from prefect_ito.contract import BookingStatus, TrainingEligibility
 
@@ -41,6 +41,14 @@ class SimBooking(_Spec):
     fabric: str = "InfiniBand"
     region: str = "eu-north-1"
     term_end: datetime = datetime.fromisoformat("2026-06-30T00:00:00+00:00")
+
+    @field_validator("status")
+    @classmethod
+    def _known_status(cls, status: BookingStatus) -> BookingStatus:
+        # The contract's enum is open for answers; a scenario file must still spell it right.
+        if not status.known:
+            raise ValueError(f"unknown booking status {status.value!r}")
+        return status
 
     @property
     def gpus(self) -> int:
