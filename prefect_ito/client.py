@@ -63,6 +63,7 @@ from prefect_ito.contract import (
     WhoAmI,
 )
 from prefect_ito.exceptions import ItoTransportError
+from prefect_ito.provenance import Provenance, ResponseNotes
 from prefect_ito.settings import ItoSettings
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "ItoClient"]
@@ -142,6 +143,7 @@ class ItoClient:
         self._max_retries = max_retries
         self._budget = retry_budget or retry_budget_for(self._base_url)
         self._sleep = sleep
+        self._notes = ResponseNotes(self._base_url)
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             auth=BearerAuth(token) if token is not None else None,
@@ -181,6 +183,11 @@ class ItoClient:
     def base_url(self) -> str:
         """The backend's root URL."""
         return self._base_url
+
+    @property
+    def provenance(self) -> Provenance | None:
+        """What the backend's last answer said of its origin; None before any answer."""
+        return self._notes.provenance
 
     async def __aenter__(self) -> ItoClient:
         return self
@@ -393,10 +400,12 @@ class ItoClient:
                 if delay is None:
                     raise
             else:
+                self._notes.observe_headers(call.endpoint, response)
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 delay = self._retry_delay(call, attempt, response.status_code, retry_after)
                 if delay is None:
-                    return parse_response(response, model, call.endpoint)
+                    observe = self._notes.observe_envelope
+                    return parse_response(response, model, call.endpoint, observe=observe)
             logger.debug("Retrying %s in %.2f s (retry %d)", call.endpoint, delay, attempt + 1)
             await self._sleep(delay)
             attempt += 1

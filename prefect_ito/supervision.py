@@ -29,6 +29,7 @@ from prefect_ito.exceptions import (
 )
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.provenance import Provenance
 
 Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
@@ -95,6 +96,10 @@ class Steps(ABC):
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
         """Cancel the backend workload (never the booking); return the last run seen."""
 
+    @abstractmethod
+    def provenance(self) -> Provenance | None:
+        """Return what the backend last said of its answers' origin; None before any answer."""
+
     async def interrupted(self) -> bool:
         """Tell whether a person cancelled the flow run; raise ``Detached`` on a detach."""
         return await stop_requested(current_flow_run_id())
@@ -141,6 +146,7 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
     limits = steps.supervision
     watchdog = Watchdog(stall_timeout=limits.stall_timeout, deadline=limits.deadline)
     seen, before, noted = 0, None, set[str]()
+    _log_provenance(steps)
     try:
         while True:
             seen = await _report(steps, run, seen)
@@ -176,6 +182,16 @@ async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, 
         f"Cancel of backend workload {run.run_id} is unconfirmed: it was still "
         f"{final.state.value} after {desk.CANCEL_CONFIRM_SECONDS:g} s."
     )
+
+
+def _log_provenance(steps: Steps) -> None:
+    """Say in the flow's log where the backend's answers come from (a warning if surprising)."""
+    provenance = steps.provenance()
+    if provenance is None:
+        return
+    if provenance.surprising:
+        steps.logger.warning("%s", provenance.warning())
+    steps.logger.info("%s", provenance.describe())
 
 
 def _note_unknown(steps: Steps, run: TrainingRun, noted: set[str]) -> None:
@@ -261,3 +277,6 @@ class ClientSteps(Steps):
 
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
         return await desk.cancel_workload(self.client, run_id, reason=reason)
+
+    def provenance(self) -> Provenance | None:
+        return self.client.provenance

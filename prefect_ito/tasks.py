@@ -25,6 +25,7 @@ from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import BackendUnavailable, ItoTransportError, RateLimited
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.provenance import Provenance, last_seen
 from prefect_ito.supervision import Steps
 
 P = ParamSpec("P")
@@ -212,3 +213,7 @@ class TaskSteps(Steps):
         return await cancel_training_workload(
             self.credentials, run_id, reason, desk.CANCEL_CONFIRM_SECONDS
         )
+
+    def provenance(self) -> Provenance | None:
+        # Each task has a client of its own; what they saw is kept per backend in the process.
+        return last_seen(self.credentials.api_url)
