@@ -26,13 +26,12 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from prefect_ito._retry import _backend_key
+from prefect_ito.contract import DEPRECATION_HEADER, SUNSET_HEADER
 
 __all__ = ["Provenance", "ResponseNotes", "is_loopback", "last_seen", "seen"]
 
 logger = logging.getLogger("prefect_ito.client")
 
-DEPRECATION_HEADER = "Deprecation"
-SUNSET_HEADER = "Sunset"
 _MAX_NOTE = 500
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Final, Generic, TypeVar
+from typing import Annotated, Final, Generic, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -17,6 +17,12 @@ API_PREFIX = "/v0"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 REQUEST_ID_HEADER = "X-Request-Id"
+RETRY_AFTER_HEADER = "Retry-After"
+DEPRECATION_HEADER = "Deprecation"
+SUNSET_HEADER = "Sunset"
+ID_MAX_LENGTH = 128
+"""The longest booking, run or action id, wherever it appears: body, path or query."""
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
 MAX_WAIT_SECONDS = 60
 """The longest ``wait`` a long-poll read may ask for; longer values are capped."""
 DETECT_TARGET_SECONDS = 600
@@ -39,6 +45,11 @@ ManifestDigest = Annotated[
     Field(description="`sha256:<hex>` of the request's canonical manifest in RFC 8785 (JCS) form."),
 ]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+BookingId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
+    Field(description="A booking's id at the Itô desk."),
+]
 
 
 class _Model(BaseModel):
@@ -103,13 +114,25 @@ class ApiError(_Model):
     field: str | None = Field(default=None, description="The offending request field, if any.")
 
 
-class Envelope(_Model, Generic[T]):
-    """Every response body: ``ok`` with ``data``, or not ``ok`` with ``error``."""
+_LIVE = Field(description="True only when a live production backend produced this answer.")
+_NOTICE = Field(default=None, description="A human note, e.g. a simulator banner.")
 
-    ok: bool
-    live_api_contacted: bool = Field(
-        description="True only when a live production backend produced this answer."
-    )
-    notice: str | None = Field(default=None, description="A human note, e.g. a simulator banner.")
-    data: T | None = None
-    error: ApiError | None = None
+
+class Envelope(_Model, Generic[T]):
+    """A successful answer: ``ok`` is true and ``data`` holds it (see :class:`ErrorEnvelope`)."""
+
+    ok: Literal[True]
+    live_api_contacted: bool = _LIVE
+    notice: str | None = _NOTICE
+    data: T
+    error: None = None
+
+
+class ErrorEnvelope(_Model):
+    """A failed answer: ``ok`` is false and ``error`` says why."""
+
+    ok: Literal[False]
+    live_api_contacted: bool = _LIVE
+    notice: str | None = _NOTICE
+    data: None = None
+    error: ApiError

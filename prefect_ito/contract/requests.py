@@ -13,7 +13,13 @@ from pydantic import (
 )
 
 from prefect_ito.contract.bookings import PostTraining
-from prefect_ito.contract.envelope import ManifestDigest, ModelSize, NonEmptyStr, _Model
+from prefect_ito.contract.envelope import (
+    BookingId,
+    ManifestDigest,
+    ModelSize,
+    NonEmptyStr,
+    _Model,
+)
 from prefect_ito.contract.jcs import canonicalize
 
 
@@ -22,7 +28,7 @@ class TrainingRequest(_Model):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    booking_id: NonEmptyStr
+    booking_id: BookingId
     model_size: ModelSize
     data_refs: list[NonEmptyStr] = Field(min_length=1, description="Data references to train on.")
     target: NonEmptyStr = Field(description="The capability to train for.")

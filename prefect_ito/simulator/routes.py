@@ -9,7 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from prefect_ito.contract import (
+    ID_MAX_LENGTH,
     IDEMPOTENCY_HEADER,
+    IDEMPOTENCY_KEY_MAX_LENGTH,
     MAX_WAIT_SECONDS,
     REPLAYED_HEADER,
     CancelRequest,
@@ -24,7 +26,7 @@ from prefect_ito.contract import (
     TrainingRunList,
     TrainingRunRequest,
 )
-from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented_errors, ok
+from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented, ok
 from prefect_ito.simulator.state import Account, SimState, SimStateDep
 
 router = APIRouter(prefix="/v0", tags=["training"])
@@ -34,19 +36,27 @@ IdempotencyKey = Annotated[
     Header(
         alias=IDEMPOTENCY_HEADER,
         min_length=1,
-        max_length=255,
+        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
         description="One key per logical submission; resend it on every retry.",
     ),
 ]
 OptionalIdempotencyKey = Annotated[
     str | None,
-    Header(alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, description="Optional."),
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
+        description="Optional: one key per logical request; resend it on every retry.",
+    ),
 ]
-RunId = Annotated[str, Path(min_length=1, max_length=128)]
+RunId = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
+BookingIdPath = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
 
 
-def _errors(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
-    return documented_errors(*AUTHENTICATED_ERRORS, *codes)
+def _errors(
+    *codes: ErrorCode, status: int = 200, replay: type | None = None
+) -> dict[int | str, Any]:
+    return documented(*AUTHENTICATED_ERRORS, *codes, status=status, replay=replay)
 
 
 @router.get("/capabilities", responses=_errors())
@@ -59,7 +69,7 @@ async def get_capabilities(state: SimStateDep, _: Account) -> Envelope[Capabilit
     "/bookings/{booking_id}/training-eligibility", responses=_errors(ErrorCode.BOOKING_NOT_FOUND)
 )
 async def get_training_eligibility(
-    state: SimStateDep, _: Account, booking_id: Annotated[str, Path(min_length=1, max_length=128)]
+    state: SimStateDep, _: Account, booking_id: BookingIdPath
 ) -> Envelope[TrainingEligibility]:
     """The backend's view of a booking: the only proof that it exists and may train."""
     return ok(state.engine.eligibility(booking_id))
@@ -68,16 +78,15 @@ async def get_training_eligibility(
 @router.post(
     "/training-runs",
     status_code=201,
-    responses={
-        200: {"model": Envelope[Submission], "description": "A replay of an earlier submission."},
-        **_errors(
-            ErrorCode.BOOKING_NOT_FOUND,
-            ErrorCode.BOOKING_NOT_ELIGIBLE,
-            ErrorCode.IDEMPOTENCY_KEY_REUSED,
-            ErrorCode.BOOKING_BUSY,
-            ErrorCode.CAPABILITY_NOT_AVAILABLE,
-        ),
-    },
+    responses=_errors(
+        ErrorCode.BOOKING_NOT_FOUND,
+        ErrorCode.BOOKING_NOT_ELIGIBLE,
+        ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.BOOKING_BUSY,
+        ErrorCode.CAPABILITY_NOT_AVAILABLE,
+        status=201,
+        replay=Envelope[Submission],
+    ),
 )
 async def create_training_run(
     state: SimStateDep,
@@ -101,8 +110,10 @@ async def create_training_run(
 async def list_training_runs(
     state: SimStateDep,
     account: Account,
-    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
-    booking_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    idempotency_key: Annotated[
+        str | None, Query(min_length=1, max_length=IDEMPOTENCY_KEY_MAX_LENGTH)
+    ] = None,
+    booking_id: Annotated[str | None, Query(min_length=1, max_length=ID_MAX_LENGTH)] = None,
     active: bool | None = None,
 ) -> Envelope[TrainingRunList]:
     """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach."""
@@ -162,7 +173,7 @@ async def decide_action(
     state: SimStateDep,
     account: Account,
     run_id: RunId,
-    action_id: Annotated[str, Path(min_length=1, max_length=128)],
+    action_id: Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)],
     body: DecisionRequest,
     key: OptionalIdempotencyKey = None,
 ) -> Envelope[TrainingRun]:

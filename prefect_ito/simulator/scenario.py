@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from prefect_ito.contract import BookingStatus, TrainingEligibility
+from prefect_ito.contract import ID_MAX_LENGTH, BookingStatus, TrainingEligibility
 
 CURRICULUM_STAGES = ("pretrain", "mid_train", "long_context")
 POST_TRAINING_STAGES = ("post_training.sft", "post_training.dpo", "post_training.rlvr")
@@ -33,7 +33,7 @@ class _Spec(BaseModel):
 class SimBooking(_Spec):
     """A booking on file. The simulator never changes a booking's status by itself."""
 
-    booking_id: str = Field(min_length=1)
+    booking_id: str = Field(min_length=1, max_length=ID_MAX_LENGTH)
     status: BookingStatus
     gpu_sku: str = "H200"
     node_count: int = Field(default=2, ge=1)
@@ -167,6 +167,9 @@ class Faults(_Spec):
     seed: int = 0
     unavailable_rate: float = Field(default=0.0, ge=0, le=1, description="Share of 503s.")
     rate_limited_rate: float = Field(default=0.0, ge=0, le=1, description="Share of 429s.")
+    internal_error_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of requests that fail with an exception (500)."
+    )
     retry_after_seconds: int = Field(default=1, ge=0)
     latency_seconds: float = Field(default=0.0, ge=0, le=30)
     revoke_tokens_after_seconds: float | None = Field(
