@@ -132,6 +132,22 @@ def parse_response(
     return data
 
 
+def peek_error_code(response: httpx.Response) -> str | None:
+    """Return the ``error.code`` of a 409 answer without parsing it further; else None.
+
+    Only a 409 needs its code to decide on a retry (``IDEMPOTENCY_KEY_IN_FLIGHT`` is the one to
+    retry), so no other answer is read twice.
+    """
+    if response.status_code != 409:
+        return None
+    try:
+        error = json.loads(response.content).get("error")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
+
+
 def _json_object(response: httpx.Response, endpoint: str) -> dict[str, Any]:
     try:
         body = json.loads(response.content)

@@ -32,7 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, SecretStr
 
-from prefect_ito._http import BearerAuth, map_transport_errors, parse_response
+from prefect_ito._http import BearerAuth, map_transport_errors, parse_response, peek_error_code
 from prefect_ito._retry import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
@@ -396,13 +396,14 @@ class ItoClient:
                     found = await recover()
                     if found is not None:
                         return found
-                delay = self._retry_delay(call, attempt, status_code=None, retry_after=None)
+                delay = self._retry_delay(call, attempt, None, None, None)
                 if delay is None:
                     raise
             else:
                 self._notes.observe_headers(call.endpoint, response)
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                delay = self._retry_delay(call, attempt, response.status_code, retry_after)
+                code = peek_error_code(response)
+                delay = self._retry_delay(call, attempt, response.status_code, retry_after, code)
                 if delay is None:
                     observe = self._notes.observe_envelope
                     return parse_response(response, model, call.endpoint, observe=observe)
@@ -411,7 +412,12 @@ class ItoClient:
             attempt += 1
 
     def _retry_delay(
-        self, call: _Call, attempt: int, status_code: int | None, retry_after: float | None
+        self,
+        call: _Call,
+        attempt: int,
+        status_code: int | None,
+        retry_after: float | None,
+        error_code: str | None,
     ) -> float | None:
         """Return the wait before the next attempt, or None if there is to be none."""
         if not should_retry(
@@ -421,6 +427,7 @@ class ItoClient:
             attempt=attempt,
             max_retries=self._max_retries,
             retry_after=retry_after,
+            error_code=error_code,
         ):
             return None
         if not self._budget.try_spend():

@@ -22,7 +22,12 @@ from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
 from prefect_ito.desk import Watchdog
-from prefect_ito.exceptions import BackendUnavailable, ItoTransportError, RateLimited
+from prefect_ito.exceptions import (
+    BackendUnavailable,
+    IdempotencyKeyInFlight,
+    ItoTransportError,
+    RateLimited,
+)
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
 from prefect_ito.provenance import Provenance, last_seen
@@ -46,9 +51,10 @@ __all__ = [
 
 
 def _transient(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
-    """Retry only what may pass by itself: lost connections, 503 and 429."""
+    """Retry only what may pass by itself: lost connections, 503, 429, a key still in flight."""
     error = state.result(raise_on_failure=False, _sync=True)  # type: ignore[call-overload]
-    return isinstance(error, ItoTransportError | BackendUnavailable | RateLimited)
+    transient = ItoTransportError | BackendUnavailable | RateLimited | IdempotencyKeyInFlight
+    return isinstance(error, transient)
 
 
 def _retried_task(

@@ -23,6 +23,8 @@ SUNSET_HEADER = "Sunset"
 ID_MAX_LENGTH = 128
 """The longest booking, run or action id, wherever it appears: body, path or query."""
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
+IDEMPOTENCY_KEY_RETENTION_SECONDS = 86_400
+"""A backend keeps an idempotency key at least this long (24 h) after its first use."""
 MAX_WAIT_SECONDS = 60
 """The longest ``wait`` a long-poll read may ask for; longer values are capped."""
 DETECT_TARGET_SECONDS = 600
@@ -69,6 +71,7 @@ class ErrorCode(StrEnum):
     BOOKING_NOT_ELIGIBLE = "BOOKING_NOT_ELIGIBLE"
     CAPABILITY_NOT_AVAILABLE = "CAPABILITY_NOT_AVAILABLE"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    IDEMPOTENCY_KEY_IN_FLIGHT = "IDEMPOTENCY_KEY_IN_FLIGHT"
     BOOKING_BUSY = "BOOKING_BUSY"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     ACTION_NOT_PENDING = "ACTION_NOT_PENDING"
@@ -91,6 +94,7 @@ ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.BOOKING_NOT_ELIGIBLE: 409,
     ErrorCode.CAPABILITY_NOT_AVAILABLE: 501,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 409,
+    ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT: 409,
     ErrorCode.BOOKING_BUSY: 409,
     ErrorCode.RUN_NOT_FOUND: 404,
     ErrorCode.ACTION_NOT_PENDING: 409,

@@ -8,8 +8,9 @@ thread-safe: the app calls it from its event loop only.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from uuid import uuid4
 
@@ -52,11 +53,16 @@ class SimError(Exception):
         self.headers = headers or {}
 
 
+IN_FLIGHT_RETRY_AFTER_SECONDS = 1
+"""The ``Retry-After`` of a 409 ``IDEMPOTENCY_KEY_IN_FLIGHT``."""
+
+
 @dataclass(frozen=True)
 class _Claim:
-    """What an idempotency key was first used for, and the run it made (if a submission)."""
+    """What an idempotency key was first used for, when (real clock), and the run it made."""
 
     fingerprint: str
+    at: float
     run_id: str | None = None
 
 
@@ -84,6 +90,7 @@ class Engine:
         self._pipelines: dict[str, Pipeline] = {}
         self._waits: dict[str, float] = {}
         self._claims: dict[tuple[str, str], _Claim] = {}
+        self._in_flight: set[tuple[str, str]] = set()
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -198,7 +205,7 @@ class Engine:
         self.advance()
         runs = [rec for rec in self.runs.values() if rec.account == account]
         if idempotency_key is not None:
-            claim = self._claims.get((account, idempotency_key))
+            claim = self._claim(account, idempotency_key)
             runs = [rec for rec in runs if claim is not None and rec.run_id == claim.run_id]
         if booking_id is not None:
             runs = [rec for rec in runs if rec.request.booking_id == booking_id]
@@ -214,9 +221,43 @@ class Engine:
 
     # --- writes ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def keyed_write(self, account: str, key: str | None) -> Iterator[None]:
+        """Hold an idempotency key while a write with it is processed.
+
+        Raises:
+            SimError: ``IDEMPOTENCY_KEY_IN_FLIGHT`` while another request holds the same key.
+        """
+        if key is None:
+            yield
+            return
+        if (account, key) in self._in_flight:
+            raise SimError(
+                ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
+                "a request with this Idempotency-Key is still being processed",
+                headers={"Retry-After": str(IN_FLIGHT_RETRY_AFTER_SECONDS)},
+            )
+        self._in_flight.add((account, key))
+        try:
+            yield
+        finally:
+            self._in_flight.discard((account, key))
+
+    def _claim(self, account: str, key: str) -> _Claim | None:
+        """Return the earlier use of a key, forgetting it once its retention has passed."""
+        claim = self._claims.get((account, key))
+        retention = self.scenario.idempotency_key_retention_seconds
+        if claim is not None and self._clock() - claim.at >= retention:
+            del self._claims[(account, key)]
+            return None
+        return claim
+
+    def _remember(self, account: str, key: str, fingerprint: str, run_id: str | None) -> None:
+        self._claims[(account, key)] = _Claim(fingerprint, self._clock(), run_id)
+
     def _check_key(self, account: str, key: str | None, fingerprint: str) -> _Claim | None:
         """Return the earlier use of this key, refusing one with a different request."""
-        claim = self._claims.get((account, key)) if key is not None else None
+        claim = self._claim(account, key) if key is not None else None
         if claim is not None and claim.fingerprint != fingerprint:
             raise SimError(
                 ErrorCode.IDEMPOTENCY_KEY_REUSED,
@@ -254,10 +295,10 @@ class Engine:
             if rec.request.manifest_digest != request.manifest_digest:
                 raise SimError(ErrorCode.BOOKING_BUSY, "the booking has an unfinished run")
             # The same manifest on the same booking is the same logical submission.
-            self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
+            self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
         rec = self._create(account, key, request, booking)
-        self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
+        self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)
 
     def _create(
@@ -295,8 +336,8 @@ class Engine:
             if rec.pending_action is None or rec.pending_action.action_id != action_id:
                 raise SimError(ErrorCode.ACTION_NOT_PENDING, "no such pending action")
             self._apply(rec, action_id, body)
-        if key is not None:
-            self._claims[(account, key)] = _Claim(fingerprint)
+        if key is not None and self._claim(account, key) is None:
+            self._remember(account, key, fingerprint, None)
         return rec.snapshot()
 
     def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest) -> None:
@@ -328,8 +369,8 @@ class Engine:
             rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
             self._stop(rec, StageStatus.CANCELLED)
             rec.finish(RunState.CANCELLED, "CANCELLED", reason)
-        if key is not None:
-            self._claims[(account, key)] = _Claim(fingerprint)
+        if key is not None and self._claim(account, key) is None:
+            self._remember(account, key, fingerprint, None)
         return rec.snapshot()
 
     def add_booking(self, booking: SimBooking) -> None:

@@ -110,8 +110,9 @@ def documented(
             },
         )
         entry["description"] += ("" if entry["description"].endswith(": ") else ", ") + code.value
-        if error_status in _RETRY_STATUSES:
-            required = _RETRY_STATUSES[error_status]
+        if error_status in _RETRY_STATUSES or code is ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT:
+            # A 409 carries it only with IDEMPOTENCY_KEY_IN_FLIGHT, so it is optional there.
+            required = _RETRY_STATUSES.get(error_status, False)
             entry["headers"][RETRY_AFTER_HEADER] = {**RETRY_AFTER, "required": required}
     return responses
 

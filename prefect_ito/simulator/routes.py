@@ -82,6 +82,7 @@ async def get_training_eligibility(
         ErrorCode.BOOKING_NOT_FOUND,
         ErrorCode.BOOKING_NOT_ELIGIBLE,
         ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
         ErrorCode.BOOKING_BUSY,
         ErrorCode.CAPABILITY_NOT_AVAILABLE,
         status=201,
@@ -97,7 +98,9 @@ async def create_training_run(
     response: Response,
 ) -> Envelope[Submission]:
     """Submit a training run; the same key and body replay the existing run."""
-    submitted = state.engine.submit(account, key, body)
+    with state.engine.keyed_write(account, key):
+        await _commit_delay(state)
+        submitted = state.engine.submit(account, key, body)
     if submitted.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"
@@ -167,6 +170,7 @@ async def list_run_events(
         ErrorCode.ACTION_NOT_PENDING,
         ErrorCode.DECISION_CONFLICT,
         ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
     ),
 )
 async def decide_action(
@@ -178,12 +182,18 @@ async def decide_action(
     key: OptionalIdempotencyKey = None,
 ) -> Envelope[TrainingRun]:
     """Approve or reject a pending human-gated action; repeating the same decision is safe."""
-    return ok(state.engine.decide(account, run_id, action_id, body, key))
+    with state.engine.keyed_write(account, key):
+        await _commit_delay(state)
+        return ok(state.engine.decide(account, run_id, action_id, body, key))
 
 
 @router.post(
     "/training-runs/{run_id}/cancel",
-    responses=_errors(ErrorCode.RUN_NOT_FOUND, ErrorCode.IDEMPOTENCY_KEY_REUSED),
+    responses=_errors(
+        ErrorCode.RUN_NOT_FOUND,
+        ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
+    ),
 )
 async def cancel_training_run(
     state: SimStateDep,
@@ -193,4 +203,13 @@ async def cancel_training_run(
     key: OptionalIdempotencyKey = None,
 ) -> Envelope[TrainingRun]:
     """Cancel the run's workload (never the booking); a finished run is returned unchanged."""
-    return ok(state.engine.cancel(account, run_id, body or CancelRequest(), key))
+    with state.engine.keyed_write(account, key):
+        await _commit_delay(state)
+        return ok(state.engine.cancel(account, run_id, body or CancelRequest(), key))
+
+
+async def _commit_delay(state: SimState) -> None:
+    """Keep a keyed write in flight for the scenario's ``commit_delay_seconds``."""
+    delay = state.faults.config.commit_delay_seconds
+    if delay:
+        await asyncio.sleep(delay)

@@ -16,7 +16,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from prefect_ito.contract import ID_MAX_LENGTH, BookingStatus, TrainingEligibility
+from prefect_ito.contract import (
+    ID_MAX_LENGTH,
+    IDEMPOTENCY_KEY_RETENTION_SECONDS,
+    BookingStatus,
+    TrainingEligibility,
+)
 
 CURRICULUM_STAGES = ("pretrain", "mid_train", "long_context")
 POST_TRAINING_STAGES = ("post_training.sft", "post_training.dpo", "post_training.rlvr")
@@ -178,6 +183,13 @@ class Faults(_Spec):
     drop_response_after_commit: int = Field(
         default=0, ge=0, description="Drop the answer to this many new submissions, after commit."
     )
+    commit_delay_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=30,
+        description="Real seconds a keyed write (submit, decide, cancel) is in flight before it "
+        "commits; the same key meanwhile gets 409 IDEMPOTENCY_KEY_IN_FLIGHT.",
+    )
 
 
 class Scenario(_Spec):
@@ -190,6 +202,11 @@ class Scenario(_Spec):
     start_at: datetime = datetime.fromisoformat("2026-03-02T00:00:00+00:00")
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)
+    idempotency_key_retention_seconds: float = Field(
+        default=IDEMPOTENCY_KEY_RETENTION_SECONDS,
+        gt=0,
+        description="Real seconds an idempotency key is kept after its first use.",
+    )
     bookings: list[SimBooking]
     run: RunScript
     booking_overrides: dict[str, dict[str, Any]] = Field(
