@@ -22,6 +22,8 @@ class RunState(OpenEnum):
     ACCEPTED = "accepted"
     RUNNING = "running"
     AWAITING_DECISION = "awaiting_decision"
+    CANCELLING = "cancelling"
+    """A cancel was accepted and the workload is being stopped: not an end yet (v0.1)."""
     SUCCEEDED = "succeeded"
     GATE_FAILED = "gate_failed"
     REFUSED = "refused"

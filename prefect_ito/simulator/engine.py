@@ -111,6 +111,9 @@ class Engine:
     def _drive(self, rec: RunRecord, now: float) -> None:
         pipeline = self._pipelines[rec.run_id]
         while not (rec.state.terminal or rec.stalled):
+            if rec.state is RunState.CANCELLING:
+                self._tear_down(rec, now)
+                return
             if rec.state is RunState.AWAITING_DECISION:
                 # Time passes without progress; the workload stays alive while it waits.
                 rec.clock = rec.heartbeat = max(rec.clock, now)
@@ -131,6 +134,17 @@ class Engine:
             self._waits[rec.run_id] = 0.0 if step is Signal.HOLD else step
         if not rec.state.terminal and not rec.stalled:
             rec.heartbeat = rec.clock
+
+    def _tear_down(self, rec: RunRecord, now: float) -> None:
+        """Let a cancel that takes time run its course: no progress, no spend, then cancelled."""
+        left = self._waits[rec.run_id]
+        if left > now - rec.clock:
+            self._waits[rec.run_id] -= now - rec.clock
+            rec.clock = rec.heartbeat = now  # the backend is busy stopping the workload
+            return
+        rec.clock += left
+        self._stop(rec, StageStatus.CANCELLED)
+        rec.finish(RunState.CANCELLED, "CANCELLED", rec.cancel_reason or "cancelled")
 
     def _consume(self, rec: RunRecord, seconds: float) -> bool:
         """Let simulated time pass for a run; return False when the budget ran out first."""
@@ -363,15 +377,26 @@ class Engine:
         rec = self.record(account, run_id)
         fingerprint = f"cancel:{run_id}:{body.model_dump_json()}"
         self._check_key(account, key, fingerprint)
-        if not rec.state.terminal:
-            rec.clock = max(rec.clock, self.now())
-            reason = body.reason or "cancelled by the client"
-            rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
-            self._stop(rec, StageStatus.CANCELLED)
-            rec.finish(RunState.CANCELLED, "CANCELLED", reason)
+        if not rec.state.terminal and rec.state is not RunState.CANCELLING:
+            self._begin_cancel(rec, body.reason or "cancelled by the client")
         if key is not None and self._claim(account, key) is None:
             self._remember(account, key, fingerprint, None)
         return rec.snapshot()
+
+    def _begin_cancel(self, rec: RunRecord, reason: str) -> None:
+        """Stop a run's workload: at once, or through ``cancelling`` if the script says so."""
+        rec.clock = max(rec.clock, self.now())
+        if rec.script.cancel_seconds <= 0:
+            rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
+            self._stop(rec, StageStatus.CANCELLED)
+            rec.finish(RunState.CANCELLED, "CANCELLED", reason)
+            return
+        self._pipelines[rec.run_id].close()
+        self._waits[rec.run_id] = rec.script.cancel_seconds
+        rec.state, rec.cancel_reason = RunState.CANCELLING, reason
+        rec.pending_action, rec.stalled, rec.recovering = None, False, False
+        rec.heartbeat = rec.clock
+        rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
 
     def add_booking(self, booking: SimBooking) -> None:
         """Put a booking on file (replacing one with the same id)."""

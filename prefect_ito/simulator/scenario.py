@@ -152,6 +152,12 @@ class RunScript(_Spec):
     loss_spikes: list[SpikeSpec] = Field(default_factory=list)
     interruptions: list[InterruptionSpec] = Field(default_factory=list)
     stall: StallSpec | None = None
+    cancel_seconds: float = Field(
+        default=0,
+        ge=0,
+        description="Simulated seconds a cancel takes to stop the workload; the run is "
+        "`cancelling` meanwhile (0: cancelled at once).",
+    )
 
     @model_validator(mode="after")
     def _stage_names(self) -> RunScript:
