@@ -4,9 +4,9 @@ Every call goes through :meth:`ItoClient._request`, which sends, retries what is
 (see :mod:`prefect_ito._retry`), and parses the answer into a contract v0 model. The bearer token
 is held by an ``httpx.Auth`` as a ``SecretStr`` and attached only at send time.
 
-The module is a little over ~400 lines because it is one method per contract endpoint around that
-one choke point; the transport mapping and the retry policy live beside it in ``_http`` and
-``_retry``.
+The module is past ~400 lines because it is one method per contract endpoint around that one
+choke point; the transport mapping, the retry policy, paging and provenance live beside it in
+``_http``, ``_retry``, ``_paging`` and :mod:`prefect_ito.provenance`.
 
 Example:
     ```python
@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -33,6 +33,7 @@ import httpx
 from pydantic import BaseModel, SecretStr
 
 from prefect_ito._http import BearerAuth, map_transport_errors, parse_response, peek_error_code
+from prefect_ito._paging import P, follow_pages
 from prefect_ito._retry import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
@@ -54,6 +55,7 @@ from prefect_ito.contract import (
     DeviceTokenRequest,
     EventPage,
     Revocation,
+    RunEvent,
     Submission,
     TokenGrant,
     TrainingEligibility,
@@ -266,8 +268,12 @@ class ItoClient:
         return await self._list_runs({"booking_id": booking_id, "active": "true"})
 
     async def _list_runs(self, params: dict[str, Any]) -> list[TrainingRun]:
-        call = _Call("GET", "/v0/training-runs", f"{API_PREFIX}/training-runs", params=params)
-        return (await self._request(call, TrainingRunList)).runs
+        """Return every run matching ``params``, following the pages' ``next`` cursors."""
+        runs: list[TrainingRun] = []
+        path = f"{API_PREFIX}/training-runs"
+        async for page in self._pages("/v0/training-runs", path, params, TrainingRunList):
+            runs += page.runs
+        return runs
 
     async def get_training_run(
         self, run_id: str, *, after_version: int | None = None, wait: float | None = None
@@ -300,10 +306,30 @@ class ItoClient:
         )
 
     async def list_events(self, run_id: str, *, after: int = 0) -> EventPage:
-        """Return a run's events after sequence number ``after``."""
+        """Return a run's events after sequence number ``after``, every page of them.
+
+        Returns:
+            One page holding the events of every page the backend had, the ``last_seq`` of
+            the last, and no ``next``.
+        """
         path = f"{API_PREFIX}/training-runs/{_segment(run_id)}/events"
-        call = _Call("GET", "/v0/training-runs/{run_id}/events", path, params={"after": after})
-        return await self._request(call, EventPage)
+        events: list[RunEvent] = []
+        last_seq = after
+        template = "/v0/training-runs/{run_id}/events"
+        async for page in self._pages(template, path, {"after": after}, EventPage):
+            events += page.events
+            last_seq = max(last_seq, page.last_seq)
+        return EventPage(events=events, last_seq=last_seq)
+
+    def _pages(
+        self, template: str, path: str, params: dict[str, Any], model: type[P]
+    ) -> AsyncIterator[P]:
+        """Yield every page of a listing (see :func:`~prefect_ito._paging.follow_pages`)."""
+
+        async def fetch(query: dict[str, Any]) -> P:
+            return await self._request(_Call("GET", template, path, params=query), model)
+
+        return follow_pages(fetch, params, f"GET {template}")
 
     async def decide(
         self, run_id: str, action_id: str, decision: DecisionRequest, *, idempotency_key: str

@@ -27,6 +27,8 @@ from prefect_ito.contract.bookings import (
 )
 from prefect_ito.contract.envelope import (
     API_PREFIX,
+    CURSOR_MAX_LENGTH,
+    DEFAULT_PAGE_LIMIT,
     DEPRECATION_HEADER,
     DETECT_TARGET_SECONDS,
     ERROR_STATUS,
@@ -34,6 +36,7 @@ from prefect_ito.contract.envelope import (
     IDEMPOTENCY_HEADER,
     IDEMPOTENCY_KEY_MAX_LENGTH,
     IDEMPOTENCY_KEY_RETENTION_SECONDS,
+    MAX_PAGE_LIMIT,
     MAX_WAIT_SECONDS,
     MODEL_SIZE_PATTERN,
     REPLAYED_HEADER,
@@ -91,6 +94,8 @@ from prefect_ito.contract.runs import (
 
 __all__ = [
     "API_PREFIX",
+    "CURSOR_MAX_LENGTH",
+    "DEFAULT_PAGE_LIMIT",
     "DEPRECATION_HEADER",
     "DETECT_TARGET_SECONDS",
     "ERROR_STATUS",
@@ -98,6 +103,7 @@ __all__ = [
     "IDEMPOTENCY_KEY_MAX_LENGTH",
     "IDEMPOTENCY_KEY_RETENTION_SECONDS",
     "ID_MAX_LENGTH",
+    "MAX_PAGE_LIMIT",
     "MAX_WAIT_SECONDS",
     "MODEL_SIZE_PATTERN",
     "REPLAYED_HEADER",

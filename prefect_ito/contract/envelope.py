@@ -27,6 +27,11 @@ IDEMPOTENCY_KEY_RETENTION_SECONDS = 86_400
 """A backend keeps an idempotency key at least this long (24 h) after its first use."""
 MAX_WAIT_SECONDS = 60
 """The longest ``wait`` a long-poll read may ask for; longer values are capped."""
+DEFAULT_PAGE_LIMIT = 100
+"""Items in a page of runs or events when the request gives no ``limit``."""
+MAX_PAGE_LIMIT = 500
+"""The largest ``limit`` a page of runs or events may ask for."""
+CURSOR_MAX_LENGTH = 255
 DETECT_TARGET_SECONDS = 600
 """The backend's target for detecting an interruption (10 minutes)."""
 RESUME_TARGET_SECONDS = 900

@@ -304,8 +304,17 @@ class Submission(_Model):
     replayed: bool
 
 
+_NEXT = (
+    "The cursor of the next page: pass it as `cursor` (with the same filters) to read on. "
+    "Null on the last page. Opaque: clients never build or change one."
+)
+
+
 class TrainingRunList(_Model):
+    """A page of runs, oldest first."""
+
     runs: list[TrainingRun]
+    next: str | None = Field(default=None, description=_NEXT)
 
 
 class EventType(OpenEnum):
@@ -336,5 +345,16 @@ class RunEvent(_Model):
 
 
 class EventPage(_Model):
+    """A page of a run's event log, in ``seq`` order."""
+
     events: list[RunEvent]
-    last_seq: int = Field(ge=0, description="Pass as `after` to read on.")
+    last_seq: int = Field(
+        ge=0,
+        description="The last `seq` in this page (or `after` when it is empty): pass it as "
+        "`after` to read on later, when the log has grown.",
+    )
+    next: str | None = Field(
+        default=None,
+        description="Set when more events are already there: pass it as `cursor` for the "
+        "next page. Null when this page reaches the end of the log.",
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from uuid import uuid4
 
 from prefect_ito.contract import (
+    DEFAULT_PAGE_LIMIT,
     CancelRequest,
     Capabilities,
     Capability,
@@ -28,6 +29,7 @@ from prefect_ito.contract import (
     StageStatus,
     TrainingEligibility,
     TrainingRun,
+    TrainingRunList,
     TrainingRunRequest,
 )
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
@@ -214,10 +216,21 @@ class Engine:
         idempotency_key: str | None = None,
         booking_id: str | None = None,
         active: bool | None = None,
-    ) -> list[TrainingRun]:
-        """Return the account's runs matching every filter given, oldest first."""
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_LIMIT,
+    ) -> TrainingRunList:
+        """Return a page of the account's runs matching every filter given, oldest first.
+
+        The cursor is the id of the last run of the previous page, so a page never repeats or
+        skips a run, even when runs are added or finish in between.
+        """
         self.advance()
         runs = [rec for rec in self.runs.values() if rec.account == account]
+        if cursor is not None:
+            ids = [rec.run_id for rec in runs]
+            if cursor not in ids:
+                raise SimError(ErrorCode.VALIDATION_ERROR, "unknown cursor", field="cursor")
+            runs = runs[ids.index(cursor) + 1 :]
         if idempotency_key is not None:
             claim = self._claim(account, idempotency_key)
             runs = [rec for rec in runs if claim is not None and rec.run_id == claim.run_id]
@@ -225,13 +238,21 @@ class Engine:
             runs = [rec for rec in runs if rec.request.booking_id == booking_id]
         if active is not None:
             runs = [rec for rec in runs if rec.state.terminal is not active]
-        return [rec.snapshot() for rec in runs]
+        page = runs[:limit]
+        more = len(runs) > limit
+        return TrainingRunList(
+            runs=[rec.snapshot() for rec in page], next=page[-1].run_id if more else None
+        )
 
-    def events(self, account: str, run_id: str, after: int) -> EventPage:
-        """Return a run's events with a sequence number above ``after``."""
+    def events(
+        self, account: str, run_id: str, after: int, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> EventPage:
+        """Return a page of a run's events with a sequence number above ``after``."""
         rec = self.record(account, run_id)
-        events = rec.events[after:]
-        return EventPage(events=events, last_seq=max(after, len(rec.events)))
+        events = rec.events[after : after + limit]
+        last_seq = events[-1].seq if events else after
+        more = after + limit < len(rec.events)
+        return EventPage(events=events, last_seq=last_seq, next=str(last_seq) if more else None)
 
     # --- writes ----------------------------------------------------------------------------
 

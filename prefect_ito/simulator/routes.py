@@ -9,9 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from prefect_ito.contract import (
+    CURSOR_MAX_LENGTH,
+    DEFAULT_PAGE_LIMIT,
     ID_MAX_LENGTH,
     IDEMPOTENCY_HEADER,
     IDEMPOTENCY_KEY_MAX_LENGTH,
+    MAX_PAGE_LIMIT,
     MAX_WAIT_SECONDS,
     REPLAYED_HEADER,
     CancelRequest,
@@ -26,6 +29,7 @@ from prefect_ito.contract import (
     TrainingRunList,
     TrainingRunRequest,
 )
+from prefect_ito.simulator.engine import SimError
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented, ok
 from prefect_ito.simulator.state import Account, SimState, SimStateDep
 
@@ -50,6 +54,15 @@ OptionalIdempotencyKey = Annotated[
     ),
 ]
 RunId = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
+Cursor = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=CURSOR_MAX_LENGTH,
+        description="The `next` of the previous page; absent for the first page.",
+    ),
+]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_LIMIT, description="The most items in the page.")]
 BookingIdPath = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
 
 
@@ -118,12 +131,20 @@ async def list_training_runs(
     ] = None,
     booking_id: Annotated[str | None, Query(min_length=1, max_length=ID_MAX_LENGTH)] = None,
     active: bool | None = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_PAGE_LIMIT,
 ) -> Envelope[TrainingRunList]:
-    """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach."""
-    runs = state.engine.find(
-        account, idempotency_key=idempotency_key, booking_id=booking_id, active=active
+    """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach; paged."""
+    return ok(
+        state.engine.find(
+            account,
+            idempotency_key=idempotency_key,
+            booking_id=booking_id,
+            active=active,
+            cursor=cursor,
+            limit=limit,
+        )
     )
-    return ok(TrainingRunList(runs=runs))
 
 
 @router.get("/training-runs/{run_id}", responses=_errors(ErrorCode.RUN_NOT_FOUND))
@@ -157,10 +178,23 @@ async def _wait_for_change(
 
 @router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def list_run_events(
-    state: SimStateDep, account: Account, run_id: RunId, after: Annotated[int, Query(ge=0)] = 0
+    state: SimStateDep,
+    account: Account,
+    run_id: RunId,
+    after: Annotated[int, Query(ge=0, description="Read the events after this `seq`.")] = 0,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_PAGE_LIMIT,
 ) -> Envelope[EventPage]:
-    """The run's append-only event log, after a sequence number."""
-    return ok(state.engine.events(account, run_id, after))
+    """The run's append-only event log, after a sequence number (or a page's cursor); paged."""
+    if cursor is not None:
+        if after or not cursor.isdigit():
+            raise SimError(
+                ErrorCode.VALIDATION_ERROR,
+                "give a cursor from a page's next, and not with after",
+                field="cursor",
+            )
+        after = int(cursor)  # this simulator's event cursors are sequence numbers
+    return ok(state.engine.events(account, run_id, after, limit))
 
 
 @router.post(
