@@ -48,6 +48,7 @@ from prefect_ito.contract import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
     MAX_WAIT_SECONDS,
+    SCHEMA_VERSION,
     CancelRequest,
     Capabilities,
     DecisionRequest,
@@ -152,7 +153,7 @@ class ItoClient:
             timeout=timeout,
             transport=transport,
             verify=_tls_context(),
-            headers={"Accept": "application/json", "User-Agent": "prefect-ito (contract v0)"},
+            headers={"Accept": "application/json", "User-Agent": f"prefect-ito ({SCHEMA_VERSION})"},
         )
 
     @classmethod

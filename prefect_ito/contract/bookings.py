@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     Field,
     field_validator,
 )
 
-from prefect_ito.contract.envelope import MAX_WAIT_SECONDS, SCHEMA_VERSION, _Model
+from prefect_ito.contract.envelope import (
+    MAX_WAIT_SECONDS,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_PATTERN,
+    _Model,
+)
 from prefect_ito.contract.open_enum import OpenEnum, note_unknown
 
 
@@ -29,7 +34,12 @@ class Capability(_Model):
 
 
 class Capabilities(_Model):
-    schema_version: Literal["ito.training.v0"] = SCHEMA_VERSION
+    schema_version: str = Field(
+        default=SCHEMA_VERSION,
+        pattern=SCHEMA_VERSION_PATTERN,
+        description="The contract version the backend speaks: `ito.training.v0` or a later "
+        "minor version such as `ito.training.v0.1`.",
+    )
     training_run: Capability
     post_training_recipes: list[PostTraining] = Field(
         description="The recipes offered. A client skips those it does not know: it cannot ask "

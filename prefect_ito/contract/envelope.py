@@ -12,7 +12,10 @@ from pydantic import (
     StringConstraints,
 )
 
-SCHEMA_VERSION: Final = "ito.training.v0"
+SCHEMA_VERSION: Final = "ito.training.v0.1"
+"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 1."""
+SCHEMA_VERSION_PATTERN = r"^ito\.training\.v0(\.[0-9]+)?$"
+"""Any minor version of v0: additive, so each reads as the other (see docs/contract.md)."""
 API_PREFIX = "/v0"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

@@ -247,3 +247,37 @@ async def test_an_action_of_an_unknown_kind_is_not_put_to_a_person(
 def test_an_unknown_value_in_a_response_body_survives_a_json_round_trip() -> None:
     run = run_with(state="paused_by_operator")
     assert json.loads(run.model_dump_json())["state"] == "paused_by_operator"
+
+
+@pytest.mark.parametrize(
+    ("version", "readable"),
+    [
+        ("ito.training.v0", True),  # a v0 backend: v0.1 only added to it
+        ("ito.training.v0.1", True),
+        ("ito.training.v0.7", True),  # a later minor version adds only what we may ignore
+        ("ito.training.v1", False),
+        ("ito.training.v0.x", False),
+    ],
+)
+async def test_capabilities_of_any_v0_minor_version_read(version: str, readable: bool) -> None:
+    answer = {
+        "schema_version": version,
+        "training_run": {"live": True},
+        "post_training_recipes": [],
+        "long_poll": True,
+    }
+    async with mock_client(Script(ok(answer))) as client:
+        if readable:
+            assert (await client.get_capabilities()).schema_version == version
+        else:
+            with pytest.raises(exc.ItoProtocolError) as caught:
+                await client.get_capabilities()
+            assert caught.value.field == "data.schema_version"
+
+
+async def test_the_client_says_which_contract_version_it_speaks() -> None:
+    script = Script(ok(sample_run()))
+    async with mock_client(script) as client:
+        await client.get_training_run("run-1")
+
+    assert script.requests[0].headers["User-Agent"] == "prefect-ito (ito.training.v0.1)"

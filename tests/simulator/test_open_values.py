@@ -22,3 +22,9 @@ def test_a_scenario_must_spell_a_booking_status_right():
 
     with pytest.raises(ValidationError, match="unknown booking status"):
         Scenario.model_validate(data)
+
+
+def test_the_simulator_speaks_contract_v0_1(desk):
+    capabilities = desk.http.get("/v0/capabilities").json()["data"]
+
+    assert capabilities["schema_version"] == "ito.training.v0.1"
