@@ -9,7 +9,7 @@ Each foreign failure is translated at exactly one place here: httpx exceptions i
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -92,13 +92,21 @@ def _describe(exc: httpx.TransportError) -> str:
     return f"{type(exc).__name__} talking to the Itô backend at {url.scheme}://{url.host}{port}"
 
 
-def parse_response(response: httpx.Response, model: type[M], endpoint: str) -> M:
+def parse_response(
+    response: httpx.Response,
+    model: type[M],
+    endpoint: str,
+    *,
+    observe: Callable[[dict[str, Any]], None] | None = None,
+) -> M:
     """Parse an answer into ``model``, or raise the error it carries.
 
     Args:
         response: The backend's answer.
         model: The contract model of the envelope's ``data``.
         endpoint: The endpoint that answered, named in protocol errors.
+        observe: Called with every JSON object answer, success or error, before it is parsed
+            (the client reads ``live_api_contacted`` and ``notice`` there).
 
     Returns:
         The validated ``data``.
@@ -108,6 +116,8 @@ def parse_response(response: httpx.Response, model: type[M], endpoint: str) -> M
         ItoProtocolError: The answer does not match contract v0.
     """
     body = _json_object(response, endpoint)
+    if observe is not None:
+        observe(body)
     if response.is_error or body.get("ok") is not True:
         raise _api_error(response, body, endpoint)
     try:
@@ -120,6 +130,22 @@ def parse_response(response: httpx.Response, model: type[M], endpoint: str) -> M
         )
     data: M = envelope.data
     return data
+
+
+def peek_error_code(response: httpx.Response) -> str | None:
+    """Return the ``error.code`` of a 409 answer without parsing it further; else None.
+
+    Only a 409 needs its code to decide on a retry (``IDEMPOTENCY_KEY_IN_FLIGHT`` is the one to
+    retry), so no other answer is read twice.
+    """
+    if response.status_code != 409:
+        return None
+    try:
+        error = json.loads(response.content).get("error")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def _json_object(response: httpx.Response, endpoint: str) -> dict[str, Any]:

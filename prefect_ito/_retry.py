@@ -1,9 +1,11 @@
 """Retry policy: pure functions and the client's defaults, in one place.
 
 The client retries seconds-scale transient faults only: transport errors, 429 (honouring
-``Retry-After`` up to a bound) and 503. It retries a request only when repeating it is safe: a
-GET, or a POST that carries an idempotency key. 409 is final (``IDEMPOTENCY_KEY_REUSED``,
-``DECISION_CONFLICT``) and 401 stops at once.
+``Retry-After`` up to a bound), 503, and the one transient 409, ``IDEMPOTENCY_KEY_IN_FLIGHT``
+(an earlier request with the same key is still being processed; it is resent after
+``Retry-After`` with the same key, never a new one). It retries a request only when repeating it
+is safe: a GET, or a POST that carries an idempotency key. Every other 409 is final
+(``IDEMPOTENCY_KEY_REUSED``, ``DECISION_CONFLICT``…) and 401 stops at once.
 
 A :class:`RetryBudget` caps how hard a failing backend is hit. There is **one budget per process
 and backend**: :func:`retry_budget_for` hands every client of the same backend URL (without a
@@ -44,6 +46,8 @@ RETRY_BUDGET_CAPACITY = 10.0
 RETRY_BUDGET_REFILL_PER_SECOND = 0.5
 """Retries the budget regains per second once spent."""
 RETRYABLE_STATUS = frozenset({429, 503})
+IN_FLIGHT_CODE = "IDEMPOTENCY_KEY_IN_FLIGHT"
+"""The error code of the one 409 worth retrying: the same key is still being processed."""
 
 
 def should_retry(
@@ -54,6 +58,7 @@ def should_retry(
     attempt: int,
     max_retries: int,
     retry_after: float | None = None,
+    error_code: str | None = None,
 ) -> bool:
     """Decide whether a failed attempt may be repeated.
 
@@ -64,6 +69,7 @@ def should_retry(
         attempt: How many retries were already made (0 after the first attempt).
         max_retries: The most retries allowed.
         retry_after: The answer's ``Retry-After`` in seconds, if any.
+        error_code: The error envelope's ``error.code``, for a 409.
 
     Returns:
         True if the request may be sent again.
@@ -76,7 +82,7 @@ def should_retry(
         return True
     if retry_after is not None and retry_after > MAX_RETRY_AFTER_SECONDS:
         return False
-    return status_code in RETRYABLE_STATUS
+    return status_code in RETRYABLE_STATUS or (status_code == 409 and error_code == IN_FLIGHT_CODE)
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

@@ -17,7 +17,13 @@ from prefect.input import RunInput
 from pydantic import Field
 
 from prefect_ito.cancellation import stop_requested
-from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
+from prefect_ito.contract import (
+    CheckpointRef,
+    DecisionChoice,
+    DecisionRequest,
+    PendingAction,
+    TrainingRun,
+)
 from prefect_ito.exceptions import AwaitingDecision
 from prefect_ito.flow_run import can_suspend
 from prefect_ito.settings import ItoSettings
@@ -49,9 +55,21 @@ def pause_key(action: PendingAction) -> str:
     return "restart-" + re.sub(r"[^a-zA-Z0-9-]+", "-", action.action_id).strip("-").lower()
 
 
+def _spike(action: PendingAction) -> tuple[float, float, CheckpointRef]:
+    """Return a loss-spike restart's loss, baseline loss and proposed checkpoint.
+
+    The contract requires them of a ``loss_spike_restart``, the only kind put to a person.
+    """
+    loss, baseline, checkpoint = action.loss, action.baseline_loss, action.proposed_checkpoint
+    if loss is None or baseline is None or checkpoint is None:
+        raise ValueError(f"action {action.action_id} ({action.kind}) is not a loss-spike restart")
+    return loss, baseline, checkpoint
+
+
 def describe(run: TrainingRun, action: PendingAction) -> str:
     """Return the markdown a person reads above the decision form."""
-    rise = action.loss - action.baseline_loss
+    loss, baseline, checkpoint = _spike(action)
+    rise = loss - baseline
     return "\n".join(
         [
             f"### Loss spike in `{action.stage}` — restart proposed",
@@ -63,9 +81,8 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "| | |",
             "|---|---|",
             f"| step | {action.step} |",
-            f"| loss | {action.loss:.4f} (baseline {action.baseline_loss:.4f}, +{rise:.4f}) |",
-            f"| proposed checkpoint | `{action.proposed_checkpoint.checkpoint_id}` "
-            f"(step {action.proposed_checkpoint.step}) |",
+            f"| loss | {loss:.4f} (baseline {baseline:.4f}, +{rise:.4f}) |",
+            f"| proposed checkpoint | `{checkpoint.checkpoint_id}` (step {checkpoint.step}) |",
             f"| proposed at | {action.proposed_at.isoformat()} |",
             "",
             "**Approve** restarts from that checkpoint; **reject** lets the run go on as it is.",
@@ -95,7 +112,7 @@ async def ask_person(
         "Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
         action.stage,
         action.step,
-        action.proposed_checkpoint.checkpoint_id,
+        _spike(action)[2].checkpoint_id,
     )
     form = RestartDecision.with_initial_data(description=describe(run, action))
     if can_suspend():

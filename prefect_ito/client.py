@@ -4,9 +4,9 @@ Every call goes through :meth:`ItoClient._request`, which sends, retries what is
 (see :mod:`prefect_ito._retry`), and parses the answer into a contract v0 model. The bearer token
 is held by an ``httpx.Auth`` as a ``SecretStr`` and attached only at send time.
 
-The module is a little over ~400 lines because it is one method per contract endpoint around that
-one choke point; the transport mapping and the retry policy live beside it in ``_http`` and
-``_retry``.
+The module is past ~400 lines because it is one method per contract endpoint around that one
+choke point; the transport mapping, the retry policy, paging and provenance live beside it in
+``_http``, ``_retry``, ``_paging`` and :mod:`prefect_ito.provenance`.
 
 Example:
     ```python
@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -32,7 +32,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, SecretStr
 
-from prefect_ito._http import BearerAuth, map_transport_errors, parse_response
+from prefect_ito._http import BearerAuth, map_transport_errors, parse_response, peek_error_code
+from prefect_ito._paging import P, follow_pages
 from prefect_ito._retry import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
@@ -47,6 +48,7 @@ from prefect_ito.contract import (
     API_PREFIX,
     IDEMPOTENCY_HEADER,
     MAX_WAIT_SECONDS,
+    SCHEMA_VERSION,
     CancelRequest,
     Capabilities,
     ChangePage,
@@ -55,6 +57,7 @@ from prefect_ito.contract import (
     DeviceTokenRequest,
     EventPage,
     Revocation,
+    RunEvent,
     Submission,
     TokenGrant,
     TrainingEligibility,
@@ -64,6 +67,7 @@ from prefect_ito.contract import (
     WhoAmI,
 )
 from prefect_ito.exceptions import ItoTransportError
+from prefect_ito.provenance import Provenance, ResponseNotes
 from prefect_ito.settings import ItoSettings
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "ItoClient"]
@@ -143,13 +147,14 @@ class ItoClient:
         self._max_retries = max_retries
         self._budget = retry_budget or retry_budget_for(self._base_url)
         self._sleep = sleep
+        self._notes = ResponseNotes(self._base_url)
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             auth=BearerAuth(token) if token is not None else None,
             timeout=timeout,
             transport=transport,
             verify=_tls_context(),
-            headers={"Accept": "application/json", "User-Agent": "prefect-ito (contract v0)"},
+            headers={"Accept": "application/json", "User-Agent": f"prefect-ito ({SCHEMA_VERSION})"},
         )
 
     @classmethod
@@ -182,6 +187,11 @@ class ItoClient:
     def base_url(self) -> str:
         """The backend's root URL."""
         return self._base_url
+
+    @property
+    def provenance(self) -> Provenance | None:
+        """What the backend's last answer said of its origin; None before any answer."""
+        return self._notes.provenance
 
     async def __aenter__(self) -> ItoClient:
         return self
@@ -260,8 +270,12 @@ class ItoClient:
         return await self._list_runs({"booking_id": booking_id, "active": "true"})
 
     async def _list_runs(self, params: dict[str, Any]) -> list[TrainingRun]:
-        call = _Call("GET", "/v0/training-runs", f"{API_PREFIX}/training-runs", params=params)
-        return (await self._request(call, TrainingRunList)).runs
+        """Return every run matching ``params``, following the pages' ``next`` cursors."""
+        runs: list[TrainingRun] = []
+        path = f"{API_PREFIX}/training-runs"
+        async for page in self._pages("/v0/training-runs", path, params, TrainingRunList):
+            runs += page.runs
+        return runs
 
     async def get_training_run(
         self, run_id: str, *, after_version: int | None = None, wait: float | None = None
@@ -311,10 +325,30 @@ class ItoClient:
         return await self._request(call, ChangePage)
 
     async def list_events(self, run_id: str, *, after: int = 0) -> EventPage:
-        """Return a run's events after sequence number ``after``."""
+        """Return a run's events after sequence number ``after``, every page of them.
+
+        Returns:
+            One page holding the events of every page the backend had, the ``last_seq`` of
+            the last, and no ``next``.
+        """
         path = f"{API_PREFIX}/training-runs/{_segment(run_id)}/events"
-        call = _Call("GET", "/v0/training-runs/{run_id}/events", path, params={"after": after})
-        return await self._request(call, EventPage)
+        events: list[RunEvent] = []
+        last_seq = after
+        template = "/v0/training-runs/{run_id}/events"
+        async for page in self._pages(template, path, {"after": after}, EventPage):
+            events += page.events
+            last_seq = max(last_seq, page.last_seq)
+        return EventPage(events=events, last_seq=last_seq)
+
+    def _pages(
+        self, template: str, path: str, params: dict[str, Any], model: type[P]
+    ) -> AsyncIterator[P]:
+        """Yield every page of a listing (see :func:`~prefect_ito._paging.follow_pages`)."""
+
+        async def fetch(query: dict[str, Any]) -> P:
+            return await self._request(_Call("GET", template, path, params=query), model)
+
+        return follow_pages(fetch, params, f"GET {template}")
 
     async def decide(
         self, run_id: str, action_id: str, decision: DecisionRequest, *, idempotency_key: str
@@ -407,20 +441,28 @@ class ItoClient:
                     found = await recover()
                     if found is not None:
                         return found
-                delay = self._retry_delay(call, attempt, status_code=None, retry_after=None)
+                delay = self._retry_delay(call, attempt, None, None, None)
                 if delay is None:
                     raise
             else:
+                self._notes.observe_headers(call.endpoint, response)
                 retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                delay = self._retry_delay(call, attempt, response.status_code, retry_after)
+                code = peek_error_code(response)
+                delay = self._retry_delay(call, attempt, response.status_code, retry_after, code)
                 if delay is None:
-                    return parse_response(response, model, call.endpoint)
+                    observe = self._notes.observe_envelope
+                    return parse_response(response, model, call.endpoint, observe=observe)
             logger.debug("Retrying %s in %.2f s (retry %d)", call.endpoint, delay, attempt + 1)
             await self._sleep(delay)
             attempt += 1
 
     def _retry_delay(
-        self, call: _Call, attempt: int, status_code: int | None, retry_after: float | None
+        self,
+        call: _Call,
+        attempt: int,
+        status_code: int | None,
+        retry_after: float | None,
+        error_code: str | None,
     ) -> float | None:
         """Return the wait before the next attempt, or None if there is to be none."""
         if not should_retry(
@@ -430,6 +472,7 @@ class ItoClient:
             attempt=attempt,
             max_retries=self._max_retries,
             retry_after=retry_after,
+            error_code=error_code,
         ):
             return None
         if not self._budget.try_spend():

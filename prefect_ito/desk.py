@@ -14,9 +14,11 @@ from datetime import datetime
 
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
+    ActionKind,
     BookingStatus,
     DecisionRequest,
     GateStatus,
+    PendingAction,
     Stage,
     TrainingEligibility,
     TrainingRequest,
@@ -184,13 +186,23 @@ def current_stage(run: TrainingRun) -> Stage | None:
     return next((stage for stage in run.stages if stage.name == run.current_stage), None)
 
 
+def decidable(action: PendingAction | None) -> bool:
+    """Tell whether prefect-ito can put ``action`` to a person: a kind it knows how to show.
+
+    An action of a kind added to the contract later is left to tools that know it; supervision
+    reports it and goes on following the run.
+    """
+    return action is not None and action.kind is ActionKind.LOSS_SPIKE_RESTART
+
+
 def gate_settled(run: TrainingRun, stage_name: str | None) -> bool:
     """Tell whether supervision of ``stage_name`` has something to report.
 
     True when the run finished, a person must decide, the run moved past the stage, or the
-    stage's gate (or, for a stage without one, the stage itself) has a result.
+    stage's gate (or, for a stage without one, the stage itself) has a result. A status this
+    prefect-ito does not know is no result: the wait goes on.
     """
-    if run.state.terminal or run.pending_action is not None:
+    if run.finished or decidable(run.pending_action):
         return True
     if run.current_stage != stage_name:
         return True
@@ -198,7 +210,7 @@ def gate_settled(run: TrainingRun, stage_name: str | None) -> bool:
     if stage is None:
         return False
     if stage.gate is not None:
-        return stage.gate.status is not GateStatus.PENDING
+        return stage.gate.status in (GateStatus.PASSED, GateStatus.FAILED)
     return stage.status.done
 
 
@@ -282,7 +294,7 @@ async def cancel_workload(
         run_id, reason=reason, idempotency_key=f"ito-cancel-{run_id}"
     )
     give_up = time.monotonic() + confirm_seconds
-    while not run.state.terminal and time.monotonic() < give_up:
+    while not run.finished and time.monotonic() < give_up:
         poll = min(wait, max(0.0, give_up - time.monotonic()))
         run = await client.get_training_run(run_id, after_version=run.version, wait=poll)
     return run

@@ -11,7 +11,8 @@ ItoError
 │   ├── ValidationFailed                                       (422)
 │   ├── NotFound, BookingNotFound, RunNotFound                 (404)
 │   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
-│   │   ActionNotPending, DecisionConflict                     (409)
+│   │   ActionNotPending, DecisionConflict,
+│   │   IdempotencyKeyInFlight (retried)                       (409)
 │   ├── CapabilityNotAvailable                                 (501)
 │   ├── RateLimited                                            (429)
 │   ├── BackendUnavailable                                     (503)
@@ -67,6 +68,7 @@ __all__ = [
     "ExpiredToken",
     "FlowRunNotFound",
     "GateFailed",
+    "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
     "InsecureKeyring",
     "InternalError",
@@ -309,6 +311,25 @@ class IdempotencyKeyReused(ItoAPIError):
     exit_code = ExitCode.INVALID_INPUT
 
 
+class IdempotencyKeyInFlight(ItoAPIError):
+    """A request with this idempotency key is still being processed at the backend.
+
+    The one 409 the client retries: after ``Retry-After``, the same request with the same key.
+    Raised only once its retries ran out.
+
+    Attributes:
+        retry_after: Seconds the backend asked to wait, if it said.
+    """
+
+    code = ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT.value
+    state_name = "BackendUnavailable"
+    exit_code = ExitCode.ERROR
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
 class BookingBusy(ItoAPIError):
     """The booking already has an unfinished run with a different manifest."""
 
@@ -416,6 +437,7 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
         BookingNotEligible,
         CapabilityNotAvailable,
         IdempotencyKeyReused,
+        IdempotencyKeyInFlight,
         BookingBusy,
         RunNotFound,
         ActionNotPending,
@@ -448,7 +470,8 @@ def error_from_envelope(
         status_code: The HTTP status of the answer.
         request_id: The backend's request id, if any.
         field: The envelope's ``error.field``, if any.
-        retry_after: The parsed ``Retry-After``, used by :class:`RateLimited`.
+        retry_after: The parsed ``Retry-After``, kept by :class:`RateLimited` and
+            :class:`IdempotencyKeyInFlight`.
 
     Returns:
         An instance of the matching subclass, or of :class:`ItoAPIError` for an unknown code.
@@ -461,8 +484,8 @@ def error_from_envelope(
     cls = _API_ERRORS.get(code)
     if cls is None:
         return ItoAPIError(message, code=code, **common)
-    if cls is RateLimited:
-        return RateLimited(message, retry_after=retry_after, **common)
+    if cls is RateLimited or cls is IdempotencyKeyInFlight:
+        return cls(message, retry_after=retry_after, **common)
     return cls(message, **common)
 
 

@@ -123,7 +123,7 @@ async def _supervise(steps: TaskSteps, run: TrainingRun) -> TrainingSummary | St
     except ItoError as error:
         return _failed(error)
     get_run_logger().info("Run %s succeeded through %d stages.", run.run_id, len(run.stages))
-    return TrainingSummary.of(run)
+    return TrainingSummary.of(run, steps.provenance())
 
 
 def _failed(error: ItoError) -> State[Any]:

@@ -18,6 +18,7 @@ from prefect_ito.exceptions import ItoRunOutcome
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.outcomes import raise_for_outcome
 from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
+from prefect_ito.provenance import last_seen
 from prefect_ito.reporting import TrainingSummary
 from prefect_ito.supervision import ClientSteps
 
@@ -125,10 +126,10 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
             ItoRunOutcome: the run ended without success (``GateFailed``, ``RunRefused``…), or
                 has not finished yet.
         """
-        if not self.run.state.terminal:
+        if not self.run.finished:
             raise ItoRunOutcome(f"run {self.run_id} has not finished", run_id=self.run_id)
         raise_for_outcome(self.run)
-        return TrainingSummary.of(self.run)
+        return TrainingSummary.of(self.run, last_seen(self.job.credentials.api_url))
 
     async def cancel(self, reason: str = "cancelled through prefect-ito") -> TrainingRun:
         """Cancel the backend workload (never the booking) and wait until it is terminal."""

@@ -59,8 +59,19 @@ def exit_code(state: State[Any]) -> ExitCode:
 
 
 def raise_for_outcome(run: TrainingRun) -> None:
-    """Raise the typed outcome of a run that ended without success; return on success."""
+    """Raise the typed outcome of a run that ended without success; return on success.
+
+    A run that ended in a state prefect-ito does not know never counts as a success: it is
+    :class:`RunFailed`, naming the state and the backend's outcome.
+    """
     message = run.outcome.message if run.outcome else f"run {run.run_id} ended {run.state.value}"
+    if not run.state.known:
+        outcome = f"{run.outcome.code}: {run.outcome.message}" if run.outcome else "no outcome"
+        raise RunFailed(
+            f"run {run.run_id} ended in state {run.state.value!r}, which this prefect-ito does "
+            f"not know ({outcome})",
+            run_id=run.run_id,
+        )
     if run.state is RunState.GATE_FAILED:
         raise _gate_failure(run, message)
     errors: dict[RunState, type[ItoRunOutcome]] = {

@@ -30,6 +30,7 @@ from prefect_ito.contract import (
     Telemetry,
     TrainingRun,
 )
+from prefect_ito.provenance import Provenance
 
 _EVENT_NAMESPACE = uuid.UUID("0f6a3c2e-2b7d-4a51-9a43-6c1d2f7e8b90")
 _SPARKS = "▁▂▃▄▅▆▇█"
@@ -67,11 +68,17 @@ class TrainingSummary(BaseModel):
     gates: list[dict[str, Any]]
     decisions: list[DecisionRecord]
     telemetry: Telemetry
+    api_url: str | None = None
+    live_api_contacted: bool | None = None
+    """Whether a live production backend answered; None when unknown."""
+    notice: str | None = None
+    """The backend's own note about its answers, e.g. that it is the reference simulator."""
 
     @classmethod
-    def of(cls, run: TrainingRun) -> TrainingSummary:
-        """Return the summary of ``run``."""
+    def of(cls, run: TrainingRun, provenance: Provenance | None = None) -> TrainingSummary:
+        """Return the summary of ``run``, with where the backend's answers came from."""
         return cls(
+            **(provenance.model_dump() if provenance else {}),
             run_id=run.run_id,
             booking_id=run.booking_id,
             state=run.state,
@@ -109,7 +116,7 @@ def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
     seen = {stage.name: stage.status for stage in before.stages} if before else {}
     lines = []
     for stage in after.stages:
-        if seen.get(stage.name, StageStatus.PENDING) is stage.status:
+        if seen.get(stage.name, StageStatus.PENDING) == stage.status:
             continue
         gate = ""
         if stage.gate is not None and stage.gate.evals:

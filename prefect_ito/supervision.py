@@ -29,6 +29,7 @@ from prefect_ito.exceptions import (
 )
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.provenance import Provenance
 
 Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
@@ -109,6 +110,10 @@ class Steps(ABC):
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
         """Cancel the backend workload (never the booking); return the last run seen."""
 
+    @abstractmethod
+    def provenance(self) -> Provenance | None:
+        """Return what the backend last said of its answers' origin; None before any answer."""
+
     async def interrupted(self) -> bool:
         """Tell whether a person cancelled the flow run; raise ``Detached`` on a detach."""
         return await stop_requested(current_flow_run_id())
@@ -161,18 +166,20 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
         RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
     """
     seen, watchdog = await steps.resume_point(run)
-    before = None
+    before, noted = None, set[str]()
+    _log_provenance(steps)
     try:
         while True:
             seen = await _report(steps, run, seen)
             for line in reporting.stage_changes(before, run):
                 steps.logger.info("%s", line)
             before = run
-            if run.state.terminal:
+            if run.finished:
                 return run
             if await steps.interrupted():
                 raise CancelRequested(run)
-            if run.pending_action is not None:
+            _note_unknown(steps, run, noted)
+            if run.pending_action is not None and desk.decidable(run.pending_action):
                 decision = await steps.ask_person(run)
                 if decision is None:
                     raise CancelRequested(run)
@@ -190,12 +197,44 @@ async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, 
     """Cancel the workload of a cancelled flow run; return the last run seen and what happened."""
     steps.logger.info("Cancellation requested: cancelling backend workload %s.", run.run_id)
     final = await steps.cancel_workload(run.run_id, "the Prefect flow run was cancelled")
-    if final.state.terminal:
+    if final.finished:
         return final, f"Backend workload {run.run_id} cancelled ({final.state.value})."
     return final, (
         f"Cancel of backend workload {run.run_id} is unconfirmed: it was still "
         f"{final.state.value} after {desk.CANCEL_CONFIRM_SECONDS:g} s."
     )
+
+
+def _log_provenance(steps: Steps) -> None:
+    """Say in the flow's log where the backend's answers come from (a warning if surprising)."""
+    provenance = steps.provenance()
+    if provenance is None:
+        return
+    if provenance.surprising:
+        steps.logger.warning("%s", provenance.warning())
+    steps.logger.info("%s", provenance.describe())
+
+
+def _note_unknown(steps: Steps, run: TrainingRun, noted: set[str]) -> None:
+    """Say once what of the run this prefect-ito does not know, and that supervision goes on."""
+    if not run.state.known and f"state:{run.state.value}" not in noted:
+        noted.add(f"state:{run.state.value}")
+        steps.logger.warning(
+            "Backend run %s is in state %r, which this prefect-ito does not know: it is treated "
+            "as unfinished, and supervision goes on until the backend reports an end.",
+            run.run_id,
+            run.state.value,
+        )
+    action = run.pending_action
+    if action is not None and not desk.decidable(action) and action.action_id not in noted:
+        noted.add(action.action_id)
+        steps.logger.warning(
+            "Backend run %s waits for a decision on action %s of kind %r, which prefect-ito "
+            "cannot put to a person: decide it with a tool that knows it. Supervision goes on.",
+            run.run_id,
+            action.action_id,
+            action.kind.value,
+        )
 
 
 async def _report(steps: Steps, run: TrainingRun, seen: int) -> int:
@@ -261,3 +300,6 @@ class ClientSteps(Steps):
 
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
         return await desk.cancel_workload(self.client, run_id, reason=reason)
+
+    def provenance(self) -> Provenance | None:
+        return self.client.provenance

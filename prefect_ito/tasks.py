@@ -26,12 +26,14 @@ from prefect_ito.deferral import Deferral
 from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import (
     BackendUnavailable,
+    IdempotencyKeyInFlight,
     InvalidParameters,
     ItoTransportError,
     RateLimited,
 )
 from prefect_ito.flow_run import can_suspend, current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.provenance import Provenance, last_seen
 from prefect_ito.supervision import Steps
 
 P = ParamSpec("P")
@@ -52,9 +54,10 @@ __all__ = [
 
 
 def _transient(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
-    """Retry only what may pass by itself: lost connections, 503 and 429."""
+    """Retry only what may pass by itself: lost connections, 503, 429, a key still in flight."""
     error = state.result(raise_on_failure=False, _sync=True)  # type: ignore[call-overload]
-    return isinstance(error, ItoTransportError | BackendUnavailable | RateLimited)
+    transient = ItoTransportError | BackendUnavailable | RateLimited | IdempotencyKeyInFlight
+    return isinstance(error, transient)
 
 
 def _retried_task(
@@ -279,6 +282,10 @@ class TaskSteps(Steps):
         return await cancel_training_workload(
             self.credentials, run_id, reason, desk.CANCEL_CONFIRM_SECONDS
         )
+
+    def provenance(self) -> Provenance | None:
+        # Each task has a client of its own; what they saw is kept per backend in the process.
+        return last_seen(self.credentials.api_url)
 
 
 def _defers(supervision: SupervisionParameters) -> bool:

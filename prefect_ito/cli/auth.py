@@ -141,6 +141,10 @@ async def _whoami(api_url: str | None, credentials: str | None) -> None:
     print(f"account:  {me.account}")
     print(f"expires:  {me.expires_at.isoformat()}")
     print(f"scopes:   {' '.join(me.scopes) or '(none)'}")
+    provenance = client.provenance
+    if provenance is not None:
+        print(f"live api: {'yes' if provenance.live_api_contacted else 'no'}")
+        print(f"notice:   {provenance.notice or '(none)'}")
 
 
 def _same_outcome(error: ItoError, context: str) -> ItoError:

@@ -21,7 +21,7 @@ from prefect.states import Cancelling
 from pydantic import Field
 from rich.console import Console
 
-from prefect_ito import terminal
+from prefect_ito import provenance, terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
 from prefect_ito.cancellation import cancel_for_flow_run
@@ -146,6 +146,7 @@ def _run_flow(flow: Flow[Any, Any], parameters: dict[str, Any]) -> None:
     with terminal.prefect_api():
         state = run_command(run())
     _console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
+    _print_backends()
     code = exit_code(state)
     if code is ExitCode.DETACHED:
         _console.print(
@@ -153,6 +154,12 @@ def _run_flow(flow: Flow[Any, Any], parameters: dict[str, Any]) -> None:
             "in the message above), or run the same `prefect-ito train` command again."
         )
     sys.exit(int(code))
+
+
+def _print_backends() -> None:
+    """Say where the answers came from: each backend the flow talked to, in this process."""
+    for backend in provenance.seen():
+        _console.print(backend.describe(), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command

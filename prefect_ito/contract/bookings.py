@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Any
 
 from pydantic import (
     Field,
+    field_validator,
 )
 
-from prefect_ito.contract.envelope import MAX_WAIT_SECONDS, SCHEMA_VERSION, _Model
+from prefect_ito.contract.envelope import (
+    MAX_WAIT_SECONDS,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_PATTERN,
+    _Model,
+)
+from prefect_ito.contract.open_enum import OpenEnum, note_unknown
 
 
 class PostTraining(StrEnum):
@@ -27,9 +34,17 @@ class Capability(_Model):
 
 
 class Capabilities(_Model):
-    schema_version: Literal["ito.training.v0"] = SCHEMA_VERSION
+    schema_version: str = Field(
+        default=SCHEMA_VERSION,
+        pattern=SCHEMA_VERSION_PATTERN,
+        description="The contract version the backend speaks: `ito.training.v0` or a later "
+        "minor version such as `ito.training.v0.1`.",
+    )
     training_run: Capability
-    post_training_recipes: list[PostTraining]
+    post_training_recipes: list[PostTraining] = Field(
+        description="The recipes offered. A client skips those it does not know: it cannot ask "
+        "for them."
+    )
     long_poll: bool
     max_wait_seconds: int = MAX_WAIT_SECONDS
     change_feed: bool = Field(
@@ -37,8 +52,23 @@ class Capabilities(_Model):
         description="Whether GET /v0/training-runs/changes serves the account-wide change feed.",
     )
 
+    @field_validator("post_training_recipes", mode="before")
+    @classmethod
+    def _skip_unknown_recipes(cls, value: Any) -> Any:
+        # PostTraining stays closed, since requests carry it; a recipe added by a newer backend
+        # must not make the whole capabilities answer unreadable.
+        if not isinstance(value, list):
+            return value
+        known = {recipe.value for recipe in PostTraining}
+        for item in value:
+            if isinstance(item, str) and item and item not in known:
+                note_unknown("PostTraining", item)
+        return [item for item in value if not isinstance(item, str) or not item or item in known]
 
-class BookingStatus(StrEnum):
+
+class BookingStatus(OpenEnum):
+    """A booking's status at the backend; only ``completed`` may train (never an unknown one)."""
+
     COMPLETED = "completed"
     PENDING = "pending"
     EXPIRED = "expired"

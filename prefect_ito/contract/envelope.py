@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Final, Generic, TypeVar
+from typing import Annotated, Final, Generic, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -12,13 +12,29 @@ from pydantic import (
     StringConstraints,
 )
 
-SCHEMA_VERSION: Final = "ito.training.v0"
+SCHEMA_VERSION: Final = "ito.training.v0.1"
+"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 1."""
+SCHEMA_VERSION_PATTERN = r"^ito\.training\.v0(\.[0-9]+)?$"
+"""Any minor version of v0: additive, so each reads as the other (see docs/contract.md)."""
 API_PREFIX = "/v0"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 REQUEST_ID_HEADER = "X-Request-Id"
+RETRY_AFTER_HEADER = "Retry-After"
+DEPRECATION_HEADER = "Deprecation"
+SUNSET_HEADER = "Sunset"
+ID_MAX_LENGTH = 128
+"""The longest booking, run or action id, wherever it appears: body, path or query."""
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+IDEMPOTENCY_KEY_RETENTION_SECONDS = 86_400
+"""A backend keeps an idempotency key at least this long (24 h) after its first use."""
 MAX_WAIT_SECONDS = 60
 """The longest ``wait`` a long-poll read may ask for; longer values are capped."""
+DEFAULT_PAGE_LIMIT = 100
+"""Items in a page of runs or events when the request gives no ``limit``."""
+MAX_PAGE_LIMIT = 500
+"""The largest ``limit`` a page of runs or events may ask for."""
+CURSOR_MAX_LENGTH = 255
 DETECT_TARGET_SECONDS = 600
 """The backend's target for detecting an interruption (10 minutes)."""
 RESUME_TARGET_SECONDS = 900
@@ -36,9 +52,14 @@ ModelSize = Annotated[
 ManifestDigest = Annotated[
     str,
     StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$"),
-    Field(description="`sha256:<hex>` of the canonical JSON manifest of the request."),
+    Field(description="`sha256:<hex>` of the request's canonical manifest in RFC 8785 (JCS) form."),
 ]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+BookingId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
+    Field(description="A booking's id at the Itô desk."),
+]
 
 
 class _Model(BaseModel):
@@ -58,6 +79,7 @@ class ErrorCode(StrEnum):
     BOOKING_NOT_ELIGIBLE = "BOOKING_NOT_ELIGIBLE"
     CAPABILITY_NOT_AVAILABLE = "CAPABILITY_NOT_AVAILABLE"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    IDEMPOTENCY_KEY_IN_FLIGHT = "IDEMPOTENCY_KEY_IN_FLIGHT"
     BOOKING_BUSY = "BOOKING_BUSY"
     RUN_NOT_FOUND = "RUN_NOT_FOUND"
     ACTION_NOT_PENDING = "ACTION_NOT_PENDING"
@@ -80,6 +102,7 @@ ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.BOOKING_NOT_ELIGIBLE: 409,
     ErrorCode.CAPABILITY_NOT_AVAILABLE: 501,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 409,
+    ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT: 409,
     ErrorCode.BOOKING_BUSY: 409,
     ErrorCode.RUN_NOT_FOUND: 404,
     ErrorCode.ACTION_NOT_PENDING: 409,
@@ -103,13 +126,25 @@ class ApiError(_Model):
     field: str | None = Field(default=None, description="The offending request field, if any.")
 
 
-class Envelope(_Model, Generic[T]):
-    """Every response body: ``ok`` with ``data``, or not ``ok`` with ``error``."""
+_LIVE = Field(description="True only when a live production backend produced this answer.")
+_NOTICE = Field(default=None, description="A human note, e.g. a simulator banner.")
 
-    ok: bool
-    live_api_contacted: bool = Field(
-        description="True only when a live production backend produced this answer."
-    )
-    notice: str | None = Field(default=None, description="A human note, e.g. a simulator banner.")
-    data: T | None = None
-    error: ApiError | None = None
+
+class Envelope(_Model, Generic[T]):
+    """A successful answer: ``ok`` is true and ``data`` holds it (see :class:`ErrorEnvelope`)."""
+
+    ok: Literal[True]
+    live_api_contacted: bool = _LIVE
+    notice: str | None = _NOTICE
+    data: T
+    error: None = None
+
+
+class ErrorEnvelope(_Model):
+    """A failed answer: ``ok`` is false and ``error`` says why."""
+
+    ok: Literal[False]
+    live_api_contacted: bool = _LIVE
+    notice: str | None = _NOTICE
+    data: None = None
+    error: ApiError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from enum import StrEnum
 
@@ -14,7 +13,14 @@ from pydantic import (
 )
 
 from prefect_ito.contract.bookings import PostTraining
-from prefect_ito.contract.envelope import ManifestDigest, ModelSize, NonEmptyStr, _Model
+from prefect_ito.contract.envelope import (
+    BookingId,
+    ManifestDigest,
+    ModelSize,
+    NonEmptyStr,
+    _Model,
+)
+from prefect_ito.contract.jcs import canonicalize
 
 
 class TrainingRequest(_Model):
@@ -22,7 +28,7 @@ class TrainingRequest(_Model):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    booking_id: NonEmptyStr
+    booking_id: BookingId
     model_size: ModelSize
     data_refs: list[NonEmptyStr] = Field(min_length=1, description="Data references to train on.")
     target: NonEmptyStr = Field(description="The capability to train for.")
@@ -37,11 +43,13 @@ class TrainingRequest(_Model):
         return value
 
     def canonical_manifest(self) -> bytes:
-        """Return the canonical JSON manifest: sorted keys, no whitespace, UTF-8."""
-        fields = self.model_dump(mode="json", include=set(TrainingRequest.model_fields))
-        return json.dumps(
-            fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode()
+        """Return the canonical manifest: the request's fields in RFC 8785 (JCS) form, UTF-8.
+
+        Every field is present, ``post_training`` as ``null`` when unset. JCS writes numbers as
+        JavaScript does (a budget of ``250000.0`` is ``250000``) and orders names by UTF-16 code
+        units, so a backend in any language reproduces it (see :mod:`prefect_ito.contract.jcs`).
+        """
+        return canonicalize(self.model_dump(mode="json", include=set(TrainingRequest.model_fields)))
 
     def digest(self) -> str:
         """Return the manifest digest, ``sha256:<hex>`` of :meth:`canonical_manifest`."""

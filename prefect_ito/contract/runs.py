@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Self
 
 from pydantic import (
+    ConfigDict,
     Field,
+    model_validator,
 )
 
 from prefect_ito.contract.envelope import DETECT_TARGET_SECONDS, RESUME_TARGET_SECONDS, _Model
+from prefect_ito.contract.open_enum import OpenEnum
 from prefect_ito.contract.requests import DecisionChoice, TrainingRunRequest
 
 
-class RunState(StrEnum):
+class RunState(OpenEnum):
+    """A run's state. An unknown state is not terminal: see :attr:`TrainingRun.finished`."""
+
     ACCEPTED = "accepted"
     RUNNING = "running"
     AWAITING_DECISION = "awaiting_decision"
+    CANCELLING = "cancelling"
+    """A cancel was accepted and the workload is being stopped: not an end yet (v0.1)."""
     SUCCEEDED = "succeeded"
     GATE_FAILED = "gate_failed"
     REFUSED = "refused"
@@ -27,13 +33,23 @@ class RunState(StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in _UNFINISHED
+        """Tell whether a run ends in this state; False for a state prefect-ito does not know."""
+        return self in _TERMINAL
 
 
-_UNFINISHED = frozenset({RunState.ACCEPTED, RunState.RUNNING, RunState.AWAITING_DECISION})
+_TERMINAL = frozenset(
+    {
+        RunState.SUCCEEDED,
+        RunState.GATE_FAILED,
+        RunState.REFUSED,
+        RunState.BUDGET_EXHAUSTED,
+        RunState.CANCELLED,
+        RunState.FAILED,
+    }
+)
 
 
-class StageStatus(StrEnum):
+class StageStatus(OpenEnum):
     PENDING = "pending"
     RUNNING = "running"
     PASSED = "passed"
@@ -43,11 +59,19 @@ class StageStatus(StrEnum):
 
     @property
     def done(self) -> bool:
-        """Tell whether the stage is behind the run: passed, failed, refused or cancelled."""
-        return self not in (StageStatus.PENDING, StageStatus.RUNNING)
+        """Tell whether the stage is behind the run: passed, failed, refused or cancelled.
+
+        False for a status prefect-ito does not know: such a stage is not counted as done.
+        """
+        return self in _DONE
 
 
-class GateStatus(StrEnum):
+_DONE = frozenset(
+    {StageStatus.PASSED, StageStatus.FAILED, StageStatus.REFUSED, StageStatus.CANCELLED}
+)
+
+
+class GateStatus(OpenEnum):
     PENDING = "pending"
     PASSED = "passed"
     FAILED = "failed"
@@ -131,17 +155,51 @@ class CheckpointRef(_Model):
     step: int = Field(ge=0)
 
 
+class ActionKind(OpenEnum):
+    """What a pending action asks a person to decide."""
+
+    LOSS_SPIKE_RESTART = "loss_spike_restart"
+
+
+_SPIKE_CONTEXT = ("loss", "baseline_loss", "proposed_checkpoint")
+
+
 class PendingAction(_Model):
-    """A human-gated action: the backend holds the run until a person decides."""
+    """A human-gated action: the backend holds the run until a person decides.
+
+    ``loss``, ``baseline_loss`` and ``proposed_checkpoint`` describe a ``loss_spike_restart`` and
+    are required for it. An action of a kind added later need not carry them.
+    """
+
+    model_config = ConfigDict(
+        extra="ignore",
+        frozen=True,
+        json_schema_extra={
+            "if": {"properties": {"kind": {"const": ActionKind.LOSS_SPIKE_RESTART.value}}},
+            "then": {"required": list(_SPIKE_CONTEXT)},
+        },
+    )
 
     action_id: str
-    kind: Literal["loss_spike_restart"]
+    kind: ActionKind
     stage: str
     step: int = Field(ge=0)
-    loss: float
-    baseline_loss: float
-    proposed_checkpoint: CheckpointRef
+    loss: float | None = Field(default=None, description="Required for loss_spike_restart.")
+    baseline_loss: float | None = Field(
+        default=None, description="Required for loss_spike_restart."
+    )
+    proposed_checkpoint: CheckpointRef | None = Field(
+        default=None, description="Required for loss_spike_restart: where a restart resumes."
+    )
     proposed_at: datetime
+
+    @model_validator(mode="after")
+    def _spike_context(self) -> Self:
+        if self.kind is ActionKind.LOSS_SPIKE_RESTART:
+            missing = [name for name in _SPIKE_CONTEXT if getattr(self, name) is None]
+            if missing:
+                raise ValueError(f"a loss_spike_restart needs {', '.join(missing)}")
+        return self
 
 
 class DecisionRecord(_Model):
@@ -220,6 +278,23 @@ class TrainingRun(_Model):
     fault_tolerance: FaultTolerance = Field(default_factory=FaultTolerance)
     telemetry: Telemetry
     outcome: RunOutcome | None = None
+    terminal: bool | None = Field(
+        default=None,
+        description="Whether the run has ended (contract v0.1; absent from v0 backends). A "
+        "client that does not know `state` goes by this: a run is over only when it says true.",
+    )
+
+    @property
+    def finished(self) -> bool:
+        """Tell whether the run has ended.
+
+        By its state when prefect-ito knows the state; for a state it does not know, only when
+        the backend says ``terminal: true``. Otherwise the run is treated as unfinished and
+        supervision goes on.
+        """
+        if self.state.known:
+            return self.state.terminal
+        return self.terminal is True
 
 
 class Submission(_Model):
@@ -229,11 +304,22 @@ class Submission(_Model):
     replayed: bool
 
 
+_NEXT = (
+    "The cursor of the next page: pass it as `cursor` (with the same filters) to read on. "
+    "Null on the last page. Opaque: clients never build or change one."
+)
+
+
 class TrainingRunList(_Model):
+    """A page of runs, oldest first."""
+
     runs: list[TrainingRun]
+    next: str | None = Field(default=None, description=_NEXT)
 
 
-class EventType(StrEnum):
+class EventType(OpenEnum):
+    """What happened; prefect-ito relays the types it knows and skips the others."""
+
     RUN_ACCEPTED = "run_accepted"
     STAGE_STARTED = "stage_started"
     STAGE_PASSED = "stage_passed"
@@ -259,5 +345,16 @@ class RunEvent(_Model):
 
 
 class EventPage(_Model):
+    """A page of a run's event log, in ``seq`` order."""
+
     events: list[RunEvent]
-    last_seq: int = Field(ge=0, description="Pass as `after` to read on.")
+    last_seq: int = Field(
+        ge=0,
+        description="The last `seq` in this page (or `after` when it is empty): pass it as "
+        "`after` to read on later, when the log has grown.",
+    )
+    next: str | None = Field(
+        default=None,
+        description="Set when more events are already there: pass it as `cursor` for the "
+        "next page. Null when this page reaches the end of the log.",
+    )

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from prefect_ito.contract import ErrorCode
+from prefect_ito.contract import SCHEMA_VERSION, ErrorCode
 from prefect_ito.simulator import admin, auth_routes, routes
 from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.engine import SimError
@@ -24,9 +24,11 @@ from prefect_ito.simulator.state import SimState
 TICK_SECONDS = 0.02
 """How often the engine advances and long-polls are woken, in real seconds."""
 TITLE = "Itô desk training API"
+API_VERSION = SCHEMA_VERSION.removeprefix("ito.training.v")
+"""The document's ``info.version``: the contract's, such as ``0.1``."""
 DESCRIPTION = (
-    "Contract v0 of the Itô desk training API, served by prefect-ito's reference simulator. "
-    "Every response is an envelope; see docs/contract.md."
+    f"Contract {SCHEMA_VERSION} of the Itô desk training API, served by prefect-ito's reference "
+    "simulator. Every response is an envelope; see docs/contract.md."
 )
 
 
@@ -44,7 +46,7 @@ def create_app(scenario: Scenario | None = None) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
 
-    app = FastAPI(title=TITLE, version="v0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title=TITLE, version=API_VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.sim = state
     app.include_router(routes.router)
     app.include_router(auth_routes.router)

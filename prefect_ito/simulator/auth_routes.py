@@ -20,7 +20,7 @@ from prefect_ito.contract import (
 from prefect_ito.simulator.envelopes import (
     AUTHENTICATED_ERRORS,
     COMMON_ERRORS,
-    documented_errors,
+    documented,
     ok,
 )
 from prefect_ito.simulator.state import Info, SimStateDep, Token
@@ -41,7 +41,7 @@ _FORM = """<form method="post" action="/device">
 </form>"""
 
 
-@router.post("/device", responses=documented_errors(*COMMON_ERRORS))
+@router.post("/device", responses=documented(*COMMON_ERRORS))
 async def start_device_authorization(
     state: SimStateDep, request: Request
 ) -> Envelope[DeviceAuthorization]:
@@ -51,7 +51,7 @@ async def start_device_authorization(
 
 @router.post(
     "/token",
-    responses=documented_errors(
+    responses=documented(
         *COMMON_ERRORS,
         ErrorCode.AUTHORIZATION_PENDING,
         ErrorCode.SLOW_DOWN,
@@ -64,14 +64,14 @@ async def poll_device_token(state: SimStateDep, body: DeviceTokenRequest) -> Env
     return ok(state.identity.poll(body.device_code))
 
 
-@router.post("/revoke", responses=documented_errors(*AUTHENTICATED_ERRORS))
+@router.post("/revoke", responses=documented(*AUTHENTICATED_ERRORS))
 async def revoke_token(state: SimStateDep, token: Token) -> Envelope[Revocation]:
     """Revoke the presented bearer token."""
     state.identity.revoke(token)
     return ok(Revocation(revoked=True))
 
 
-@router.get("/whoami", responses=documented_errors(*AUTHENTICATED_ERRORS))
+@router.get("/whoami", responses=documented(*AUTHENTICATED_ERRORS))
 async def whoami(info: Info, request: Request) -> Envelope[WhoAmI]:
     """The account, the backend, and the token's expiry and scopes; never the token."""
     return ok(

@@ -8,12 +8,14 @@ thread-safe: the app calls it from its event loop only.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from uuid import uuid4
 
 from prefect_ito.contract import (
+    DEFAULT_PAGE_LIMIT,
     CancelRequest,
     Capabilities,
     Capability,
@@ -29,6 +31,7 @@ from prefect_ito.contract import (
     StageStatus,
     TrainingEligibility,
     TrainingRun,
+    TrainingRunList,
     TrainingRunRequest,
 )
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
@@ -54,11 +57,16 @@ class SimError(Exception):
         self.headers = headers or {}
 
 
+IN_FLIGHT_RETRY_AFTER_SECONDS = 1
+"""The ``Retry-After`` of a 409 ``IDEMPOTENCY_KEY_IN_FLIGHT``."""
+
+
 @dataclass(frozen=True)
 class _Claim:
-    """What an idempotency key was first used for, and the run it made (if a submission)."""
+    """What an idempotency key was first used for, when (real clock), and the run it made."""
 
     fingerprint: str
+    at: float
     run_id: str | None = None
 
 
@@ -89,6 +97,7 @@ class Engine:
         self._feed_cursor = 0
         self._feed_versions: dict[str, int] = {}
         self._changed_at: dict[str, int] = {}
+        self._in_flight: set[tuple[str, str]] = set()
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -109,6 +118,9 @@ class Engine:
     def _drive(self, rec: RunRecord, now: float) -> None:
         pipeline = self._pipelines[rec.run_id]
         while not (rec.state.terminal or rec.stalled):
+            if rec.state is RunState.CANCELLING:
+                self._tear_down(rec, now)
+                return
             if rec.state is RunState.AWAITING_DECISION:
                 # Time passes without progress; the workload stays alive while it waits.
                 rec.clock = rec.heartbeat = max(rec.clock, now)
@@ -129,6 +141,17 @@ class Engine:
             self._waits[rec.run_id] = 0.0 if step is Signal.HOLD else step
         if not rec.state.terminal and not rec.stalled:
             rec.heartbeat = rec.clock
+
+    def _tear_down(self, rec: RunRecord, now: float) -> None:
+        """Let a cancel that takes time run its course: no progress, no spend, then cancelled."""
+        left = self._waits[rec.run_id]
+        if left > now - rec.clock:
+            self._waits[rec.run_id] -= now - rec.clock
+            rec.clock = rec.heartbeat = now  # the backend is busy stopping the workload
+            return
+        rec.clock += left
+        self._stop(rec, StageStatus.CANCELLED)
+        rec.finish(RunState.CANCELLED, "CANCELLED", rec.cancel_reason or "cancelled")
 
     def _consume(self, rec: RunRecord, seconds: float) -> bool:
         """Let simulated time pass for a run; return False when the budget ran out first."""
@@ -231,30 +254,83 @@ class Engine:
         idempotency_key: str | None = None,
         booking_id: str | None = None,
         active: bool | None = None,
-    ) -> list[TrainingRun]:
-        """Return the account's runs matching every filter given, oldest first."""
+        cursor: str | None = None,
+        limit: int = DEFAULT_PAGE_LIMIT,
+    ) -> TrainingRunList:
+        """Return a page of the account's runs matching every filter given, oldest first.
+
+        The cursor is the id of the last run of the previous page, so a page never repeats or
+        skips a run, even when runs are added or finish in between.
+        """
         self.advance()
         runs = [rec for rec in self.runs.values() if rec.account == account]
+        if cursor is not None:
+            ids = [rec.run_id for rec in runs]
+            if cursor not in ids:
+                raise SimError(ErrorCode.VALIDATION_ERROR, "unknown cursor", field="cursor")
+            runs = runs[ids.index(cursor) + 1 :]
         if idempotency_key is not None:
-            claim = self._claims.get((account, idempotency_key))
+            claim = self._claim(account, idempotency_key)
             runs = [rec for rec in runs if claim is not None and rec.run_id == claim.run_id]
         if booking_id is not None:
             runs = [rec for rec in runs if rec.request.booking_id == booking_id]
         if active is not None:
             runs = [rec for rec in runs if rec.state.terminal is not active]
-        return [rec.snapshot() for rec in runs]
+        page = runs[:limit]
+        more = len(runs) > limit
+        return TrainingRunList(
+            runs=[rec.snapshot() for rec in page], next=page[-1].run_id if more else None
+        )
 
-    def events(self, account: str, run_id: str, after: int) -> EventPage:
-        """Return a run's events with a sequence number above ``after``."""
+    def events(
+        self, account: str, run_id: str, after: int, limit: int = DEFAULT_PAGE_LIMIT
+    ) -> EventPage:
+        """Return a page of a run's events with a sequence number above ``after``."""
         rec = self.record(account, run_id)
-        events = rec.events[after:]
-        return EventPage(events=events, last_seq=max(after, len(rec.events)))
+        events = rec.events[after : after + limit]
+        last_seq = events[-1].seq if events else after
+        more = after + limit < len(rec.events)
+        return EventPage(events=events, last_seq=last_seq, next=str(last_seq) if more else None)
 
     # --- writes ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def keyed_write(self, account: str, key: str | None) -> Iterator[None]:
+        """Hold an idempotency key while a write with it is processed.
+
+        Raises:
+            SimError: ``IDEMPOTENCY_KEY_IN_FLIGHT`` while another request holds the same key.
+        """
+        if key is None:
+            yield
+            return
+        if (account, key) in self._in_flight:
+            raise SimError(
+                ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
+                "a request with this Idempotency-Key is still being processed",
+                headers={"Retry-After": str(IN_FLIGHT_RETRY_AFTER_SECONDS)},
+            )
+        self._in_flight.add((account, key))
+        try:
+            yield
+        finally:
+            self._in_flight.discard((account, key))
+
+    def _claim(self, account: str, key: str) -> _Claim | None:
+        """Return the earlier use of a key, forgetting it once its retention has passed."""
+        claim = self._claims.get((account, key))
+        retention = self.scenario.idempotency_key_retention_seconds
+        if claim is not None and self._clock() - claim.at >= retention:
+            del self._claims[(account, key)]
+            return None
+        return claim
+
+    def _remember(self, account: str, key: str, fingerprint: str, run_id: str | None) -> None:
+        self._claims[(account, key)] = _Claim(fingerprint, self._clock(), run_id)
+
     def _check_key(self, account: str, key: str | None, fingerprint: str) -> _Claim | None:
         """Return the earlier use of this key, refusing one with a different request."""
-        claim = self._claims.get((account, key)) if key is not None else None
+        claim = self._claim(account, key) if key is not None else None
         if claim is not None and claim.fingerprint != fingerprint:
             raise SimError(
                 ErrorCode.IDEMPOTENCY_KEY_REUSED,
@@ -292,10 +368,10 @@ class Engine:
             if rec.request.manifest_digest != request.manifest_digest:
                 raise SimError(ErrorCode.BOOKING_BUSY, "the booking has an unfinished run")
             # The same manifest on the same booking is the same logical submission.
-            self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
+            self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
         rec = self._create(account, key, request, booking)
-        self._claims[(account, key)] = _Claim(fingerprint, rec.run_id)
+        self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)
 
     def _create(
@@ -333,8 +409,8 @@ class Engine:
             if rec.pending_action is None or rec.pending_action.action_id != action_id:
                 raise SimError(ErrorCode.ACTION_NOT_PENDING, "no such pending action")
             self._apply(rec, action_id, body)
-        if key is not None:
-            self._claims[(account, key)] = _Claim(fingerprint)
+        if key is not None and self._claim(account, key) is None:
+            self._remember(account, key, fingerprint, None)
         return rec.snapshot()
 
     def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest) -> None:
@@ -360,15 +436,26 @@ class Engine:
         rec = self.record(account, run_id)
         fingerprint = f"cancel:{run_id}:{body.model_dump_json()}"
         self._check_key(account, key, fingerprint)
-        if not rec.state.terminal:
-            rec.clock = max(rec.clock, self.now())
-            reason = body.reason or "cancelled by the client"
+        if not rec.state.terminal and rec.state is not RunState.CANCELLING:
+            self._begin_cancel(rec, body.reason or "cancelled by the client")
+        if key is not None and self._claim(account, key) is None:
+            self._remember(account, key, fingerprint, None)
+        return rec.snapshot()
+
+    def _begin_cancel(self, rec: RunRecord, reason: str) -> None:
+        """Stop a run's workload: at once, or through ``cancelling`` if the script says so."""
+        rec.clock = max(rec.clock, self.now())
+        if rec.script.cancel_seconds <= 0:
             rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
             self._stop(rec, StageStatus.CANCELLED)
             rec.finish(RunState.CANCELLED, "CANCELLED", reason)
-        if key is not None:
-            self._claims[(account, key)] = _Claim(fingerprint)
-        return rec.snapshot()
+            return
+        self._pipelines[rec.run_id].close()
+        self._waits[rec.run_id] = rec.script.cancel_seconds
+        rec.state, rec.cancel_reason = RunState.CANCELLING, reason
+        rec.pending_action, rec.stalled, rec.recovering = None, False, False
+        rec.heartbeat = rec.clock
+        rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
 
     def add_booking(self, booking: SimBooking) -> None:
         """Put a booking on file (replacing one with the same id)."""

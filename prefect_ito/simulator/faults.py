@@ -1,4 +1,4 @@
-"""Transport faults: 503s, 429s with ``Retry-After``, latency, and dropping a committed answer.
+"""Transport faults: 503s, 429s with ``Retry-After``, 500s, latency, and dropping an answer.
 
 Every fault a scenario's :class:`~prefect_ito.simulator.scenario.Faults` configures is injected
 from here. Faults apply to ``/v0`` routes only, never to the ``/_sim`` admin surface, and their dice
@@ -59,6 +59,10 @@ class FaultInjector:
             scope["state"][_DROP_KEY] = True
 
 
+class InjectedFault(RuntimeError):
+    """The exception ``faults.internal_error_rate`` raises inside a request."""
+
+
 def was_dropped(scope: Scope) -> bool:
     """Return whether the answer to this request was flagged to be cut."""
     return bool(scope.get("state", {}).get(_DROP_KEY))
@@ -100,6 +104,9 @@ class FaultMiddleware:
             )
             await response(scope, receive, send)
             return
+        if roll < faults.unavailable_rate + faults.rate_limited_rate + faults.internal_error_rate:
+            # A real exception, so the path every unexpected failure takes is the one exercised.
+            raise InjectedFault("injected internal error")
         await self.app(scope, receive, _dropping(scope, send))
 
 

@@ -1,22 +1,30 @@
-"""Request ids and the request log, around every request the simulator answers."""
+"""Request ids, the request log and the 500 envelope, around every answer of the simulator."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from uuid import uuid4
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER
+from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER, ErrorCode
+from prefect_ito.simulator.envelopes import error_response
 from prefect_ito.simulator.faults import was_dropped
 from prefect_ito.simulator.state import RequestLogEntry, SimState
 
 ADMIN_PREFIX = "/_sim"
+logger = logging.getLogger("prefect_ito.simulator")
 
 
 class RequestLogMiddleware:
-    """Give every answer an ``X-Request-Id`` and log every non-admin request (never a header)."""
+    """Give every answer an ``X-Request-Id`` and log every non-admin request (never a header).
+
+    It is the outermost of the simulator's own middleware, so it also turns an unexpected
+    exception into the contract's 500 ``INTERNAL_ERROR`` envelope, with its request id; Starlette's
+    own 500 is plain text and would carry neither.
+    """
 
     def __init__(self, app: ASGIApp, state: SimState) -> None:
         self.app = app
@@ -39,6 +47,12 @@ class RequestLogMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception:
+            if status:  # the answer had begun: nothing sound can be sent any more
+                raise
+            logger.exception("request %s failed", request_id)
+            response = error_response(ErrorCode.INTERNAL_ERROR, "the simulator failed unexpectedly")
+            await response(scope, receive, send_with_id)
         finally:
             if not scope["path"].startswith(ADMIN_PREFIX):
                 self._log(scope, request_id, status)

@@ -10,7 +10,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from prefect_ito.contract import (
+    CURSOR_MAX_LENGTH,
+    DEFAULT_PAGE_LIMIT,
+    ID_MAX_LENGTH,
     IDEMPOTENCY_HEADER,
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    MAX_PAGE_LIMIT,
     MAX_WAIT_SECONDS,
     REPLAYED_HEADER,
     CancelRequest,
@@ -27,7 +32,7 @@ from prefect_ito.contract import (
     TrainingRunRequest,
 )
 from prefect_ito.simulator.engine import SimError
-from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented_errors, ok
+from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented, ok
 from prefect_ito.simulator.state import Account, SimState, SimStateDep
 
 router = APIRouter(prefix="/v0", tags=["training"])
@@ -37,19 +42,36 @@ IdempotencyKey = Annotated[
     Header(
         alias=IDEMPOTENCY_HEADER,
         min_length=1,
-        max_length=255,
+        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
         description="One key per logical submission; resend it on every retry.",
     ),
 ]
 OptionalIdempotencyKey = Annotated[
     str | None,
-    Header(alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, description="Optional."),
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
+        description="Optional: one key per logical request; resend it on every retry.",
+    ),
 ]
-RunId = Annotated[str, Path(min_length=1, max_length=128)]
+RunId = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
+Cursor = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=CURSOR_MAX_LENGTH,
+        description="The `next` of the previous page; absent for the first page.",
+    ),
+]
+Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_LIMIT, description="The most items in the page.")]
+BookingIdPath = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
 
 
-def _errors(*codes: ErrorCode) -> dict[int | str, dict[str, Any]]:
-    return documented_errors(*AUTHENTICATED_ERRORS, *codes)
+def _errors(
+    *codes: ErrorCode, status: int = 200, replay: type | None = None
+) -> dict[int | str, Any]:
+    return documented(*AUTHENTICATED_ERRORS, *codes, status=status, replay=replay)
 
 
 @router.get("/capabilities", responses=_errors())
@@ -62,7 +84,7 @@ async def get_capabilities(state: SimStateDep, _: Account) -> Envelope[Capabilit
     "/bookings/{booking_id}/training-eligibility", responses=_errors(ErrorCode.BOOKING_NOT_FOUND)
 )
 async def get_training_eligibility(
-    state: SimStateDep, _: Account, booking_id: Annotated[str, Path(min_length=1, max_length=128)]
+    state: SimStateDep, _: Account, booking_id: BookingIdPath
 ) -> Envelope[TrainingEligibility]:
     """The backend's view of a booking: the only proof that it exists and may train."""
     return ok(state.engine.eligibility(booking_id))
@@ -71,16 +93,16 @@ async def get_training_eligibility(
 @router.post(
     "/training-runs",
     status_code=201,
-    responses={
-        200: {"model": Envelope[Submission], "description": "A replay of an earlier submission."},
-        **_errors(
-            ErrorCode.BOOKING_NOT_FOUND,
-            ErrorCode.BOOKING_NOT_ELIGIBLE,
-            ErrorCode.IDEMPOTENCY_KEY_REUSED,
-            ErrorCode.BOOKING_BUSY,
-            ErrorCode.CAPABILITY_NOT_AVAILABLE,
-        ),
-    },
+    responses=_errors(
+        ErrorCode.BOOKING_NOT_FOUND,
+        ErrorCode.BOOKING_NOT_ELIGIBLE,
+        ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
+        ErrorCode.BOOKING_BUSY,
+        ErrorCode.CAPABILITY_NOT_AVAILABLE,
+        status=201,
+        replay=Envelope[Submission],
+    ),
 )
 async def create_training_run(
     state: SimStateDep,
@@ -91,7 +113,9 @@ async def create_training_run(
     response: Response,
 ) -> Envelope[Submission]:
     """Submit a training run; the same key and body replay the existing run."""
-    submitted = state.engine.submit(account, key, body)
+    with state.engine.keyed_write(account, key):
+        await _commit_delay(state)
+        submitted = state.engine.submit(account, key, body)
     if submitted.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"
@@ -104,15 +128,25 @@ async def create_training_run(
 async def list_training_runs(
     state: SimStateDep,
     account: Account,
-    idempotency_key: Annotated[str | None, Query(min_length=1, max_length=255)] = None,
-    booking_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    idempotency_key: Annotated[
+        str | None, Query(min_length=1, max_length=IDEMPOTENCY_KEY_MAX_LENGTH)
+    ] = None,
+    booking_id: Annotated[str | None, Query(min_length=1, max_length=ID_MAX_LENGTH)] = None,
     active: bool | None = None,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_PAGE_LIMIT,
 ) -> Envelope[TrainingRunList]:
-    """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach."""
-    runs = state.engine.find(
-        account, idempotency_key=idempotency_key, booking_id=booking_id, active=active
+    """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach; paged."""
+    return ok(
+        state.engine.find(
+            account,
+            idempotency_key=idempotency_key,
+            booking_id=booking_id,
+            active=active,
+            cursor=cursor,
+            limit=limit,
+        )
     )
-    return ok(TrainingRunList(runs=runs))
 
 
 # Declared before /training-runs/{run_id}, which would otherwise take "changes" for a run id.
@@ -171,10 +205,23 @@ async def _wait_for(state: SimState, done: Callable[[], bool], wait: float) -> N
 
 @router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def list_run_events(
-    state: SimStateDep, account: Account, run_id: RunId, after: Annotated[int, Query(ge=0)] = 0
+    state: SimStateDep,
+    account: Account,
+    run_id: RunId,
+    after: Annotated[int, Query(ge=0, description="Read the events after this `seq`.")] = 0,
+    cursor: Cursor = None,
+    limit: Limit = DEFAULT_PAGE_LIMIT,
 ) -> Envelope[EventPage]:
-    """The run's append-only event log, after a sequence number."""
-    return ok(state.engine.events(account, run_id, after))
+    """The run's append-only event log, after a sequence number (or a page's cursor); paged."""
+    if cursor is not None:
+        if after or not cursor.isdigit():
+            raise SimError(
+                ErrorCode.VALIDATION_ERROR,
+                "give a cursor from a page's next, and not with after",
+                field="cursor",
+            )
+        after = int(cursor)  # this simulator's event cursors are sequence numbers
+    return ok(state.engine.events(account, run_id, after, limit))
 
 
 @router.post(
@@ -184,23 +231,30 @@ async def list_run_events(
         ErrorCode.ACTION_NOT_PENDING,
         ErrorCode.DECISION_CONFLICT,
         ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
     ),
 )
 async def decide_action(
     state: SimStateDep,
     account: Account,
     run_id: RunId,
-    action_id: Annotated[str, Path(min_length=1, max_length=128)],
+    action_id: Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)],
     body: DecisionRequest,
     key: OptionalIdempotencyKey = None,
 ) -> Envelope[TrainingRun]:
     """Approve or reject a pending human-gated action; repeating the same decision is safe."""
-    return ok(state.engine.decide(account, run_id, action_id, body, key))
+    with state.engine.keyed_write(account, key):
+        await _commit_delay(state)
+        return ok(state.engine.decide(account, run_id, action_id, body, key))
 
 
 @router.post(
     "/training-runs/{run_id}/cancel",
-    responses=_errors(ErrorCode.RUN_NOT_FOUND, ErrorCode.IDEMPOTENCY_KEY_REUSED),
+    responses=_errors(
+        ErrorCode.RUN_NOT_FOUND,
+        ErrorCode.IDEMPOTENCY_KEY_REUSED,
+        ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
+    ),
 )
 async def cancel_training_run(
     state: SimStateDep,
@@ -210,4 +264,13 @@ async def cancel_training_run(
     key: OptionalIdempotencyKey = None,
 ) -> Envelope[TrainingRun]:
     """Cancel the run's workload (never the booking); a finished run is returned unchanged."""
-    return ok(state.engine.cancel(account, run_id, body or CancelRequest(), key))
+    with state.engine.keyed_write(account, key):
+        await _commit_delay(state)
+        return ok(state.engine.cancel(account, run_id, body or CancelRequest(), key))
+
+
+async def _commit_delay(state: SimState) -> None:
+    """Keep a keyed write in flight for the scenario's ``commit_delay_seconds``."""
+    delay = state.faults.config.commit_delay_seconds
+    if delay:
+        await asyncio.sleep(delay)

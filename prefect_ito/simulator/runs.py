@@ -76,6 +76,7 @@ class RunRecord:
     outcome: RunOutcome | None = None
     recovering: bool = False
     stalled: bool = False
+    cancel_reason: str | None = None
 
     def __post_init__(self) -> None:
         self.clock = self.updated = self.heartbeat = self.created
@@ -192,4 +193,5 @@ class RunRecord:
             ),
             telemetry=self.telemetry,
             outcome=self.outcome,
+            terminal=self.state.terminal,
         )

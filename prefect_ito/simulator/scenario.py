@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from prefect_ito.contract import BookingStatus, TrainingEligibility
+from prefect_ito.contract import (
+    ID_MAX_LENGTH,
+    IDEMPOTENCY_KEY_RETENTION_SECONDS,
+    BookingStatus,
+    TrainingEligibility,
+)
 
 CURRICULUM_STAGES = ("pretrain", "mid_train", "long_context")
 POST_TRAINING_STAGES = ("post_training.sft", "post_training.dpo", "post_training.rlvr")
@@ -33,7 +38,7 @@ class _Spec(BaseModel):
 class SimBooking(_Spec):
     """A booking on file. The simulator never changes a booking's status by itself."""
 
-    booking_id: str = Field(min_length=1)
+    booking_id: str = Field(min_length=1, max_length=ID_MAX_LENGTH)
     status: BookingStatus
     gpu_sku: str = "H200"
     node_count: int = Field(default=2, ge=1)
@@ -41,6 +46,14 @@ class SimBooking(_Spec):
     fabric: str = "InfiniBand"
     region: str = "eu-north-1"
     term_end: datetime = datetime.fromisoformat("2026-06-30T00:00:00+00:00")
+
+    @field_validator("status")
+    @classmethod
+    def _known_status(cls, status: BookingStatus) -> BookingStatus:
+        # The contract's enum is open for answers; a scenario file must still spell it right.
+        if not status.known:
+            raise ValueError(f"unknown booking status {status.value!r}")
+        return status
 
     @property
     def gpus(self) -> int:
@@ -139,6 +152,12 @@ class RunScript(_Spec):
     loss_spikes: list[SpikeSpec] = Field(default_factory=list)
     interruptions: list[InterruptionSpec] = Field(default_factory=list)
     stall: StallSpec | None = None
+    cancel_seconds: float = Field(
+        default=0,
+        ge=0,
+        description="Simulated seconds a cancel takes to stop the workload; the run is "
+        "`cancelling` meanwhile (0: cancelled at once).",
+    )
 
     @model_validator(mode="after")
     def _stage_names(self) -> RunScript:
@@ -159,6 +178,9 @@ class Faults(_Spec):
     seed: int = 0
     unavailable_rate: float = Field(default=0.0, ge=0, le=1, description="Share of 503s.")
     rate_limited_rate: float = Field(default=0.0, ge=0, le=1, description="Share of 429s.")
+    internal_error_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Share of requests that fail with an exception (500)."
+    )
     retry_after_seconds: int = Field(default=1, ge=0)
     latency_seconds: float = Field(default=0.0, ge=0, le=30)
     revoke_tokens_after_seconds: float | None = Field(
@@ -166,6 +188,13 @@ class Faults(_Spec):
     )
     drop_response_after_commit: int = Field(
         default=0, ge=0, description="Drop the answer to this many new submissions, after commit."
+    )
+    commit_delay_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=30,
+        description="Real seconds a keyed write (submit, decide, cancel) is in flight before it "
+        "commits; the same key meanwhile gets 409 IDEMPOTENCY_KEY_IN_FLIGHT.",
     )
 
 
@@ -184,6 +213,11 @@ class Scenario(_Spec):
     start_at: datetime = datetime.fromisoformat("2026-03-02T00:00:00+00:00")
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)
+    idempotency_key_retention_seconds: float = Field(
+        default=IDEMPOTENCY_KEY_RETENTION_SECONDS,
+        gt=0,
+        description="Real seconds an idempotency key is kept after its first use.",
+    )
     bookings: list[SimBooking]
     run: RunScript
     booking_overrides: dict[str, dict[str, Any]] = Field(

@@ -135,7 +135,7 @@ class SimulatorServer:
             response = client.request(method, f"/_sim{path}", json=json)
         response.raise_for_status()
         envelope = Envelope[model].model_validate_json(response.content)  # type: ignore[valid-type]
-        return envelope.data  # type: ignore[return-value]
+        return envelope.data
 
     def mint_token(self, account: str = "sim-user") -> SecretStr:
         """Mint a bearer token for an account."""

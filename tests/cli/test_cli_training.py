@@ -28,6 +28,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
     assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
     assert "Final state: Completed" in result.stdout
     assert "Stage post_training.sft: passed" in result.stdout + result.stderr
+    assert f"Itô backend {simulator.url}: live API contacted: no. Notice: " in result.stdout
     assert len(simulator.runs()) == 1
 
     flow_run_id = FLOW_RUN_LINE.search(result.stdout).group(1)

@@ -33,6 +33,7 @@ EXPECTED_CLASS = {
     ErrorCode.BOOKING_NOT_ELIGIBLE: exc.BookingNotEligible,
     ErrorCode.CAPABILITY_NOT_AVAILABLE: exc.CapabilityNotAvailable,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: exc.IdempotencyKeyReused,
+    ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT: exc.IdempotencyKeyInFlight,
     ErrorCode.BOOKING_BUSY: exc.BookingBusy,
     ErrorCode.RUN_NOT_FOUND: exc.RunNotFound,
     ErrorCode.ACTION_NOT_PENDING: exc.ActionNotPending,
@@ -302,14 +303,15 @@ async def test_protocol_errors_name_endpoint_and_field(body: bytes, field: str |
     assert "GET /v0/training-runs/{run_id}" in str(caught.value)
 
 
-async def test_unknown_enum_value_is_a_protocol_error_naming_the_field() -> None:
-    data = sample_run().model_dump(mode="json") | {"state": "exploded"}
+async def test_an_enum_value_that_is_no_string_is_a_protocol_error_naming_the_field() -> None:
+    # A new *string* value is kept as UNKNOWN (test_forward_compat.py); anything else is wrong.
+    data = sample_run().model_dump(mode="json") | {"state": 40417}
     script = Script(ok(data))
     async with mock_client(script) as client:
         with pytest.raises(exc.ItoProtocolError) as caught:
             await client.get_training_run("run-1")
     assert caught.value.field == "data.state"
-    assert "exploded" not in str(caught.value)
+    assert "40417" not in str(caught.value)
 
 
 async def test_error_status_without_an_envelope_is_a_protocol_error() -> None:
@@ -364,3 +366,31 @@ async def test_submission_sends_the_contract_body_and_key() -> None:
     assert json.loads(sent.content) == request.model_dump(mode="json")
     assert sent.headers[IDEMPOTENCY_HEADER] == "k-12"
     assert submission.run == run
+
+
+async def test_a_key_still_in_flight_is_resent_with_the_same_key_after_retry_after() -> None:
+    run = sample_run("run-in-flight")
+    script = Script(
+        fail(ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT, headers={"Retry-After": "2"}),
+        fail(ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT, headers={"Retry-After": "1"}),
+        ok({"run": run.model_dump(mode="json"), "replayed": True}),
+    )
+    sleeps = Sleeps()
+    async with mock_client(script, sleeps=sleeps) as client:
+        submission = await client.submit_training_run(sample_request(), idempotency_key="k-fly")
+
+    assert (submission.run.run_id, submission.replayed) == ("run-in-flight", True)
+    assert sleeps.delays == [2.0, 1.0]
+    assert script.calls == ["POST /v0/training-runs"] * 3  # never a lookup, never a new key
+    assert [r.headers[IDEMPOTENCY_HEADER] for r in script.requests] == ["k-fly"] * 3
+    assert len({r.content for r in script.requests}) == 1
+
+
+async def test_a_key_in_flight_past_the_retries_is_raised_with_its_retry_after() -> None:
+    script = Script(fail(ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT, headers={"Retry-After": "1"}))
+    async with mock_client(script, max_retries=2) as client:
+        with pytest.raises(exc.IdempotencyKeyInFlight) as caught:
+            await client.cancel_training_run("run-1", idempotency_key="k-cancel")
+
+    assert caught.value.retry_after == 1.0
+    assert len(script.requests) == 3

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from prefect_ito.contract import RunState, TrainingRun
+from prefect_ito.contract import ActionKind, PendingAction, RunState, TrainingRun
 from prefect_ito.deferral import Deferral, deferral_key
 from prefect_ito.watcher import _must_resume
 
@@ -57,5 +57,6 @@ def test_a_watcher_resumes_only_for_what_the_flow_must_handle() -> None:
     assert not _must_resume(waiting, _run())  # nothing moved
     assert not _must_resume(waiting, _run(version=6))  # moved, same stage, no result yet
     assert _must_resume(waiting, _run(version=6, current_stage="mid_train"))  # a stage changed
-    assert _must_resume(waiting, _run(version=6, pending_action=object()))  # a person must decide
+    spike = PendingAction.model_construct(kind=ActionKind.LOSS_SPIKE_RESTART)
+    assert _must_resume(waiting, _run(version=6, pending_action=spike))  # a person must decide
     assert _must_resume(waiting, _run(version=6, state=RunState.SUCCEEDED))  # it ended

@@ -12,7 +12,14 @@ from ito_fakes import envelope, sample_run
 from pydantic import ValidationError
 
 from prefect_ito._http import parse_response
-from prefect_ito.contract import ApiError, Envelope, ErrorCode, Revocation, TrainingRun
+from prefect_ito.contract import (
+    ApiError,
+    Envelope,
+    ErrorCode,
+    ErrorEnvelope,
+    Revocation,
+    TrainingRun,
+)
 from prefect_ito.exceptions import ItoAPIError, ItoProtocolError, error_from_envelope
 
 ENDPOINT = "GET /v0/fuzz"
@@ -43,10 +50,8 @@ statuses = st.sampled_from([200, 201, 400, 401, 404, 409, 418, 422, 429, 500, 50
 def _expected_error(body: Any) -> type[ItoAPIError] | None:
     """Return the class a valid error envelope must map to, or None if it is not one."""
     try:
-        parsed = Envelope[dict[str, Any]].model_validate(body)
+        parsed = ErrorEnvelope.model_validate(body)
     except ValidationError:
-        return None
-    if parsed.ok or parsed.error is None:
         return None
     return type(error_from_envelope(parsed.error.code.value, parsed.error.message))
 

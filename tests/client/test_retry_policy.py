@@ -125,3 +125,28 @@ def test_retry_budget_spends_then_refills_with_time() -> None:
     assert budget.try_spend() is True
     clock.now += 1000.0  # refill stops at capacity
     assert [budget.try_spend() for _ in range(3)] == [True, True, False]
+
+
+@pytest.mark.parametrize(
+    ("method", "idempotent", "code", "expected"),
+    [
+        ("POST", True, "IDEMPOTENCY_KEY_IN_FLIGHT", True),  # the one transient conflict
+        ("POST", True, "IDEMPOTENCY_KEY_REUSED", False),
+        ("POST", True, "DECISION_CONFLICT", False),
+        ("POST", True, None, False),
+        ("POST", False, "IDEMPOTENCY_KEY_IN_FLIGHT", False),  # keyless: cannot be in flight
+    ],
+)
+def test_only_a_key_in_flight_makes_a_409_worth_retrying(
+    method: str, idempotent: bool, code: str | None, expected: bool
+) -> None:
+    decided = should_retry(
+        method=method,
+        idempotent=idempotent,
+        status_code=409,
+        attempt=0,
+        max_retries=3,
+        retry_after=1.0,
+        error_code=code,
+    )
+    assert decided is expected

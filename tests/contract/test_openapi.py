@@ -1,10 +1,27 @@
-"""The committed OpenAPI document is generated from the simulator and kept fresh."""
+"""The committed OpenAPI document is generated from the simulator, kept fresh, and complete."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
+from openapi_spec_validator import validate
+
+from prefect_ito.contract import ID_MAX_LENGTH, IDEMPOTENCY_KEY_MAX_LENGTH
 from prefect_ito.simulator.openapi import DOCUMENT_PATH, openapi_document, render
+
+DOCUMENT = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))
+OPERATIONS = [
+    (method, path, operation)
+    for path, operations in DOCUMENT["paths"].items()
+    for method, operation in operations.items()
+]
+ANSWERS = [
+    (method, path, status, response)
+    for method, path, operation in OPERATIONS
+    for status, response in operation["responses"].items()
+]
 
 
 def test_committed_document_is_fresh():
@@ -43,7 +60,9 @@ def test_every_error_response_is_an_envelope():
         for method, operation in operations.items():
             for status, response in operation["responses"].items():
                 schema = response["content"]["application/json"]["schema"]["$ref"]
-                assert schema.split("/")[-1].startswith("Envelope"), (method, path, status)
+                name = schema.split("/")[-1]
+                expected = "Envelope_" if status.startswith("2") else "ErrorEnvelope"
+                assert name.startswith(expected), (method, path, status)
                 if status == "429":
                     assert "Retry-After" in response["headers"]
 
@@ -57,3 +76,71 @@ def test_no_route_books_buys_or_overrides():
             assert set(operations) == {"get"}
             continue
         assert not any(word in path for word in words), path
+
+
+def test_an_independent_validator_accepts_the_committed_document():
+    validate(DOCUMENT)  # openapi-spec-validator: OpenAPI 3.1 and its JSON Schema dialect
+
+
+@pytest.mark.parametrize(("method", "path", "operation"), OPERATIONS, ids=lambda v: str(v)[:40])
+def test_every_operation_declares_500(method: str, path: str, operation: dict[str, Any]):
+    response = operation["responses"]["500"]
+    assert response["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorEnvelope")
+    assert "INTERNAL_ERROR" in response["description"]
+
+
+@pytest.mark.parametrize(("method", "path", "status", "response"), ANSWERS, ids=str)
+def test_every_answer_declares_its_headers(
+    method: str, path: str, status: str, response: dict[str, Any]
+):
+    headers = response["headers"]
+    assert headers["X-Request-Id"]["required"] is True
+    assert {"Deprecation", "Sunset"} <= set(headers)
+    if status == "429":
+        assert headers["Retry-After"]["required"] is True
+    if status == "503":
+        assert "Retry-After" in headers
+
+
+def test_a_replayed_submission_declares_idempotent_replayed():
+    responses = DOCUMENT["paths"]["/v0/training-runs"]["post"]["responses"]
+    assert responses["200"]["headers"]["Idempotent-Replayed"]["required"] is True
+    assert "Idempotent-Replayed" not in responses["201"]["headers"]
+
+
+def test_envelopes_pin_ok():
+    schemas = DOCUMENT["components"]["schemas"]
+    successes = [name for name in schemas if name.startswith("Envelope_")]
+    assert successes
+    for name in successes:
+        assert schemas[name]["properties"]["ok"]["const"] is True, name
+        assert "ok" in schemas[name]["required"]
+    assert schemas["ErrorEnvelope"]["properties"]["ok"]["const"] is False
+    assert {"ok", "error"} <= set(schemas["ErrorEnvelope"]["required"])
+
+
+def _parameter(path: str, method: str, name: str) -> dict[str, Any]:
+    parameters = DOCUMENT["paths"][path][method]["parameters"]
+    return next(p for p in parameters if p["name"] == name)["schema"]
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return next(s for s in schema.get("anyOf", [schema]) if s.get("type") != "null")
+
+
+def test_booking_id_has_one_length_limit_in_body_path_and_query():
+    body = DOCUMENT["components"]["schemas"]["TrainingRunRequest"]["properties"]["booking_id"]
+    path = _parameter("/v0/bookings/{booking_id}/training-eligibility", "get", "booking_id")
+    query = _nullable(_parameter("/v0/training-runs", "get", "booking_id"))
+
+    assert body["maxLength"] == path["maxLength"] == query["maxLength"] == ID_MAX_LENGTH
+    assert body["minLength"] == path["minLength"] == query["minLength"] == 1
+
+
+def test_idempotency_key_has_one_length_limit_as_header_and_query():
+    header = _parameter("/v0/training-runs", "post", "Idempotency-Key")
+    query = _nullable(_parameter("/v0/training-runs", "get", "idempotency_key"))
+    for path in ("/v0/training-runs/{run_id}/cancel",):
+        optional = _nullable(_parameter(path, "post", "Idempotency-Key"))
+        assert optional["maxLength"] == IDEMPOTENCY_KEY_MAX_LENGTH
+    assert header["maxLength"] == query["maxLength"] == IDEMPOTENCY_KEY_MAX_LENGTH

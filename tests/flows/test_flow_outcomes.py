@@ -13,6 +13,7 @@ from prefect_ito.contract import RunState, StageStatus
 from prefect_ito.flows import ito_training
 from prefect_ito.reporting import TrainingSummary, artifact_key
 from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator.envelopes import NOTICE
 
 
 async def run_flow(params: dict[str, Any]) -> Any:
@@ -42,6 +43,9 @@ async def test_success_completes_with_a_summary_and_artifacts(start_simulator):
     assert [stage.name for stage in summary.stages] == [stage.name for stage in run.stages]
     assert "post_training.rlvr" in [stage.name for stage in summary.stages]
     assert summary.gates and all(row["pass"] for row in summary.gates)
+    # Where the answers came from: the simulator, which says so.
+    assert (summary.live_api_contacted, summary.notice) == (False, NOTICE)
+    assert summary.api_url is not None and summary.api_url.rstrip("/") == simulator.url
 
     async with get_client() as client:
         keys = [artifact_key(run.run_id, kind) for kind in ("progress", "gates", "telemetry")]

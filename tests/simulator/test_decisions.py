@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from prefect_ito.simulator import builtin_scenario
+
 
 def _awaiting(desk, scenario="loss-spike"):
     return desk.wait_for(desk.start(), lambda r: r["state"] == "awaiting_decision")
@@ -139,3 +141,33 @@ def test_reusing_a_cancel_key_for_another_body_is_refused(spiked):
 
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "IDEMPOTENCY_KEY_REUSED"
+
+
+def test_a_cancel_that_takes_time_passes_through_cancelling(desk_for):
+    scenario = builtin_scenario("loss-spike")
+    slow = scenario.model_copy(
+        # About 0.6 real seconds at the tests' time scale (conftest.FAST).
+        update={"run": scenario.run.model_copy(update={"cancel_seconds": 2_400_000})}
+    )
+    desk = desk_for(slow)
+    run = _awaiting(desk)
+    url = f"/v0/training-runs/{run['run_id']}/cancel"
+
+    cancelling = desk.http.post(url, json={"reason": "not needed"}).json()["data"]
+    active = desk.http.get(
+        "/v0/training-runs", params={"booking_id": run["booking_id"], "active": "true"}
+    ).json()["data"]["runs"]
+    decision = desk.decide(run, "approve")
+    again = desk.http.post(url, json={"reason": "not needed"}).json()["data"]
+    cancelled = desk.wait_for(cancelling, lambda r: r["state"] != "cancelling")
+
+    assert (cancelling["state"], cancelling["terminal"]) == ("cancelling", False)
+    assert cancelling["pending_action"] is None and cancelling["outcome"] is None
+    assert [r["run_id"] for r in active] == [run["run_id"]]  # still holds the booking
+    assert decision.json()["error"]["code"] == "ACTION_NOT_PENDING"
+    assert again["state"] == "cancelling"  # a second cancel changes nothing
+    assert (cancelled["state"], cancelled["terminal"]) == ("cancelled", True)
+    assert cancelled["outcome"]["code"] == "CANCELLED"
+    assert {s["status"] for s in cancelled["stages"]} <= {"passed", "pending", "cancelled"}
+    events = desk.http.get(f"{url[: -len('/cancel')]}/events").json()["data"]["events"]
+    assert [e["type"] for e in events][-2:] == ["cancel_requested", "run_finished"]

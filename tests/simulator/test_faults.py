@@ -1,4 +1,4 @@
-"""Injected faults: dropped answers after commit, 429 with Retry-After, 503, revoked tokens."""
+"""Injected faults: dropped answers after commit, 429 with Retry-After, 503, 500, revoked tokens."""
 
 from __future__ import annotations
 
@@ -38,6 +38,24 @@ def test_rate_limits_carry_retry_after(desk_for):
     assert response.headers["Retry-After"] == "7"
     assert response.json()["error"]["code"] == "RATE_LIMITED"
     assert admin.status_code == 200  # faults never touch the admin surface
+
+
+def test_an_unexpected_failure_is_a_500_envelope_with_its_request_id(desk_for):
+    desk = desk_for(_with_faults(internal_error_rate=1.0))
+
+    response = desk.http.get("/v0/capabilities")
+    again = desk.http.get("/v0/capabilities")  # the server goes on answering
+
+    assert response.status_code == again.status_code == 500
+    body = response.json()
+    assert (body["ok"], body["error"]["code"], body["live_api_contacted"]) == (
+        False,
+        "INTERNAL_ERROR",
+        False,
+    )
+    request_id = response.headers["X-Request-Id"]
+    logged = [r for r in desk.sim.requests() if r.request_id == request_id]
+    assert [r.status for r in logged] == [500]
 
 
 def test_unavailable_rate_gives_503s_in_a_repeatable_sequence(desk_for):

@@ -204,3 +204,13 @@ def test_eligibility_reports_the_booking(desk):
         8,
     )
     assert data["data"]["fabric"] == "InfiniBand"
+
+
+def test_a_booking_id_has_the_same_limit_in_the_body_as_in_a_path(desk):
+    body = desk.body() | {"booking_id": "b" * 129}  # the digest no longer matters: refused first
+
+    response = desk.submit(body, key="long-id")
+    eligibility = desk.http.get(f"/v0/bookings/{'b' * 129}/training-eligibility")
+
+    assert response.status_code == eligibility.status_code == 422
+    assert response.json()["error"]["field"] == "booking_id"
