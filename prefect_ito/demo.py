@@ -24,11 +24,11 @@ from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cards import telemetry_markdown
 from prefect_ito.flows import ito_training
 from prefect_ito.memory_keyring import MemoryKeyring
 from prefect_ito.outcomes import exit_code
 from prefect_ito.parameters import TrainingParameters
-from prefect_ito.reporting import telemetry_markdown
 from prefect_ito.simulator import AdminRun, SimulatorServer, builtin_scenario
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
