@@ -1,6 +1,8 @@
 """The simulator's deterministic state machine on a scaled clock.
 
-Simulated seconds are real monotonic seconds times the scenario's ``time_scale``. Each run is driven
+Simulated seconds are real monotonic seconds times the scenario's ``time_scale``. A run's
+timestamps start at the real moment it was submitted and then run ``time_scale`` times faster, so
+a run submitted long after the scenario loaded does not date itself years ahead. Each run is driven
 by its pipeline (:mod:`prefect_ito.simulator.pipeline`); :meth:`Engine.advance` catches every run up
 with the clock, and every public method advances first, so no answer is stale. The engine is not
 thread-safe: the app calls it from its event loop only.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from prefect_ito.contract import (
@@ -79,6 +82,7 @@ class Engine:
         """Replace the scenario: bookings, runs and idempotency records start over, clock at 0."""
         self.scenario = scenario
         self._started = self._clock()
+        self._anchor = scenario.start_at or datetime.now(UTC)
         self.bookings: dict[str, SimBooking] = {b.booking_id: b for b in scenario.bookings}
         self.runs: dict[str, RunRecord] = {}
         self._pipelines: dict[str, Pipeline] = {}
@@ -90,6 +94,15 @@ class Engine:
     def now(self) -> float:
         """Return simulated seconds since the scenario was loaded."""
         return (self._clock() - self._started) * self.scenario.time_scale
+
+    def _epoch_for_new_run(self) -> datetime:
+        """Return the epoch that dates a run created now at the real time since the load.
+
+        Only the run's own progress is scaled: a run created ``t`` real seconds after the load
+        says it was created at ``start_at + t``, not ``t × time_scale`` later.
+        """
+        real_seconds = self._clock() - self._started
+        return self._anchor + timedelta(seconds=real_seconds - self.now())
 
     def revision(self) -> int:
         """Return a number that grows whenever any run changes (for waking long-polls)."""
@@ -271,7 +284,7 @@ class Engine:
             request=request,
             booking=booking,
             script=script,
-            epoch=self.scenario.start_at,
+            epoch=self._epoch_for_new_run(),
             created=self.now(),
             stages=plan_stages(request, script),
         )

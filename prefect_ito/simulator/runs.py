@@ -2,7 +2,7 @@
 
 Contract models are frozen, so the record keeps the moving parts and :meth:`RunRecord.snapshot`
 builds a :class:`~prefect_ito.contract.TrainingRun` on demand. Time is kept as simulated seconds
-since the scenario's ``start_at``; ``at()`` turns it into a timestamp.
+since the scenario loaded; ``at()`` turns it into a timestamp from the run's ``epoch``.
 """
 
 from __future__ import annotations

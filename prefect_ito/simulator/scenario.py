@@ -176,7 +176,10 @@ class Scenario(_Spec):
     description: str = ""
     time_scale: float = Field(default=DEFAULT_TIME_SCALE, gt=0)
     scaffold: bool = Field(default=False, description="Answer like production today: not live.")
-    start_at: datetime = datetime.fromisoformat("2026-03-02T00:00:00+00:00")
+    start_at: datetime | None = Field(
+        default=None,
+        description="The timestamp of the moment the scenario loads; default: the real time then.",
+    )
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)
     bookings: list[SimBooking]

@@ -1,0 +1,60 @@
+"""The simulator's timestamps stay plausible however long after the scenario loads a run starts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from prefect_ito.contract import RunState, TrainingRequest
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator.engine import Engine
+
+START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def submit(engine: Engine):
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
+        target="chat", budget_usd=250_000.0,
+    ).to_submission()  # fmt: skip
+    return engine.submit("acct", "key-1", request).run
+
+
+def test_a_run_submitted_long_after_the_load_is_dated_when_it_was_submitted():
+    # Before, the scaled clock ran from the load: 750 real seconds at the default scale dated a
+    # new run, and its spike's "proposed at", about nine and a half years ahead.
+    clock = FakeClock()
+    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    clock.now += 750
+
+    run = submit(engine)
+
+    assert run.created_at == START + timedelta(seconds=750)
+    clock.now += 10  # four million simulated seconds: past the spike at 60 % of pretrain
+    engine.advance()
+    (record,) = engine.runs.values()
+    assert record.state is RunState.AWAITING_DECISION
+    action = record.pending_action
+    assert action is not None
+    assert timedelta(days=1) < action.proposed_at - run.created_at < timedelta(days=30)
+
+
+def test_without_a_start_the_clock_is_anchored_at_the_real_time_of_the_load():
+    scenario = builtin_scenario("default")
+    assert scenario.start_at is None
+    before = datetime.now(UTC)
+    engine = Engine(scenario)
+
+    run = submit(engine)
+
+    assert before <= run.created_at <= datetime.now(UTC) + timedelta(seconds=5)
