@@ -1,36 +1,48 @@
-"""What a person sees in Prefect: artifacts that update in place, and events with stable ids.
+"""What a person sees in Prefect: one artifact card per concern, and events with stable ids.
 
-Artifacts carry keys, so a re-entered flow updates them instead of adding more. Every Prefect
-event gets a UUID5 of the backend run id and the backend event's sequence number, so Prefect drops
-the duplicates a re-entered flow sends. Nothing here ever sees a token.
+Each backend run has four cards — progress, gates, telemetry and decisions (:mod:`prefect_ito.cards`
+says what they say) — keyed by the backend run id and kept as one artifact each on the flow run,
+updated in place (:mod:`prefect_ito.publishing`). Every Prefect event gets a UUID5 of the backend
+run id and the backend event's sequence number, so Prefect drops the duplicates a re-entered flow
+sends. Nothing here ever sees a token.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections import OrderedDict
 from typing import Any
+from uuid import UUID
 
-from prefect.artifacts import (
-    acreate_markdown_artifact,
-    acreate_progress_artifact,
-    acreate_table_artifact,
-)
-from prefect.context import FlowRunContext, TaskRunContext
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict
 
-from prefect_ito.cards import gate_rows, progress_percent, telemetry_markdown
+from prefect_ito.cards import (
+    Actions,
+    DecisionSummary,
+    decisions,
+    decisions_markdown,
+    gate_rows,
+    progress_description,
+    progress_percent,
+    spend,
+    telemetry_markdown,
+    when,
+)
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
-    DecisionRecord,
     EventType,
+    PendingAction,
     RunEvent,
+    RunOutcome,
     RunState,
     StageStatus,
     Telemetry,
     TrainingRun,
 )
+from prefect_ito.flow_run import current_flow_run_id
+from prefect_ito.publishing import Card, Publisher
 
 _EVENT_NAMESPACE = uuid.UUID("0f6a3c2e-2b7d-4a51-9a43-6c1d2f7e8b90")
 
@@ -55,7 +67,10 @@ class StageSummary(BaseModel):
 
 
 class TrainingSummary(BaseModel):
-    """The result of a completed training flow: what ran, what every gate said, and telemetry."""
+    """What a training run came to: what ran, every gate result, every decision, and telemetry.
+
+    The result of a completed training flow; the terminal prints the same for any ending.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -65,12 +80,19 @@ class TrainingSummary(BaseModel):
     manifest_digest: str
     stages: list[StageSummary]
     gates: list[dict[str, Any]]
-    decisions: list[DecisionRecord]
+    decisions: list[DecisionSummary]
     telemetry: Telemetry
+    outcome: RunOutcome | None = None
 
     @classmethod
-    def of(cls, run: TrainingRun) -> TrainingSummary:
-        """Return the summary of ``run``."""
+    def of(cls, run: TrainingRun, actions: Actions | None = None) -> TrainingSummary:
+        """Return the summary of ``run``.
+
+        Args:
+            run: The backend run.
+            actions: Pending actions seen on it; default: those this process saw
+                (:data:`SEEN`), which name each decided restart's checkpoint.
+        """
         return cls(
             run_id=run.run_id,
             booking_id=run.booking_id,
@@ -85,9 +107,55 @@ class TrainingSummary(BaseModel):
                 for stage in run.stages
             ],
             gates=gate_rows(run),
-            decisions=run.decisions,
+            decisions=decisions(run, SEEN.actions(run.run_id) if actions is None else actions),
             telemetry=run.telemetry,
+            outcome=run.outcome,
         )
+
+
+class Seen:
+    """What supervision in this process saw: each run's pending actions, each flow run's run.
+
+    A decided action leaves the backend run, so where its restart started from is known only
+    from having seen it pending; and the terminal that ran a flow prints what the flow saw last,
+    however the flow ended. Bounded, for long-lived worker processes.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._actions: OrderedDict[str, dict[str, PendingAction]] = OrderedDict()
+        self._latest: OrderedDict[UUID, TrainingRun] = OrderedDict()
+
+    def note(self, run: TrainingRun) -> None:
+        """Remember ``run``'s pending action, and ``run`` as the current flow run's latest."""
+        if run.pending_action is not None:
+            actions = self._actions.setdefault(run.run_id, {})
+            actions[run.pending_action.action_id] = run.pending_action
+            _bound(self._actions, run.run_id, self._limit)
+        flow_run_id = current_flow_run_id()
+        if flow_run_id is not None:
+            self._latest[flow_run_id] = run
+            _bound(self._latest, flow_run_id, self._limit)
+
+    def actions(self, run_id: str) -> dict[str, PendingAction]:
+        """Return the pending actions seen on the run ``run_id``, by id."""
+        return dict(self._actions.get(run_id, {}))
+
+    def latest(self, flow_run_id: UUID) -> TrainingRun | None:
+        """Return the last backend run the flow run ``flow_run_id`` reported here, if any."""
+        return self._latest.get(flow_run_id)
+
+
+def _bound(items: OrderedDict[Any, Any], key: Any, limit: int) -> None:
+    items.move_to_end(key)
+    while len(items) > limit:
+        items.popitem(last=False)
+
+
+SEEN = Seen()
+"""This process's memory of what supervision saw."""
+PUBLISHER = Publisher()
+"""This process's artifact cards, one per key and flow run."""
 
 
 def artifact_key(run_id: str, kind: str) -> str:
@@ -113,25 +181,69 @@ def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
     return lines
 
 
-async def publish_artifacts(run: TrainingRun) -> None:
-    """Create or update the run's progress, gate table and telemetry artifacts."""
-    await acreate_progress_artifact(
-        progress=progress_percent(run),
-        key=artifact_key(run.run_id, "progress"),
-        description=f"Stages of Itô training run {run.run_id}: now {run.current_stage or '—'}",
-    )
+def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
+    """Return the run's cards: progress, gates (once a gate has results), telemetry, decisions."""
+    name = f"Itô training run {run.run_id}"
+    result = [
+        Card(
+            key=artifact_key(run.run_id, "progress"),
+            type="progress",
+            data=progress_percent(run),
+            description=progress_description(run),
+            metadata=status_facts(run),
+        )
+    ]
     rows = gate_rows(run)
     if rows:
-        await acreate_table_artifact(
-            table=rows,
-            key=artifact_key(run.run_id, "gates"),
-            description=f"Eval gates of Itô training run {run.run_id}",
+        result.append(
+            Card(
+                key=artifact_key(run.run_id, "gates"),
+                type="table",
+                data=rows,
+                description=f"Eval gates of {name}: every eval's score against its bar.",
+            )
         )
-    await acreate_markdown_artifact(
-        markdown=telemetry_markdown(run),
-        key=artifact_key(run.run_id, "telemetry"),
-        description=f"Telemetry of Itô training run {run.run_id}",
-    )
+    result += [
+        Card(
+            key=artifact_key(run.run_id, "telemetry"),
+            type="markdown",
+            data=telemetry_markdown(run, actions),
+            description=f"Telemetry of {name}: the loss chart, goodput, spend, interruptions.",
+        ),
+        Card(
+            key=artifact_key(run.run_id, "decisions"),
+            type="markdown",
+            data=decisions_markdown(run, actions),
+            description=f"Restart decisions on {name}: who decided, how, why and when.",
+        ),
+    ]
+    return result
+
+
+def status_facts(run: TrainingRun) -> dict[str, str]:
+    """Return what ``prefect-ito status`` shows, as the progress card's metadata."""
+    t = run.telemetry
+    facts = {
+        "run_id": run.run_id,
+        "state": run.state.value,
+        "stage": run.current_stage or "",
+        "spend": spend(t),
+        "pending_decision": "",
+    }
+    action = run.pending_action
+    if action is not None:
+        facts["pending_decision"] = (
+            f"loss spike {action.loss:.2f} at step {action.step:,} in {action.stage}: restart "
+            f"from {action.proposed_checkpoint.checkpoint_id} (step "
+            f"{action.proposed_checkpoint.step:,}) proposed {when(action.proposed_at)}"
+        )
+    return facts
+
+
+async def publish(run: TrainingRun) -> None:
+    """Publish the run's cards on the current flow run (see :mod:`prefect_ito.publishing`)."""
+    SEEN.note(run)
+    await PUBLISHER.publish(cards(run, SEEN.actions(run.run_id)))
 
 
 def event_id(run_id: str, seq: int) -> uuid.UUID:
@@ -172,10 +284,15 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
     return last
 
 
-async def report(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
-    """Relay the run's events after ``after_seq``, refresh its artifacts; return the last seq."""
+async def relay(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq`` to Prefect; return the last seq."""
     page = await client.list_events(run.run_id, after=after_seq)
     relay_events(run, page.events)
-    if FlowRunContext.get() or TaskRunContext.get():  # Prefect keeps artifacts of runs only
-        await publish_artifacts(run)
     return max(after_seq, page.last_seq)
+
+
+async def report(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq``, refresh its cards; return the last seq."""
+    seq = await relay(client, run, after_seq)
+    await publish(run)
+    return seq
