@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any, Literal
 
 from prefect import get_run_logger
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
-from pydantic import Field
+from prefect.input.actions import aread_flow_run_input
+from prefect.input.run_input import keyset_from_base_key
+from pydantic import Field, model_validator
 
+from prefect_ito import charts
 from prefect_ito.cancellation import stop_requested
+from prefect_ito.cards import spend, when
 from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
 from prefect_ito.exceptions import AwaitingDecision
 from prefect_ito.flow_run import can_suspend
@@ -26,22 +31,48 @@ PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
 
 
-class RestartDecision(RunInput):
-    """A person's answer to a proposed loss-spike restart."""
+Choice = Literal["approve", "reject"]
 
-    approve: bool = Field(
-        default=False,
-        description="Tick to restart from the proposed checkpoint; leave unticked to reject.",
-    )
+WHAT_EACH_ANSWER_DOES = (
+    "approve: the backend restarts from the proposed checkpoint and trains the steps since "
+    "again. reject: the run goes on from where it is, without restarting. There is no default: "
+    "nothing happens until you choose."
+)
+
+
+class RestartDecision(RunInput):
+    """A person's answer to a proposed loss-spike restart: an explicit choice, a name, a reason.
+
+    ``decision`` is required and has no default, so a form submitted untouched is refused (by the
+    Prefect UI, and by Prefect's server, which checks every answer against this schema) instead
+    of rejecting the restart by accident.
+    """
+
+    decision: Choice = Field(title="Decision", description=WHAT_EACH_ANSWER_DOES)
     decided_by: str = Field(
         min_length=1, description="Your name, as the backend should record who decided."
     )
     reason: str = Field(min_length=1, description="Why: recorded with the decision.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_the_earlier_form(cls, data: Any) -> Any:
+        """Read an answer to a pause saved with the earlier form, a tick box ``approve``."""
+        if isinstance(data, dict) and "decision" not in data and "approve" in data:
+            data = dict(data)
+            data["decision"] = "approve" if data.pop("approve") is True else "reject"
+        return data
+
+    @property
+    def approves(self) -> bool:
+        """Tell whether the person approved the restart."""
+        return self.decision == "approve"
+
     def to_request(self) -> DecisionRequest:
         """Return the decision as the backend's contract states it."""
-        choice = DecisionChoice.APPROVE if self.approve else DecisionChoice.REJECT
-        return DecisionRequest(decision=choice, decided_by=self.decided_by, reason=self.reason)
+        return DecisionRequest(
+            decision=DecisionChoice(self.decision), decided_by=self.decided_by, reason=self.reason
+        )
 
 
 def pause_key(action: PendingAction) -> str:
@@ -50,25 +81,38 @@ def pause_key(action: PendingAction) -> str:
 
 
 def describe(run: TrainingRun, action: PendingAction) -> str:
-    """Return the markdown a person reads above the decision form."""
-    rise = action.loss - action.baseline_loss
+    """Return the markdown a person reads above the decision form: evidence, chart, choices."""
+    checkpoint = action.proposed_checkpoint
+    back = action.step - checkpoint.step
+    factor = f"{action.loss / action.baseline_loss:.1f}× " if action.baseline_loss > 0 else ""
+    svg = charts.draw(charts.loss_chart(run))
     return "\n".join(
         [
-            f"### Loss spike in `{action.stage}` — restart proposed",
+            f"### Loss spike in `{action.stage}` — a restart is proposed",
             "",
-            f"The Itô desk backend holds run `{run.run_id}` (booking `{run.booking_id}`) and "
-            "proposes to restart from an earlier checkpoint. Nothing restarts until a person "
-            "decides; prefect-ito never decides by itself.",
+            f"The Itô desk backend holds run `{run.run_id}` (booking `{run.booking_id}`) at step "
+            f"{action.step:,} and proposes to restart from an earlier checkpoint. Nothing "
+            "restarts until a person decides; prefect-ito never decides by itself.",
             "",
-            "| | |",
+            "| evidence | value |",
             "|---|---|",
-            f"| step | {action.step} |",
-            f"| loss | {action.loss:.4f} (baseline {action.baseline_loss:.4f}, +{rise:.4f}) |",
-            f"| proposed checkpoint | `{action.proposed_checkpoint.checkpoint_id}` "
-            f"(step {action.proposed_checkpoint.step}) |",
-            f"| proposed at | {action.proposed_at.isoformat()} |",
+            f"| stage | `{action.stage}` |",
+            f"| step | {action.step:,} |",
+            f"| loss | {action.loss:.2f}: {factor}the baseline {action.baseline_loss:.2f} |",
+            f"| proposed checkpoint | `{checkpoint.checkpoint_id}` (step {checkpoint.step:,}, "
+            f"{back:,} steps back) |",
+            f"| proposed at | {when(action.proposed_at)} |",
+            f"| spent so far | {spend(run.telemetry)} |",
             "",
-            "**Approve** restarts from that checkpoint; **reject** lets the run go on as it is.",
+            charts.markdown_image(svg, "Training loss by step, up to the spike"),
+            "",
+            "**Choose one** — the form has no default:",
+            "",
+            f"- **approve**: the backend restarts from `{checkpoint.checkpoint_id}` at step "
+            f"{checkpoint.step:,} and trains the {back:,} steps since again; spend goes on "
+            "meanwhile.",
+            f"- **reject**: the run goes on from step {action.step:,} as it is, without "
+            "restarting.",
         ]
     )
 
@@ -90,6 +134,9 @@ async def ask_person(
     action = run.pending_action
     if action is None:
         raise ValueError(f"run {run.run_id} waits for no decision")
+    suspending = can_suspend()
+    if suspending and (answer := await _answered_suspension(action)) is not None:
+        return answer  # resumed: asking (and logging that it waits) again would mislead
     get_run_logger().warning(
         "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the run. "
         "Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
@@ -98,7 +145,7 @@ async def ask_person(
         action.proposed_checkpoint.checkpoint_id,
     )
     form = RestartDecision.with_initial_data(description=describe(run, action))
-    if can_suspend():
+    if suspending:
         return await asuspend_flow_run(
             wait_for_input=form, timeout=int(timeout), key=pause_key(action)
         )
@@ -121,6 +168,18 @@ async def ask_person(
         ) from None
     finally:
         pause.cancel()
+
+
+async def _answered_suspension(action: PendingAction) -> RestartDecision | None:
+    """Return the answer a person already gave to this action's suspension, if any.
+
+    A resumed suspension runs the flow again from the top. Prefect's own ``suspend_flow_run``
+    would hand the stored answer back too, but only after logging "Suspending flow run" and
+    proposing a suspension the server then refuses.
+    """
+    keyset = keyset_from_base_key(f"suspended-{pause_key(action)}")
+    stored = await aread_flow_run_input(key=keyset["response"])
+    return None if stored is None else RestartDecision.model_validate(stored)
 
 
 async def _first_of(
@@ -148,7 +207,7 @@ async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | 
     get_run_logger().info(
         "%s %s the restart: %s",
         decision.decided_by,
-        "approved" if decision.approve else "rejected",
+        "approved" if decision.approves else "rejected",
         decision.reason,
     )
     return decision.to_request()

@@ -55,13 +55,13 @@ class ScriptedOperator:
         if not isinstance(credentials, dict) or credentials.get("api_url") != self._simulator_url:
             self._console.print("[red]The demo operator acts only on the demo's own simulator.[/]")
             return None
-        self._console.print(Markdown(description))
+        self._console.print(Markdown(terminal.without_images(description)))
         self._console.print(
             "[bold]No terminal: the scripted demo operator approves, through the same resume "
             "API the Prefect UI uses. Real runs wait for a human.[/]"
         )
         return RestartDecision(
-            approve=True,
+            decision="approve",
             decided_by="prefect-ito demo operator",
             reason="scripted approval in the demo; real runs wait for a human",
         )

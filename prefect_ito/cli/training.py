@@ -189,9 +189,11 @@ def decide(
     _require_server("decide")
     if approve == reject:
         _fail(InvalidParameters("give exactly one of --approve and --reject"))
-    decision = RestartDecision(approve=approve, decided_by=name, reason=reason)
+    decision = RestartDecision(
+        decision="approve" if approve else "reject", decided_by=name, reason=reason
+    )
     run_command(_resume(flow_run_id, decision))
-    _console.print(f"Sent: {'approve' if approve else 'reject'} by {name}.")
+    _console.print(f"Sent: {decision.decision} by {name}.")
 
 
 async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
