@@ -110,15 +110,35 @@ class Engine:
 
     def advance(self) -> None:
         """Catch every unfinished run up with the simulated clock."""
-        now = self.now()
         for rec in self.runs.values():
-            self._drive(rec, now)
+            self._drive(rec, self._run_now(rec))
+
+    def _run_now(self, rec: RunRecord) -> float:
+        """Return the run's own simulated now: behind the engine's by the waits for people.
+
+        A person decides on the real clock, so while a run waits for a decision its clock moves
+        at the real rate, not ``time_scale`` times faster; a ten-minute wait is dated ten
+        minutes, not months.
+        """
+        if rec.held_at is None:
+            return self.now() - rec.lag
+        real_start = self._started + (rec.held_at + rec.lag) / self.scenario.time_scale
+        return rec.held_at + max(0.0, self._clock() - real_start)
+
+    def _release(self, rec: RunRecord) -> None:
+        """End a wait for a person: from now on the run's clock lags the engine's by the wait."""
+        rec.clock = max(rec.clock, self._run_now(rec))
+        rec.lag = self.now() - rec.clock
+        rec.held_at = None
 
     def _drive(self, rec: RunRecord, now: float) -> None:
         pipeline = self._pipelines[rec.run_id]
         while not (rec.state.terminal or rec.stalled):
             if rec.state is RunState.AWAITING_DECISION:
                 # Time passes without progress; the workload stays alive while it waits.
+                if rec.held_at is None:
+                    rec.held_at = rec.clock
+                    now = self._run_now(rec)
                 rec.clock = rec.heartbeat = max(rec.clock, now)
                 return
             wait = self._waits[rec.run_id]
@@ -313,7 +333,7 @@ class Engine:
         return rec.snapshot()
 
     def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest) -> None:
-        rec.clock = max(rec.clock, self.now())
+        self._release(rec)
         rec.decisions.append(
             DecisionRecord(action_id=action_id, decided_at=rec.at(), **body.model_dump())
         )
@@ -336,7 +356,9 @@ class Engine:
         fingerprint = f"cancel:{run_id}:{body.model_dump_json()}"
         self._check_key(account, key, fingerprint)
         if not rec.state.terminal:
-            rec.clock = max(rec.clock, self.now())
+            if rec.held_at is not None:
+                self._release(rec)
+            rec.clock = max(rec.clock, self._run_now(rec))
             reason = body.reason or "cancelled by the client"
             rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
             self._stop(rec, StageStatus.CANCELLED)

@@ -63,6 +63,10 @@ class RunRecord:
     version: int = 1
     updated: float = 0.0
     clock: float = 0.0
+    lag: float = 0.0
+    """Simulated seconds the run's clock is behind the engine's: its waits for people."""
+    held_at: float | None = None
+    """The run's clock when it began to wait for a person; None when it does not wait."""
     heartbeat: float = 0.0
     current_stage: str | None = None
     pending_action: PendingAction | None = None
