@@ -39,6 +39,7 @@ from rich.markdown import Markdown
 
 from prefect_ito.approval import Choice, RestartDecision
 from prefect_ito.cancellation import request_detach
+from prefect_ito.views import quiet_tasks
 
 __all__ = [
     "EPHEMERAL_STARTUP_SECONDS",
@@ -120,8 +121,12 @@ async def run_training(
     console: Console,
     *,
     poll: float = 1.0,
+    verbose: bool = False,
 ) -> State[Any]:
-    """Run ``flow`` here with ``parameters``, answering its pauses through ``operator``."""
+    """Run ``flow`` here with ``parameters``, answering its pauses through ``operator``.
+
+    Prefect's per-task "Finished in state" lines stay off the console unless ``verbose``.
+    """
     async with get_client() as client:
         flow_run = await client.create_flow_run(flow, parameters=parameters)
     console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
@@ -132,7 +137,7 @@ async def run_training(
     )
     answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
     try:
-        with _detach_on_interrupt(console):
+        with _detach_on_interrupt(console), quiet_tasks(verbose):
             await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
             if answering.done():
                 answering.result()  # the operator failed: say so rather than wait for nobody

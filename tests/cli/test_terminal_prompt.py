@@ -51,3 +51,37 @@ def test_the_chart_is_named_not_dumped_as_base64_at_the_terminal():
 
     assert "base64" not in shown
     assert "*(Training loss by step: a chart, shown in the Prefect UI)*" in shown
+
+
+def test_task_chatter_leaves_the_console_only_and_only_when_not_verbose():
+    import logging
+
+    from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
+
+    from prefect_ito.views import TaskChatterFilter, quiet_tasks
+
+    def record(name: str, level: int, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, message, None, None)
+
+    chatter = TaskChatterFilter()
+    assert not chatter.filter(
+        record("prefect.task_runs", logging.INFO, "Finished in state Completed()")
+    )
+    assert chatter.filter(record("prefect.task_runs", logging.ERROR, "Finished in state Failed()"))
+    assert chatter.filter(
+        record("prefect.flow_runs", logging.INFO, "Finished in state Completed()")
+    )
+    assert chatter.filter(record("prefect.flow_runs", logging.INFO, "Stage pretrain: passed"))
+
+    root = logging.getLogger().handlers
+    console = [h for h in root if isinstance(h, PrefectConsoleHandler)]
+    api = [
+        h for h in logging.getLogger("prefect.task_runs").handlers if isinstance(h, APILogHandler)
+    ]
+    assert console and api
+    with quiet_tasks():
+        assert all(any(isinstance(f, TaskChatterFilter) for f in h.filters) for h in console)
+        assert not any(isinstance(f, TaskChatterFilter) for h in api for f in h.filters)
+    with quiet_tasks(verbose=True):
+        assert not any(isinstance(f, TaskChatterFilter) for h in console for f in h.filters)
+    assert not any(isinstance(f, TaskChatterFilter) for h in console for f in h.filters)
