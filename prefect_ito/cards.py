@@ -54,14 +54,26 @@ def gate_rows(run: TrainingRun) -> list[dict[str, Any]]:
 
 
 def progress_description(run: TrainingRun) -> str:
-    """Return the progress card's one line: where the run is, or how it ended."""
+    """Return the progress card's one line: where the run is, or how it ended.
+
+    The Artifacts tab shows only the first forty characters or so: what matters comes first.
+    """
     done = sum(stage.status.done for stage in run.stages)
-    where = f"{done} of {len(run.stages)} stages behind it"
+    where = f"{done} of {len(run.stages)} stages done"
     if run.state.terminal:
-        return f"Itô training run {run.run_id} {run.state.value}: {where}."
+        return f"{run.state.value.capitalize().replace('_', ' ')}: {where}."
     if run.state is RunState.AWAITING_DECISION:
-        return f"Itô training run {run.run_id}: {where}; {run.current_stage} waits for a decision."
-    return f"Itô training run {run.run_id}: {where}; now {run.current_stage or 'starting'}."
+        return f"{run.current_stage} waits for a decision; {where}."
+    return f"Now {run.current_stage or 'starting'}; {where}."
+
+
+def gates_description(run: TrainingRun) -> str:
+    """Return the gates card's one line: how many evals, and which failed."""
+    rows = gate_rows(run)
+    failed = [f"{row['stage']} {row['eval']}" for row in rows if not row["pass"]]
+    if not failed:
+        return f"{len(rows)} evals, all passed."
+    return f"{len(rows)} evals, {len(failed)} failed: {', '.join(failed)}."
 
 
 def when(moment: datetime | None) -> str:
@@ -138,28 +150,50 @@ def _summary(action: PendingAction | None, action_id: str) -> DecisionSummary:
 
 
 def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
-    """Return the decisions card: who decided each proposed restart, how, why and when."""
+    """Return the decisions card: who decided each proposed restart, how, why and when.
+
+    One short two-column table per decision, so that who and why never scroll out of sight.
+    """
     rows = decisions(run, actions)
-    lines = [f"## Restart decisions — run `{run.run_id}`", ""]
-    if not rows:
-        nothing = "No restart was proposed" if run.state.terminal else "No restart proposed so far"
-        return "\n".join([*lines, f"{nothing}: nothing needed a person's decision."])
-    lines += [
-        "| proposed | stage | step | loss | restart checkpoint | decision | by | decided | why |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
+    lines = [f"## Restart decisions — run `{run.run_id}`", "", decisions_headline(rows, run), ""]
+    for number, row in enumerate(rows, start=1):
         checkpoint = (
             f"`{row.checkpoint_id}` (step {row.checkpoint_step:,})" if row.checkpoint_id else "—"
         )
-        lines.append(
-            f"| {when(row.proposed_at)} | {row.stage or '—'} | {_count(row.step)} "
-            f"| {_loss(row.loss)} | {checkpoint} | **{row.outcome()}** "
-            f"| {_cell(row.decided_by)} | {when(row.decided_at)} | {_cell(row.reason)} |"
+        spike = (
+            f"{_loss(row.loss)} at step {_count(row.step)} in `{row.stage}`" if row.stage else "—"
         )
+        by = f" by {row.decided_by}" if row.decided_by else ""
+        lines += [
+            f"### {number}. {row.outcome().split(':')[0].capitalize()}{by}",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| decision | **{row.outcome()}** |",
+            f"| decided by | {_cell(row.decided_by)} |",
+            f"| decided at | {when(row.decided_at)} |",
+            f"| why | {_cell(row.reason)} |",
+            f"| loss spike | {spike} |",
+            f"| restart checkpoint | {checkpoint} |",
+            f"| proposed at | {when(row.proposed_at)} |",
+            "",
+        ]
     if any(row.checkpoint_id is None for row in rows):
-        lines += ["", "— : proposed before this supervisor attached; the backend keeps no more."]
-    return "\n".join(lines)
+        lines += ["— : proposed before this supervisor attached; the backend keeps no more."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def decisions_headline(rows: list[DecisionSummary], run: TrainingRun) -> str:
+    """Return the decisions in one line: how many, and how they went."""
+    if not rows:
+        nothing = "No restart was proposed" if run.state.terminal else "No restart proposed so far"
+        return f"{nothing}: nothing needed a person's decision."
+    approved = sum(row.decision is DecisionChoice.APPROVE for row in rows)
+    rejected = sum(row.decision is DecisionChoice.REJECT for row in rows)
+    waiting = len(rows) - approved - rejected
+    counts = [f"{approved} approved"] * bool(approved) + [f"{rejected} rejected"] * bool(rejected)
+    counts += [f"{waiting} awaiting a person"] * bool(waiting)
+    return f"{len(rows)} restart{'s' * (len(rows) > 1)} proposed: {', '.join(counts)}."
 
 
 def _count(value: int | None) -> str:

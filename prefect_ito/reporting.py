@@ -29,8 +29,10 @@ from prefect_ito.cards import (
     Actions,
     DecisionSummary,
     decisions,
+    decisions_headline,
     decisions_markdown,
     gate_rows,
+    gates_description,
     progress_description,
     progress_percent,
     spend,
@@ -190,7 +192,6 @@ def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
 
 def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
     """Return the run's cards: progress, gates (once a gate has results), telemetry, decisions."""
-    name = f"Itô training run {run.run_id}"
     result = [
         Card(
             key=artifact_key(run.run_id, "progress"),
@@ -207,7 +208,7 @@ def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
                 key=artifact_key(run.run_id, "gates"),
                 type="table",
                 data=rows,
-                description=f"Eval gates of {name}: every eval's score against its bar.",
+                description=gates_description(run),
             )
         )
     result += [
@@ -215,13 +216,15 @@ def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
             key=artifact_key(run.run_id, "telemetry"),
             type="markdown",
             data=telemetry_markdown(run, actions),
-            description=f"Telemetry of {name}: the loss chart, goodput, spend, interruptions.",
+            description=f"${run.telemetry.spend_usd:,.0f} spent "
+            f"({run.telemetry.spend_usd / run.telemetry.budget_usd:.0%}); the loss chart, "
+            "goodput and interruptions.",
         ),
         Card(
             key=artifact_key(run.run_id, "decisions"),
             type="markdown",
             data=decisions_markdown(run, actions),
-            description=f"Restart decisions on {name}: who decided, how, why and when.",
+            description=decisions_headline(decisions(run, actions), run),
         ),
     ]
     return result

@@ -85,7 +85,8 @@ def print_summary(console: Console, summary: TrainingSummary) -> None:
     console.print(_stages(summary))
     if summary.gates:
         console.print(_gates(summary))
-    console.print(_decisions(summary))
+    for part in _decisions(summary):
+        console.print(part)
     console.print(_telemetry(summary))
     if summary.outcome is not None:
         console.print(f"Outcome: {summary.outcome.code}: {summary.outcome.message}")
@@ -118,24 +119,27 @@ def _gates(summary: TrainingSummary) -> Table:
     return table
 
 
-def _decisions(summary: TrainingSummary) -> Table | str:
+def _decisions(summary: TrainingSummary) -> list[Table | str]:
     if not summary.decisions:
-        return "Decisions: no restart was proposed."
-    table = Table(title="Decisions", title_justify="left")
-    for column in ("stage", "step", "loss", "checkpoint", "decision", "by", "when", "why"):
-        table.add_column(column)
-    for row in summary.decisions:
-        table.add_row(
-            row.stage or "—",
-            f"{row.step:,}" if row.step is not None else "—",
-            f"{row.loss:.2f}" if row.loss is not None else "—",
-            row.checkpoint_id or "—",
-            row.outcome(),
-            row.decided_by or "—",
-            cards.when(row.decided_at),
-            row.reason or "—",
+        return ["Decisions: no restart was proposed."]
+    tables: list[Table | str] = []
+    for number, row in enumerate(summary.decisions, start=1):
+        table = Table(
+            title=f"Decision {number} of {len(summary.decisions)}",
+            title_justify="left",
+            show_header=False,
         )
-    return table
+        table.add_column("what")
+        table.add_column("value")
+        table.add_row("decision", row.outcome())
+        table.add_row("decided by", row.decided_by or "—")
+        table.add_row("decided at", cards.when(row.decided_at))
+        table.add_row("why", row.reason or "—")
+        if row.step is not None and row.loss is not None:
+            table.add_row("loss spike", f"{row.loss:.2f} at step {row.step:,} in {row.stage}")
+        table.add_row("restart checkpoint", row.checkpoint_id or "—")
+        tables.append(table)
+    return tables
 
 
 def _telemetry(summary: TrainingSummary) -> Table:

@@ -38,9 +38,11 @@ async def test_each_concern_is_one_card_on_the_flow_run_and_the_decision_is_on_r
     assert all(a.task_run_id is None for a in found)  # the flow run's, not a task run's
     card = {a.key.split("-")[1]: a for a in found}
     assert card["progress"].data == 100.0
-    assert "succeeded" in card["progress"].description
+    assert card["progress"].description == "Succeeded: 5 of 5 stages done."
     assert "data:image/svg+xml;base64," in card["telemetry"].data
-    assert "| Ada |" in card["decisions"].data and "looked at it" in card["decisions"].data
+    assert "| decided by | Ada |" in card["decisions"].data
+    assert "| why | looked at it |" in card["decisions"].data
+    assert card["decisions"].description == "1 restart proposed: 1 approved."
     assert "`ckpt-pretrain-" in card["decisions"].data
 
     summary = await state.aresult()
