@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from prefect_ito import charts
 from prefect_ito.cancellation import stop_requested
-from prefect_ito.cards import spend, when
+from prefect_ito.cards import when
 from prefect_ito.contract import DecisionChoice, DecisionRequest, PendingAction, TrainingRun
 from prefect_ito.exceptions import AwaitingDecision
 from prefect_ito.flow_run import can_suspend
@@ -81,11 +81,16 @@ def pause_key(action: PendingAction) -> str:
 
 
 def describe(run: TrainingRun, action: PendingAction) -> str:
-    """Return the markdown a person reads above the decision form: evidence, chart, choices."""
+    """Return the markdown a person reads above the decision form: evidence, chart, choices.
+
+    The Resume dialog is narrow and does not wrap table cells: values stay short, and the chart
+    is drawn at the dialog's width.
+    """
     checkpoint = action.proposed_checkpoint
     back = action.step - checkpoint.step
-    factor = f"{action.loss / action.baseline_loss:.1f}× " if action.baseline_loss > 0 else ""
-    svg = charts.draw(charts.loss_chart(run))
+    t = run.telemetry
+    times = f" ({action.loss / action.baseline_loss:.1f}×)" if action.baseline_loss > 0 else ""
+    svg = charts.draw(charts.loss_chart(run), width=charts.FORM_WIDTH, height=280)
     return "\n".join(
         [
             f"### Loss spike in `{action.stage}` — a restart is proposed",
@@ -96,13 +101,13 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "",
             "| evidence | value |",
             "|---|---|",
-            f"| stage | `{action.stage}` |",
-            f"| step | {action.step:,} |",
-            f"| loss | {action.loss:.2f}: {factor}the baseline {action.baseline_loss:.2f} |",
-            f"| proposed checkpoint | `{checkpoint.checkpoint_id}` (step {checkpoint.step:,}, "
-            f"{back:,} steps back) |",
+            f"| spike | loss {action.loss:.2f} at step {action.step:,} |",
+            f"| baseline | loss {action.baseline_loss:.2f}{times} |",
+            f"| restart from | `{checkpoint.checkpoint_id}` |",
+            f"| its step | {checkpoint.step:,} ({back:,} steps back) |",
             f"| proposed at | {when(action.proposed_at)} |",
-            f"| spent so far | {spend(run.telemetry)} |",
+            f"| spent so far | ${t.spend_usd:,.0f} of ${t.budget_usd:,.0f} "
+            f"({t.spend_usd / t.budget_usd:.0%}) |",
             "",
             charts.markdown_image(svg, "Training loss by step, up to the spike"),
             "",

@@ -25,7 +25,10 @@ from prefect_ito.contract import DecisionChoice, PendingAction, TrainingRun
 __all__ = ["LossChart", "Spike", "StageSpan", "draw", "loss_chart", "markdown_image"]
 
 WIDTH, HEIGHT = 720, 330
-_LEFT, _RIGHT, _TOP, _BOTTOM = 58, 16, 34, 70
+_LEFT, _RIGHT, _TOP, _BOTTOM = 58, 24, 34, 70
+_LEGEND_ROW = 16
+FORM_WIDTH = 440
+"""Fits the Prefect UI's Resume dialog, whose markdown column is about 470 pixels wide."""
 _INK, _GRID, _LINE = "#1f2937", "#e5e7eb", "#2563eb"
 _SPIKE, _RESTART, _DISCARDED, _INTERRUPTION = "#dc2626", "#ea580c", "#9ca3af", "#b45309"
 _FONT = 'font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="11"'
@@ -160,35 +163,52 @@ class _Frame:
     x1: float
     y0: float
     y1: float
+    width: int = WIDTH
+    height: int = HEIGHT
+
+    @property
+    def bottom(self) -> int:
+        """The y of the step axis."""
+        return self.height - _BOTTOM
+
+    @property
+    def right(self) -> int:
+        """The x where the plot ends."""
+        return self.width - _RIGHT
 
     def x(self, step: float) -> float:
         share = (step - self.x0) / ((self.x1 - self.x0) or 1)
-        return round(_LEFT + share * (WIDTH - _LEFT - _RIGHT), 1)
+        return round(_LEFT + share * (self.right - _LEFT), 1)
 
     def y(self, loss: float) -> float:
         share = (loss - self.y0) / ((self.y1 - self.y0) or 1)
-        return round(HEIGHT - _BOTTOM - share * (HEIGHT - _TOP - _BOTTOM), 1)
+        return round(self.bottom - share * (self.bottom - _TOP), 1)
 
 
-def draw(chart: LossChart) -> str:
-    """Return the chart as an SVG document."""
+def draw(chart: LossChart, width: int = WIDTH, height: int = HEIGHT) -> str:
+    """Return the chart as an SVG document, ``width`` wide and (legend rows aside) ``height`` high.
+
+    Draw it at the width it is shown at: a browser scales a wider SVG down, text and all.
+    """
     steps = [step for step, _ in chart.points] + [s.step for s in chart.spikes]
     losses = [loss for _, loss in chart.points] + [s.loss for s in chart.spikes]
     x_ticks = _ticks(0, max(steps, default=1))
     y_ticks = _ticks(0.0, max(losses, default=1.0))
-    frame = _Frame(x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1])
+    frame = _Frame(x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1], width, height)
+    legend, rows = _legend(chart, frame)
+    total = height + _LEGEND_ROW * (rows - 1)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" {_FONT}>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}" '
+        f'viewBox="0 0 {width} {total}" role="img" {_FONT}>',
         f"<title>{escape(chart.title)}</title>",
-        f'<rect width="{WIDTH}" height="{HEIGHT}" rx="6" fill="#ffffff" stroke="{_GRID}"/>',
+        f'<rect width="{width}" height="{total}" rx="6" fill="#ffffff" stroke="{_GRID}"/>',
         *_stage_bands(chart.stages, frame),
         *_axes(frame, x_ticks, y_ticks),
         *_lines(chart.points, frame),
         *_restart_marks(chart, frame),
         *_interruption_marks(chart.interruptions, frame),
         *_spike_marks(chart.spikes, frame),
-        *_legend(chart),
+        *legend,
         "</svg>",
     ]
     return "\n".join(parts)
@@ -222,12 +242,12 @@ def _stage_bands(stages: Sequence[StageSpan], frame: _Frame) -> list[str]:
         left, right = frame.x(span.start), frame.x(span.end)
         parts.append(
             f'<rect x="{left}" y="{_TOP}" width="{round(right - left, 1)}" '
-            f'height="{HEIGHT - _TOP - _BOTTOM}" fill="{"#f3f4f6" if index % 2 else "#ffffff"}">'
+            f'height="{frame.bottom - _TOP}" fill="{"#f3f4f6" if index % 2 else "#ffffff"}">'
             f"<title>{escape(span.name)}: steps {span.start:,} to {span.end:,}</title></rect>"
         )
         if index:
             parts.append(
-                f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{HEIGHT - _BOTTOM}" '
+                f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{frame.bottom}" '
                 f'stroke="{_DISCARDED}" stroke-dasharray="2 3"/>'
             )
         label = span.name.rsplit(".", 1)[-1]
@@ -240,7 +260,7 @@ def _stage_bands(stages: Sequence[StageSpan], frame: _Frame) -> list[str]:
 
 
 def _axes(frame: _Frame, x_ticks: list[float], y_ticks: list[float]) -> list[str]:
-    bottom, right = HEIGHT - _BOTTOM, WIDTH - _RIGHT
+    bottom, right = frame.bottom, frame.right
     parts = []
     for value in y_ticks:
         y = frame.y(value)
@@ -309,10 +329,10 @@ def _restart_marks(chart: LossChart, frame: _Frame) -> list[str]:
     for spike in chart.spikes:
         if spike.decision == "pending" and spike.restart_step is not None:
             marks.setdefault(spike.restart_step, "proposed restart from")
-    parts, bottom = [], HEIGHT - _BOTTOM
+    parts, bottom = [], frame.bottom
     for step, words in sorted(marks.items()):
         x = frame.x(step)
-        right_side = x < WIDTH * 0.6  # else the words would run off the chart
+        right_side = x < frame.width * 0.6  # else the words would run off the chart
         parts += [
             f'<line x1="{x}" y1="{_TOP}" x2="{x}" y2="{bottom}" stroke="{_RESTART}" '
             'stroke-width="1.5" stroke-dasharray="6 3"/>',
@@ -324,7 +344,7 @@ def _restart_marks(chart: LossChart, frame: _Frame) -> list[str]:
 
 
 def _interruption_marks(steps: Sequence[int], frame: _Frame) -> list[str]:
-    bottom = HEIGHT - _BOTTOM
+    bottom = frame.bottom
     return [
         f'<path d="M{frame.x(step)} {bottom - 9} l-5 8 h10 z" fill="{_INTERRUPTION}">'
         f"<title>interruption at about step {step:,}</title></path>"
@@ -336,7 +356,7 @@ def _spike_marks(spikes: Sequence[Spike], frame: _Frame) -> list[str]:
     parts = []
     for spike in spikes:
         x, y = frame.x(spike.step), frame.y(spike.loss)
-        anchor = "end" if x > WIDTH * 0.7 else "start"
+        anchor = "end" if x > frame.width * 0.6 else "start"
         shift = -8 if anchor == "end" else 8
         parts += [
             f'<circle cx="{x}" cy="{y}" r="5" fill="{_SPIKE}" stroke="#ffffff" stroke-width="1.5">'
@@ -348,7 +368,8 @@ def _spike_marks(spikes: Sequence[Spike], frame: _Frame) -> list[str]:
     return parts
 
 
-def _legend(chart: LossChart) -> list[str]:
+def _legend(chart: LossChart, frame: _Frame) -> tuple[list[str], int]:
+    """Return the legend, wrapped to the chart's width, and how many rows it takes."""
     entries = [(f'<line x1="0" y1="0" x2="18" y2="0" stroke="{_LINE}" stroke-width="2"/>', "loss")]
     if chart.spikes:
         entries.append((f'<circle cx="9" cy="0" r="5" fill="{_SPIKE}"/>', "loss spike"))
@@ -378,11 +399,14 @@ def _legend(chart: LossChart) -> list[str]:
                 "stage boundary",
             )
         )
-    parts, x, y = [], float(_LEFT), HEIGHT - 14
+    parts, x, y, rows = [], float(_LEFT), frame.height - 14, 1
     for symbol, words in entries:
+        size = 34 + 6.2 * len(words)
+        if x > _LEFT and x + size > frame.width:
+            x, y, rows = float(_LEFT), y + _LEGEND_ROW, rows + 1
         parts.append(
             f'<g transform="translate({x} {y})">{symbol}'
             f'<text x="24" y="4" fill="{_INK}">{escape(words)}</text></g>'
         )
-        x += 34 + 6.2 * len(words)
-    return parts
+        x += size
+    return parts, rows

@@ -145,7 +145,9 @@ async def test_the_form_shows_evidence_with_headers_the_chart_the_spend_and_the_
     (form,) = person.asked
     assert "| evidence | value |\n|---|---|" in form  # before: an empty header row
     assert "![Training loss by step, up to the spike](data:image/svg+xml;base64," in form
-    assert "| spent so far | $" in form and "of the ceiling" in form
+    assert "| spike | loss 17.28 at step 12,000 |" in form
+    assert "| its step | 10,000 (2,000 steps back) |" in form
+    assert re.search(r"\| spent so far \| \$[\d,]+ of \$250,000 \(\d+%\) \|", form)
     assert "- **approve**: the backend restarts from `ckpt-pretrain-" in form
     assert "- **reject**: the run goes on from step" in form
     # Before, the simulated clock dated the proposal years ahead (2035 in one run).

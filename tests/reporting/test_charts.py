@@ -103,3 +103,15 @@ def test_markdown_image_is_a_base64_svg_data_uri():
     found = re.fullmatch(r"!\[Training loss by step\]\(data:image/svg\+xml;base64,(.+)\)", image)
     assert found and base64.b64decode(found.group(1)).decode() == svg
     assert len(image) < 20_000  # small enough to ride in every version of the card
+
+
+def test_a_chart_for_the_narrow_approval_form_wraps_its_legend_inside_its_width():
+    run, seen = play("demo", decide=None)
+    root = parse(draw(loss_chart(run, seen), width=440, height=280))
+
+    assert root.get("width") == "440"
+    assert int(root.get("height")) > 280  # a second legend row
+    for group in root.iter(f"{SVG}g"):
+        x = float(group.get("transform").split("(")[1].split()[0])
+        words = "".join(group.itertext())
+        assert x + 24 + 6.2 * len(words) <= 440, words
