@@ -167,9 +167,8 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
         lines += [
             f"### {number}. {row.outcome().split(':')[0].capitalize()}{by}",
             "",
-            "| | |",
+            f"| decision | **{row.outcome()}** |",  # the header row says the most
             "|---|---|",
-            f"| decision | **{row.outcome()}** |",
             f"| decided by | {_cell(row.decided_by)} |",
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",

@@ -45,8 +45,12 @@ def test_the_decisions_card_records_who_how_why_when_and_the_checkpoint():
 
     (decision,) = run.decisions
     assert "1 restart proposed: 1 approved." in text
-    assert "### 1. Approved by Ada\n\n| | |\n|---|---|\n" in text
-    assert "| decision | **approved: the run restarted from step 10,000** |" in text
+    # No empty header row: the decision heads its table.
+    assert (
+        "### 1. Approved by Ada\n\n"
+        "| decision | **approved: the run restarted from step 10,000** |\n|---|---|\n"
+    ) in text
+    assert "| | |" not in text
     assert "| decided by | Ada |" in text
     assert f"| decided at | {cards.when(decision.decided_at)} |" in text
     assert "| why | bad shard 7 |" in text
