@@ -215,9 +215,12 @@ def _announce_pause(console: Console, flow_run_id: UUID) -> None:
     if has_real_server():
         ui = PREFECT_UI_URL.value()
         if ui:
-            console.print(f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}")
-        console.print(
-            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+            console.print(
+                f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}", soft_wrap=True
+            )
+        console.print(  # a link and a command to copy: never broken across lines
+            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME",
+            soft_wrap=True,
         )
 
 

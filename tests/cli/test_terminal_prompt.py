@@ -85,3 +85,19 @@ def test_task_chatter_leaves_the_console_only_and_only_when_not_verbose():
     with quiet_tasks(verbose=True):
         assert not any(isinstance(f, TaskChatterFilter) for h in console for f in h.filters)
     assert not any(isinstance(f, TaskChatterFilter) for h in console for f in h.filters)
+
+
+def test_the_decide_command_is_printed_on_one_line_to_copy(monkeypatch):
+    # Before, an 80-column terminal broke it before "--reason".
+    from uuid import uuid4
+
+    from rich.console import Console
+
+    monkeypatch.setattr(terminal, "has_real_server", lambda: True)
+    console = Console(width=60, record=True)
+    flow_run_id = uuid4()
+
+    terminal._announce_pause(console, flow_run_id)
+
+    command = f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+    assert command in console.export_text().splitlines()[-1]
