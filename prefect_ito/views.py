@@ -93,9 +93,7 @@ def print_summary(console: Console, summary: TrainingSummary) -> None:
 
 
 def _stages(summary: TrainingSummary) -> Table:
-    table = Table(
-        title=f"Backend run {summary.run_id}: {summary.state.value}", title_justify="left"
-    )
+    table = Table(title="Stages", title_justify="left")
     for column in ("stage", "status", "gate"):
         table.add_column(column)
     for stage in summary.stages:

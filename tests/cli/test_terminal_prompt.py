@@ -101,3 +101,23 @@ def test_the_decide_command_is_printed_on_one_line_to_copy(monkeypatch):
 
     command = f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
     assert command in console.export_text().splitlines()[-1]
+
+
+def test_the_summary_names_the_run_once_on_a_line_of_its_own():
+    # Before, the run was named again as the stage table's title, wrapped to its narrow width.
+    from played_runs import play
+    from rich.console import Console
+
+    from prefect_ito.reporting import TrainingSummary
+    from prefect_ito.views import print_summary
+
+    run, seen = play("demo", decide="approve")
+    console = Console(width=100, record=True)
+
+    print_summary(console, TrainingSummary.of(run, seen))
+
+    text = console.export_text()
+    assert text.splitlines()[0] == f"Backend run {run.run_id}: succeeded"
+    assert text.count(run.run_id) == 1
+    for title in ("Stages", "Gates", "Decision 1 of 1", "Telemetry"):
+        assert title in text
