@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any, Literal
 
 from prefect import get_run_logger
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
-from pydantic import Field
+from prefect.input.actions import aread_flow_run_input
+from prefect.input.run_input import keyset_from_base_key
+from pydantic import Field, model_validator
 
+from prefect_ito import charts
 from prefect_ito.cancellation import stop_requested
+from prefect_ito.cards import when
 from prefect_ito.contract import (
     CheckpointRef,
     DecisionChoice,
@@ -32,22 +37,48 @@ PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
 
 
-class RestartDecision(RunInput):
-    """A person's answer to a proposed loss-spike restart."""
+Choice = Literal["approve", "reject"]
 
-    approve: bool = Field(
-        default=False,
-        description="Tick to restart from the proposed checkpoint; leave unticked to reject.",
-    )
+WHAT_EACH_ANSWER_DOES = (
+    "approve: the backend restarts from the proposed checkpoint and trains the steps since "
+    "again. reject: the run goes on from where it is, without restarting. There is no default: "
+    "nothing happens until you choose."
+)
+
+
+class RestartDecision(RunInput):
+    """A person's answer to a proposed loss-spike restart: an explicit choice, a name, a reason.
+
+    ``decision`` is required and has no default, so a form submitted untouched is refused (by the
+    Prefect UI, and by Prefect's server, which checks every answer against this schema) instead
+    of rejecting the restart by accident.
+    """
+
+    decision: Choice = Field(title="Decision", description=WHAT_EACH_ANSWER_DOES)
     decided_by: str = Field(
         min_length=1, description="Your name, as the backend should record who decided."
     )
     reason: str = Field(min_length=1, description="Why: recorded with the decision.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_the_earlier_form(cls, data: Any) -> Any:
+        """Read an answer to a pause saved with the earlier form, a tick box ``approve``."""
+        if isinstance(data, dict) and "decision" not in data and "approve" in data:
+            data = dict(data)
+            data["decision"] = "approve" if data.pop("approve") is True else "reject"
+        return data
+
+    @property
+    def approves(self) -> bool:
+        """Tell whether the person approved the restart."""
+        return self.decision == "approve"
+
     def to_request(self) -> DecisionRequest:
         """Return the decision as the backend's contract states it."""
-        choice = DecisionChoice.APPROVE if self.approve else DecisionChoice.REJECT
-        return DecisionRequest(decision=choice, decided_by=self.decided_by, reason=self.reason)
+        return DecisionRequest(
+            decision=DecisionChoice(self.decision), decided_by=self.decided_by, reason=self.reason
+        )
 
 
 def pause_key(action: PendingAction) -> str:
@@ -67,25 +98,43 @@ def _spike(action: PendingAction) -> tuple[float, float, CheckpointRef]:
 
 
 def describe(run: TrainingRun, action: PendingAction) -> str:
-    """Return the markdown a person reads above the decision form."""
+    """Return the markdown a person reads above the decision form: evidence, chart, choices.
+
+    The Resume dialog is narrow and does not wrap table cells: values stay short, and the chart
+    is drawn at the dialog's width.
+    """
     loss, baseline, checkpoint = _spike(action)
-    rise = loss - baseline
+    back = action.step - checkpoint.step
+    t = run.telemetry
+    times = f" ({loss / baseline:.1f}×)" if baseline > 0 else ""
+    svg = charts.draw(charts.loss_chart(run), width=charts.FORM_WIDTH, height=280)
     return "\n".join(
         [
-            f"### Loss spike in `{action.stage}` — restart proposed",
+            f"### Loss spike in `{action.stage}` — a restart is proposed",
             "",
-            f"The Itô desk backend holds run `{run.run_id}` (booking `{run.booking_id}`) and "
-            "proposes to restart from an earlier checkpoint. Nothing restarts until a person "
-            "decides; prefect-ito never decides by itself.",
+            f"The Itô desk backend holds run `{run.run_id}` (booking `{run.booking_id}`) at step "
+            f"{action.step:,} and proposes to restart from an earlier checkpoint. Nothing "
+            "restarts until a person decides; prefect-ito never decides by itself.",
             "",
-            "| | |",
+            "| evidence | value |",
             "|---|---|",
-            f"| step | {action.step} |",
-            f"| loss | {loss:.4f} (baseline {baseline:.4f}, +{rise:.4f}) |",
-            f"| proposed checkpoint | `{checkpoint.checkpoint_id}` (step {checkpoint.step}) |",
-            f"| proposed at | {action.proposed_at.isoformat()} |",
+            f"| spike | loss {loss:.2f} at step {action.step:,} |",
+            f"| baseline | loss {baseline:.2f}{times} |",
+            f"| restart from | `{checkpoint.checkpoint_id}` |",
+            f"| its step | {checkpoint.step:,} ({back:,} steps back) |",
+            f"| proposed at | {when(action.proposed_at)} |",
+            f"| spent so far | ${t.spend_usd:,.0f} of ${t.budget_usd:,.0f} "
+            f"({t.spend_usd / t.budget_usd:.0%}) |",
             "",
-            "**Approve** restarts from that checkpoint; **reject** lets the run go on as it is.",
+            charts.markdown_image(svg, "Training loss by step, up to the spike"),
+            "",
+            "**Choose one** — the form has no default:",
+            "",
+            f"- **approve**: the backend restarts from `{checkpoint.checkpoint_id}` at step "
+            f"{checkpoint.step:,} and trains the {back:,} steps since again; spend goes on "
+            "meanwhile.",
+            f"- **reject**: the run goes on from step {action.step:,} as it is, without "
+            "restarting.",
         ]
     )
 
@@ -107,6 +156,9 @@ async def ask_person(
     action = run.pending_action
     if action is None:
         raise ValueError(f"run {run.run_id} waits for no decision")
+    suspending = can_suspend()
+    if suspending and (answer := await _answered_suspension(action)) is not None:
+        return answer  # resumed: asking (and logging that it waits) again would mislead
     get_run_logger().warning(
         "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the run. "
         "Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
@@ -115,7 +167,7 @@ async def ask_person(
         _spike(action)[2].checkpoint_id,
     )
     form = RestartDecision.with_initial_data(description=describe(run, action))
-    if can_suspend():
+    if suspending:
         return await asuspend_flow_run(
             wait_for_input=form, timeout=int(timeout), key=pause_key(action)
         )
@@ -138,6 +190,18 @@ async def ask_person(
         ) from None
     finally:
         pause.cancel()
+
+
+async def _answered_suspension(action: PendingAction) -> RestartDecision | None:
+    """Return the answer a person already gave to this action's suspension, if any.
+
+    A resumed suspension runs the flow again from the top. Prefect's own ``suspend_flow_run``
+    would hand the stored answer back too, but only after logging "Suspending flow run" and
+    proposing a suspension the server then refuses.
+    """
+    keyset = keyset_from_base_key(f"suspended-{pause_key(action)}")
+    stored = await aread_flow_run_input(key=keyset["response"])
+    return None if stored is None else RestartDecision.model_validate(stored)
 
 
 async def _first_of(
@@ -165,7 +229,7 @@ async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | 
     get_run_logger().info(
         "%s %s the restart: %s",
         decision.decided_by,
-        "approved" if decision.approve else "rejected",
+        "approved" if decision.approves else "rejected",
         decision.reason,
     )
     return decision.to_request()

@@ -11,16 +11,13 @@ but the demo's own simulator. Real runs always wait for a human.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import keyring
-from prefect import State
 from prefect.client.schemas.objects import FlowRun
 from rich.console import Console
 from rich.markdown import Markdown
-from rich.table import Table
 
-from prefect_ito import terminal
+from prefect_ito import terminal, views
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
@@ -28,8 +25,7 @@ from prefect_ito.flows import ito_training
 from prefect_ito.memory_keyring import MemoryKeyring
 from prefect_ito.outcomes import exit_code
 from prefect_ito.parameters import TrainingParameters
-from prefect_ito.reporting import telemetry_markdown
-from prefect_ito.simulator import AdminRun, SimulatorServer, builtin_scenario
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
 DEMO_TRAINING = TrainingParameters(
@@ -55,20 +51,22 @@ class ScriptedOperator:
         if not isinstance(credentials, dict) or credentials.get("api_url") != self._simulator_url:
             self._console.print("[red]The demo operator acts only on the demo's own simulator.[/]")
             return None
-        self._console.print(Markdown(description))
+        self._console.print(Markdown(terminal.without_images(description)))
         self._console.print(
             "[bold]No terminal: the scripted demo operator approves, through the same resume "
             "API the Prefect UI uses. Real runs wait for a human.[/]"
         )
         return RestartDecision(
-            approve=True,
+            decision="approve",
             decided_by="prefect-ito demo operator",
             reason="scripted approval in the demo; real runs wait for a human",
         )
 
 
-def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
-    """Run the demo and return its exit code."""
+def run_demo(
+    scenario: str = "demo", *, interactive: bool | None = None, verbose: bool = False
+) -> int:
+    """Run the demo and return its exit code; ``verbose`` shows Prefect's per-task lines."""
     console = Console()
     person = terminal.interactive() if interactive is None else interactive
     with SimulatorServer(builtin_scenario(scenario)) as simulator:
@@ -83,19 +81,8 @@ def run_demo(scenario: str = "demo", *, interactive: bool | None = None) -> int:
                 "training": DEMO_TRAINING,
                 "credentials": ItoCredentials(api_url=simulator.url),
             }
-            state = asyncio.run(terminal.run_training(ito_training, parameters, operator, console))
-        _print_outcome(console, state, simulator.runs())
+            state = asyncio.run(
+                terminal.run_training(ito_training, parameters, operator, console, verbose=verbose)
+            )
+        views.print_outcome(console, state)
     return int(exit_code(state))
-
-
-def _print_outcome(console: Console, state: State[Any], runs: list[AdminRun]) -> None:
-    console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
-    for run in (admin_run.run for admin_run in runs):
-        table = Table(title=f"Backend run {run.run_id}: {run.state.value}")
-        for column in ("stage", "status", "gate"):
-            table.add_column(column)
-        for stage in run.stages:
-            gate = stage.gate.status.value if stage.gate else "—"
-            table.add_row(stage.name, stage.status.value, gate)
-        console.print(table)
-        console.print(Markdown(telemetry_markdown(run)))

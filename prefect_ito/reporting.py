@@ -1,39 +1,61 @@
-"""What a person sees in Prefect: artifacts that update in place, and events with stable ids.
+"""What a person sees in Prefect: one artifact card per concern, and events with stable ids.
 
-Artifacts carry keys, so a re-entered flow updates them instead of adding more. Every Prefect
-event gets a UUID5 of the backend run id and the backend event's sequence number, so Prefect drops
-the duplicates a re-entered flow sends. Nothing here ever sees a token.
+Each backend run has four cards — progress, gates, telemetry and decisions (:mod:`prefect_ito.cards`
+says what they say) — keyed by the backend run id and kept as one artifact each on the flow run,
+updated in place (:mod:`prefect_ito.publishing`). Every Prefect event gets a UUID5 of the backend
+run id and the backend event's sequence number, so Prefect drops the duplicates a re-entered flow
+sends. Nothing here ever sees a token.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from collections import OrderedDict
 from typing import Any
+from uuid import UUID
 
-from prefect.artifacts import (
-    acreate_markdown_artifact,
-    acreate_progress_artifact,
-    acreate_table_artifact,
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterType,
 )
-from prefect.context import FlowRunContext, TaskRunContext
+from prefect.client.schemas.sorting import ArtifactSort
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict
 
+from prefect_ito import desk
+from prefect_ito.cards import (
+    Actions,
+    DecisionSummary,
+    decisions,
+    decisions_headline,
+    decisions_markdown,
+    gate_rows,
+    gates_description,
+    progress_description,
+    progress_percent,
+    spend,
+    telemetry_markdown,
+    when,
+)
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
-    DecisionRecord,
     EventType,
+    PendingAction,
     RunEvent,
+    RunOutcome,
     RunState,
     StageStatus,
     Telemetry,
     TrainingRun,
 )
+from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.provenance import Provenance
+from prefect_ito.publishing import Card, Publisher
 
 _EVENT_NAMESPACE = uuid.UUID("0f6a3c2e-2b7d-4a51-9a43-6c1d2f7e8b90")
-_SPARKS = "▁▂▃▄▅▆▇█"
 
 EVENT_NAMES: dict[EventType, str] = {
     EventType.RUN_ACCEPTED: "ito.training.submitted",
@@ -56,7 +78,10 @@ class StageSummary(BaseModel):
 
 
 class TrainingSummary(BaseModel):
-    """The result of a completed training flow: what ran, what every gate said, and telemetry."""
+    """What a training run came to: what ran, every gate result, every decision, and telemetry.
+
+    The result of a completed training flow; the terminal prints the same for any ending.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -66,8 +91,9 @@ class TrainingSummary(BaseModel):
     manifest_digest: str
     stages: list[StageSummary]
     gates: list[dict[str, Any]]
-    decisions: list[DecisionRecord]
+    decisions: list[DecisionSummary]
     telemetry: Telemetry
+    outcome: RunOutcome | None = None
     api_url: str | None = None
     live_api_contacted: bool | None = None
     """Whether a live production backend answered; None when unknown."""
@@ -75,8 +101,20 @@ class TrainingSummary(BaseModel):
     """The backend's own note about its answers, e.g. that it is the reference simulator."""
 
     @classmethod
-    def of(cls, run: TrainingRun, provenance: Provenance | None = None) -> TrainingSummary:
-        """Return the summary of ``run``, with where the backend's answers came from."""
+    def of(
+        cls,
+        run: TrainingRun,
+        provenance: Provenance | None = None,
+        actions: Actions | None = None,
+    ) -> TrainingSummary:
+        """Return the summary of ``run``, with where the backend's answers came from.
+
+        Args:
+            run: The backend run.
+            provenance: What the backend said of its answers (live or not, its notice).
+            actions: Pending actions seen on it; default: those this process saw
+                (:data:`SEEN`), which name each decided restart's checkpoint.
+        """
         return cls(
             **(provenance.model_dump() if provenance else {}),
             run_id=run.run_id,
@@ -92,23 +130,61 @@ class TrainingSummary(BaseModel):
                 for stage in run.stages
             ],
             gates=gate_rows(run),
-            decisions=run.decisions,
+            decisions=decisions(run, SEEN.actions(run.run_id) if actions is None else actions),
             telemetry=run.telemetry,
+            outcome=run.outcome,
         )
+
+
+class Seen:
+    """What supervision in this process saw: each run's pending actions, each flow run's run.
+
+    A decided action leaves the backend run, so where its restart started from is known only
+    from having seen it pending; and the terminal that ran a flow prints what the flow saw last,
+    however the flow ended. Bounded, for long-lived worker processes.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._actions: OrderedDict[str, dict[str, PendingAction]] = OrderedDict()
+        self._latest: OrderedDict[UUID, TrainingRun] = OrderedDict()
+
+    def note(self, run: TrainingRun) -> None:
+        """Remember ``run``'s pending action, and ``run`` as the current flow run's latest."""
+        if run.pending_action is not None:
+            actions = self._actions.setdefault(run.run_id, {})
+            actions[run.pending_action.action_id] = run.pending_action
+            _bound(self._actions, run.run_id, self._limit)
+        flow_run_id = current_flow_run_id()
+        if flow_run_id is not None:
+            self._latest[flow_run_id] = run
+            _bound(self._latest, flow_run_id, self._limit)
+
+    def actions(self, run_id: str) -> dict[str, PendingAction]:
+        """Return the pending actions seen on the run ``run_id``, by id."""
+        return dict(self._actions.get(run_id, {}))
+
+    def latest(self, flow_run_id: UUID) -> TrainingRun | None:
+        """Return the last backend run the flow run ``flow_run_id`` reported here, if any."""
+        return self._latest.get(flow_run_id)
+
+
+def _bound(items: OrderedDict[Any, Any], key: Any, limit: int) -> None:
+    items.move_to_end(key)
+    while len(items) > limit:
+        items.popitem(last=False)
+
+
+SEEN = Seen()
+"""This process's memory of what supervision saw."""
+PUBLISHER = Publisher()
+"""This process's artifact cards, one per key and flow run."""
 
 
 def artifact_key(run_id: str, kind: str) -> str:
     """Return an artifact key for a run: lowercase letters, digits and dashes only."""
     slug = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
     return f"ito-{kind}-{slug}"
-
-
-def progress_percent(run: TrainingRun) -> float:
-    """Return the share of the planned stages that are behind the run, as a percentage."""
-    if not run.stages:
-        return 0.0
-    done = sum(stage.status.done for stage in run.stages)
-    return 100.0 * done / len(run.stages)
 
 
 def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
@@ -128,121 +204,90 @@ def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
     return lines
 
 
-def gate_rows(run: TrainingRun) -> list[dict[str, Any]]:
-    """Return one table row per eval of every gate that has results."""
-    return [
-        {
-            "stage": stage.name,
-            "battery": stage.gate.battery,
-            "eval": result.name,
-            "metric": result.metric,
-            "score": result.score,
-            "threshold": result.threshold,
-            "pass": result.passed,
-        }
-        for stage in run.stages
-        if stage.gate is not None
-        for result in stage.gate.evals
-    ]
-
-
-def sparkline(values: list[float]) -> str:
-    """Return ``values`` as a Unicode sparkline."""
-    if not values:
-        return ""
-    low, high = min(values), max(values)
-    span = (high - low) or 1.0
-    return "".join(_SPARKS[round((value - low) / span * (len(_SPARKS) - 1))] for value in values)
-
-
-def telemetry_markdown(run: TrainingRun) -> str:
-    """Return the telemetry report: goodput, fault tolerance, spend and the loss curve."""
-    t: Telemetry = run.telemetry
-    ft = run.fault_tolerance
-    lines = [
-        f"## Itô training run `{run.run_id}` — {run.state.value}",
-        "",
-        "| measure | value |",
-        "|---|---|",
-        f"| goodput | {t.goodput:.1%} |",
-        f"| interruption rate | {t.interruption_rate_per_day:.2f} per day |",
-        f"| checkpoint bandwidth | {t.checkpoint_bandwidth_gbps:.1f} GB/s |",
-        f"| spend | ${t.spend_usd:,.2f} of ${t.budget_usd:,.2f} "
-        f"({t.spend_usd / t.budget_usd:.0%} of the ceiling) |",
-        f"| tokens processed | {t.tokens_processed:,} |",
-        f"| step | {t.step:,} |",
-    ]
-    lines += _staleness_rows(run)
-    lines += ["", "### Interruptions", ""]
-    lines += _interruption_lines(run) or ["None so far."]
-    lines += [
-        "",
-        f"Targets: detect < {ft.detect_target_seconds // 60} min, "
-        f"resume < {ft.resume_target_seconds // 60} min. Checkpoints saved: {len(ft.checkpoints)}.",
-    ]
-    lines += ["", "### Loss", "", *_loss_lines(t)]
-    return "\n".join(lines)
-
-
-def _staleness_rows(run: TrainingRun) -> list[str]:
-    return [
-        f"| post-training staleness bound | {stage.details.rlvr.staleness_bound_steps} steps "
-        f"({stage.details.rlvr.algorithm}) |"
-        for stage in run.stages
-        if stage.details.rlvr is not None
-    ]
-
-
-def _interruption_lines(run: TrainingRun) -> list[str]:
-    ft = run.fault_tolerance
-    lines = []
-    for item in ft.interruptions:
-        detect_ok = "✓" if item.detect_seconds < ft.detect_target_seconds else "✗"
-        if item.resume_seconds is None:
-            resumed = "recovering"
-        else:
-            resume_ok = "✓" if item.resume_seconds < ft.resume_target_seconds else "✗"
-            resumed = f"resumed in {item.resume_seconds / 60:.1f} min {resume_ok}"
-        lines.append(
-            f"- `{item.stage}` at {item.at.isoformat()}: detected in "
-            f"{item.detect_seconds / 60:.1f} min {detect_ok}, {resumed}"
+def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
+    """Return the run's cards: progress, gates (once a gate has results), telemetry, decisions."""
+    result = [
+        Card(
+            key=artifact_key(run.run_id, "progress"),
+            type="progress",
+            data=progress_percent(run),
+            description=progress_description(run),
+            metadata=status_facts(run),
         )
-    return lines
-
-
-def _loss_lines(t: Telemetry) -> list[str]:
-    if not t.loss_history:
-        return ["No loss reported yet."]
-    losses = [point.loss for point in t.loss_history]
-    return [
-        f"`{sparkline(losses)}`",
-        "",
-        f"steps {t.loss_history[0].step:,} → {t.loss_history[-1].step:,}; "
-        f"loss {losses[0]:.3f} → {losses[-1]:.3f} (min {min(losses):.3f}, max {max(losses):.3f})",
-        "",
-        "Points: " + ", ".join(f"{p.step}: {p.loss:.3f}" for p in t.loss_history),
     ]
-
-
-async def publish_artifacts(run: TrainingRun) -> None:
-    """Create or update the run's progress, gate table and telemetry artifacts."""
-    await acreate_progress_artifact(
-        progress=progress_percent(run),
-        key=artifact_key(run.run_id, "progress"),
-        description=f"Stages of Itô training run {run.run_id}: now {run.current_stage or '—'}",
-    )
     rows = gate_rows(run)
     if rows:
-        await acreate_table_artifact(
-            table=rows,
-            key=artifact_key(run.run_id, "gates"),
-            description=f"Eval gates of Itô training run {run.run_id}",
+        result.append(
+            Card(
+                key=artifact_key(run.run_id, "gates"),
+                type="table",
+                data=rows,
+                description=gates_description(run),
+            )
         )
-    await acreate_markdown_artifact(
-        markdown=telemetry_markdown(run),
-        key=artifact_key(run.run_id, "telemetry"),
-        description=f"Telemetry of Itô training run {run.run_id}",
-    )
+    result += [
+        Card(
+            key=artifact_key(run.run_id, "telemetry"),
+            type="markdown",
+            data=telemetry_markdown(run, actions),
+            description=f"${run.telemetry.spend_usd:,.0f} spent "
+            f"({run.telemetry.spend_usd / run.telemetry.budget_usd:.0%}); the loss chart, "
+            "goodput and interruptions.",
+        ),
+        Card(
+            key=artifact_key(run.run_id, "decisions"),
+            type="markdown",
+            data=decisions_markdown(run, actions),
+            description=decisions_headline(decisions(run, actions), run),
+        ),
+    ]
+    return result
+
+
+def status_facts(run: TrainingRun) -> dict[str, str]:
+    """Return what ``prefect-ito status`` shows, as the progress card's metadata."""
+    t = run.telemetry
+    facts = {
+        "run_id": run.run_id,
+        "state": run.state.value,
+        "stage": run.current_stage or "",
+        "spend": spend(t),
+        "pending_decision": "",
+    }
+    action = run.pending_action
+    if action is not None and not desk.decidable(action):
+        facts["pending_decision"] = f"{action.kind} at step {action.step:,} in {action.stage}"
+    elif action is not None and action.proposed_checkpoint is not None:
+        facts["pending_decision"] = (
+            f"loss spike {action.loss:.2f} at step {action.step:,} in {action.stage}: restart "
+            f"from {action.proposed_checkpoint.checkpoint_id} (step "
+            f"{action.proposed_checkpoint.step:,}) proposed {when(action.proposed_at)}"
+        )
+    return facts
+
+
+async def read_status(flow_run_id: UUID) -> dict[str, str] | None:
+    """Return the facts of the latest progress card of a flow run (see :func:`status_facts`).
+
+    Only Prefect is asked, so no backend token is needed; None when the flow run has not
+    reported a backend run (yet).
+    """
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+                type=ArtifactFilterType(any_=["progress"]),
+            ),
+            sort=ArtifactSort.UPDATED_DESC,
+        )
+    progress = [a for a in found if (a.key or "").startswith("ito-progress-") and a.metadata_]
+    return dict(progress[0].metadata_ or {}) if progress else None
+
+
+async def publish(run: TrainingRun) -> None:
+    """Publish the run's cards on the current flow run (see :mod:`prefect_ito.publishing`)."""
+    SEEN.note(run)
+    await PUBLISHER.publish(cards(run, SEEN.actions(run.run_id)))
 
 
 def event_id(run_id: str, seq: int) -> uuid.UUID:
@@ -283,10 +328,15 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
     return last
 
 
-async def report(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
-    """Relay the run's events after ``after_seq``, refresh its artifacts; return the last seq."""
+async def relay(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq`` to Prefect; return the last seq."""
     page = await client.list_events(run.run_id, after=after_seq)
     relay_events(run, page.events)
-    if FlowRunContext.get() or TaskRunContext.get():  # Prefect keeps artifacts of runs only
-        await publish_artifacts(run)
     return max(after_seq, page.last_seq)
+
+
+async def report(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq``, refresh its cards; return the last seq."""
+    seq = await relay(client, run, after_seq)
+    await publish(run)
+    return seq

@@ -171,13 +171,17 @@ async def cancel_training_workload(
 
 @task(
     name="report_progress",
-    description="Relay backend events to Prefect and update the run's artifacts.",
+    description="Relay the backend run's new events to Prefect.",
     cache_policy=NO_CACHE,
 )
 async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_seq: int) -> int:
-    """Emit events after ``after_seq``, refresh the artifacts; return the last sequence seen."""
+    """Emit the Prefect events after ``after_seq``; return the last sequence seen.
+
+    The artifact cards are published by the flow itself (:meth:`TaskSteps.report`), so that they
+    belong to the flow run rather than to one of many task runs.
+    """
     async with credentials.get_client() as client:
-        return await reporting.report(client, run, after_seq)
+        return await reporting.relay(client, run, after_seq)
 
 
 class TaskSteps(Steps):
@@ -205,7 +209,9 @@ class TaskSteps(Steps):
         return await read_training_run(self.credentials, run_id)
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
-        return await report_progress(self.credentials, run, after_seq)
+        seq = await report_progress(self.credentials, run, after_seq)
+        await reporting.publish(run)  # here, in the flow: the cards belong to the flow run
+        return seq
 
     async def await_gate(
         self, run: TrainingRun, watchdog: Watchdog, events_seen: int

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,8 +37,9 @@ from prefect.settings import (
 from rich.console import Console
 from rich.markdown import Markdown
 
-from prefect_ito.approval import RestartDecision
+from prefect_ito.approval import Choice, RestartDecision
 from prefect_ito.cancellation import request_detach
+from prefect_ito.views import quiet_tasks
 
 __all__ = [
     "EPHEMERAL_STARTUP_SECONDS",
@@ -119,8 +121,12 @@ async def run_training(
     console: Console,
     *,
     poll: float = 1.0,
+    verbose: bool = False,
 ) -> State[Any]:
-    """Run ``flow`` here with ``parameters``, answering its pauses through ``operator``."""
+    """Run ``flow`` here with ``parameters``, answering its pauses through ``operator``.
+
+    Prefect's per-task "Finished in state" lines stay off the console unless ``verbose``.
+    """
     async with get_client() as client:
         flow_run = await client.create_flow_run(flow, parameters=parameters)
     console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
@@ -131,7 +137,7 @@ async def run_training(
     )
     answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
     try:
-        with _detach_on_interrupt(console):
+        with _detach_on_interrupt(console), quiet_tasks(verbose):
             await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
             if answering.done():
                 answering.result()  # the operator failed: say so rather than wait for nobody
@@ -209,44 +215,87 @@ def _announce_pause(console: Console, flow_run_id: UUID) -> None:
     if has_real_server():
         ui = PREFECT_UI_URL.value()
         if ui:
-            console.print(f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}")
-        console.print(
-            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+            console.print(
+                f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}", soft_wrap=True
+            )
+        console.print(  # a link and a command to copy: never broken across lines
+            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME",
+            soft_wrap=True,
         )
 
 
 async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
-    """Ask the person at this terminal; the answer is relayed exactly as the UI would."""
+    """Ask the person at this terminal; the answer is relayed exactly as the UI would.
+
+    Approve or reject must be typed out (or ``a`` / ``r``): an empty answer asks again, and the
+    end of input leaves the decision to someone else instead of rejecting by accident.
+    """
     console = Console()
-    console.print(Markdown(description))
-    answer = await _read_line(console, "Approve the restart? [y/N] ")
+    console.print(Markdown(without_images(description)))
+    decision = await _read_choice(console)
+    if decision is None:
+        console.print(
+            "[yellow]No answer: the restart still waits for a decision (the Prefect UI, or "
+            "`prefect-ito decide`).[/]"
+        )
+        return None
     name = await _read_line(console, "Your name: ")
     reason = await _read_line(console, "Why: ")
     return RestartDecision(
-        approve=answer.strip().lower() in {"y", "yes"},
-        decided_by=name.strip() or "terminal user",
-        reason=reason.strip() or "no reason given",
+        decision=decision,
+        decided_by=(name or "").strip() or "terminal user",
+        reason=(reason or "").strip() or "no reason given",
     )
 
 
-async def _read_line(console: Console, prompt: str) -> str:
-    """Read a line in a daemon thread, so a detach never waits for the person to press Enter."""
+def without_images(markdown: str) -> str:
+    """Return ``markdown`` with its data-URI images (the chart) named instead of shown."""
+    return _DATA_IMAGE.sub(r"*(\1: a chart, shown in the Prefect UI)*", markdown)
+
+
+_DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
+_CHOICES: dict[str, Choice] = {
+    "a": "approve",
+    "approve": "approve",
+    "r": "reject",
+    "reject": "reject",
+}
+
+
+async def _read_choice(console: Console) -> Choice | None:
+    """Ask until the person types approve or reject; None at the end of input."""
+    while True:
+        answer = await _read_line(console, "Approve or reject the restart? [approve/reject] ")
+        if answer is None:
+            return None
+        choice = _CHOICES.get(answer.strip().lower())
+        if choice is not None:
+            return choice
+        console.print("Type approve or reject (a or r): there is no default.")
+
+
+async def _read_line(console: Console, prompt: str) -> str | None:
+    """Read a line in a daemon thread, so a detach never waits for the person to press Enter.
+
+    Returns None at the end of input (or on Ctrl-C at the prompt).
+    """
     loop = asyncio.get_running_loop()
-    answer: asyncio.Future[str] = loop.create_future()
+    answer: asyncio.Future[str | None] = loop.create_future()
 
     def read() -> None:
+        line: str | None
         try:
-            # Rich would read "[y/N]" as markup and print nothing of it.
+            # Rich would read "[approve/reject]" as markup and print nothing of it.
             line = console.input(prompt, markup=False)
         except (EOFError, KeyboardInterrupt):
-            line = ""
+            line = None
         loop.call_soon_threadsafe(_settle, answer, line)
 
     threading.Thread(target=read, name="prefect-ito-prompt", daemon=True).start()
     return await answer
 
 
-def _settle(future: asyncio.Future[str], value: str) -> None:
+def _settle(future: asyncio.Future[str | None], value: str | None) -> None:
     if not future.done():
         future.set_result(value)
 

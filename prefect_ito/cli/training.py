@@ -21,7 +21,7 @@ from prefect.states import Cancelling
 from pydantic import Field
 from rich.console import Console
 
-from prefect_ito import provenance, terminal
+from prefect_ito import provenance, terminal, views
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
 from prefect_ito.cancellation import cancel_for_flow_run
@@ -38,6 +38,7 @@ from prefect_ito.exceptions import (
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.outcomes import exit_code
 from prefect_ito.parameters import SupervisionParameters, TrainingParameters
+from prefect_ito.reporting import read_status
 
 __all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
 
@@ -51,6 +52,10 @@ _DATA_FILE_HELP = (
     "A file of data references, one a line (blank lines and lines starting with # are skipped); "
     "added to any --data. Use it for more than a few hundred references."
 )
+Verbose = Annotated[
+    bool,
+    Parameter(help="Also show Prefect's line for every task run that finished."),
+]
 CredentialsName = Annotated[
     str | None,
     Parameter(help="Name of a saved ItoCredentials block (instead of --api-url)."),
@@ -74,14 +79,16 @@ def train(
     data_file: Annotated[Path | None, Parameter(help=_DATA_FILE_HELP)] = None,
     credentials: CredentialsName = None,
     api_url: ApiUrl = None,
+    verbose: Verbose = False,
 ) -> None:
-    """Run the training flow on a completed booking, with a live view of its stages."""
+    """Run the training flow on a completed booking: a line per stage change, then a summary."""
     fields = {name: getattr(training, name) for name in TrainingParameters.model_fields}
     refs = [*training.data, *(_read_refs(data_file) if data_file else [])]
     parameters = run_command(_parse(TrainingParameters, {**fields, "data": refs}))
     _run_flow(
         ito_training,
         {"training": parameters, "credentials": _credentials(credentials, api_url)},
+        verbose,
     )
 
 
@@ -107,6 +114,7 @@ def attach(
     *,
     credentials: CredentialsName = None,
     api_url: ApiUrl = None,
+    verbose: Verbose = False,
 ) -> None:
     """Supervise an existing backend run to its end. Never submits anything.
 
@@ -120,6 +128,7 @@ def attach(
             "limits": limits or SupervisionParameters(),
             "credentials": _credentials(credentials, api_url),
         },
+        verbose,
     )
 
 
@@ -137,15 +146,15 @@ def _credentials(name: str | None, api_url: str | None) -> ItoCredentials | str 
     return name
 
 
-def _run_flow(flow: Flow[Any, Any], parameters: dict[str, Any]) -> None:
+def _run_flow(flow: Flow[Any, Any], parameters: dict[str, Any], verbose: bool) -> None:
     operator = terminal.ask_at_terminal if terminal.interactive() else terminal.leave_to_others
 
     async def run() -> Any:
-        return await terminal.run_training(flow, parameters, operator, _console)
+        return await terminal.run_training(flow, parameters, operator, _console, verbose=verbose)
 
     with terminal.prefect_api():
         state = run_command(run())
-    _console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
+    views.print_outcome(_console, state)
     _print_backends()
     code = exit_code(state)
     if code is ExitCode.DETACHED:
@@ -163,7 +172,7 @@ def _print_backends() -> None:
 
 
 @app.command
-def demo(*, scenario: str = "demo") -> None:
+def demo(*, scenario: str = "demo", verbose: Verbose = False) -> None:
     """Run the real training flow end to end on the built-in reference simulator.
 
     Args:
@@ -172,7 +181,7 @@ def demo(*, scenario: str = "demo") -> None:
     """
     from prefect_ito.demo import run_demo
 
-    sys.exit(run_demo(scenario))
+    sys.exit(run_demo(scenario, verbose=verbose))
 
 
 @app.command
@@ -196,9 +205,11 @@ def decide(
     _require_server("decide")
     if approve == reject:
         _fail(InvalidParameters("give exactly one of --approve and --reject"))
-    decision = RestartDecision(approve=approve, decided_by=name, reason=reason)
+    decision = RestartDecision(
+        decision="approve" if approve else "reject", decided_by=name, reason=reason
+    )
     run_command(_resume(flow_run_id, decision))
-    _console.print(f"Sent: {'approve' if approve else 'reject'} by {name}.")
+    _console.print(f"Sent: {decision.decision} by {name}.")
 
 
 async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
@@ -217,17 +228,39 @@ async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
 
 @app.command
 def status(flow_run_id: UUID) -> None:
-    """Show a training flow run's state.
+    """Show a training flow run: its state, backend run, stage, spend and any pending decision.
+
+    Reads only Prefect (the flow run and its progress card), so it needs no backend token.
 
     Args:
-        flow_run_id: The ito-training flow run.
+        flow_run_id: The ito-training (or ito-attach-training) flow run.
     """
     _require_server("status")
-    flow_run = run_command(_read_flow_run(flow_run_id))
+    flow_run, facts = run_command(_read_status(flow_run_id))
     state = flow_run.state
     _console.print(f"{flow_run.name}: [bold]{state.name if state else '?'}[/]")
     if state and state.message:
         _console.print(state.message)
+    if facts is None:
+        _console.print("Backend run: none reported yet.")
+        return
+    _console.print(f"Backend run: {facts.get('run_id', '?')} ({facts.get('state', '?')})")
+    _console.print(f"Stage: {facts.get('stage') or '—'}")
+    _console.print(f"Spend: {facts.get('spend', '?')}")
+    pending = facts.get("pending_decision")
+    if not pending:
+        _console.print("Pending decision: none")
+        return
+    _console.print(f"[bold yellow]Pending decision:[/] {pending}", soft_wrap=True)
+    _console.print(
+        f"Decide: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME",
+        soft_wrap=True,  # a command to copy: never broken across lines
+    )
+
+
+async def _read_status(flow_run_id: UUID) -> tuple[Any, dict[str, str] | None]:
+    flow_run = await _read_flow_run(flow_run_id)
+    return flow_run, await read_status(flow_run_id)
 
 
 @app.command

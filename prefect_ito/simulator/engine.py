@@ -1,6 +1,8 @@
 """The simulator's deterministic state machine on a scaled clock.
 
-Simulated seconds are real monotonic seconds times the scenario's ``time_scale``. Each run is driven
+Simulated seconds are real monotonic seconds times the scenario's ``time_scale``. A run's
+timestamps start at the real moment it was submitted and then run ``time_scale`` times faster, so
+a run submitted long after the scenario loaded does not date itself years ahead. Each run is driven
 by its pipeline (:mod:`prefect_ito.simulator.pipeline`); :meth:`Engine.advance` catches every run up
 with the clock, and every public method advances first, so no answer is stale. The engine is not
 thread-safe: the app calls it from its event loop only.
@@ -12,6 +14,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 from prefect_ito.contract import (
@@ -89,6 +92,7 @@ class Engine:
         """Replace the scenario: bookings, runs and idempotency records start over, clock at 0."""
         self.scenario = scenario
         self._started = self._clock()
+        self._anchor = scenario.start_at or datetime.now(UTC)
         self.bookings: dict[str, SimBooking] = {b.booking_id: b for b in scenario.bookings}
         self.runs: dict[str, RunRecord] = {}
         self._pipelines: dict[str, Pipeline] = {}
@@ -105,15 +109,41 @@ class Engine:
         """Return simulated seconds since the scenario was loaded."""
         return (self._clock() - self._started) * self.scenario.time_scale
 
+    def _epoch_for_new_run(self) -> datetime:
+        """Return the epoch that dates a run created now at the real time since the load.
+
+        Only the run's own progress is scaled: a run created ``t`` real seconds after the load
+        says it was created at ``start_at + t``, not ``t × time_scale`` later.
+        """
+        real_seconds = self._clock() - self._started
+        return self._anchor + timedelta(seconds=real_seconds - self.now())
+
     def revision(self) -> int:
         """Return a number that grows whenever any run changes (for waking long-polls)."""
         return sum(rec.version for rec in self.runs.values())
 
     def advance(self) -> None:
         """Catch every unfinished run up with the simulated clock."""
-        now = self.now()
         for rec in self.runs.values():
-            self._drive(rec, now)
+            self._drive(rec, self._run_now(rec))
+
+    def _run_now(self, rec: RunRecord) -> float:
+        """Return the run's own simulated now: behind the engine's by the waits for people.
+
+        A person decides on the real clock, so while a run waits for a decision its clock moves
+        at the real rate, not ``time_scale`` times faster; a ten-minute wait is dated ten
+        minutes, not months.
+        """
+        if rec.held_at is None:
+            return self.now() - rec.lag
+        real_start = self._started + (rec.held_at + rec.lag) / self.scenario.time_scale
+        return rec.held_at + max(0.0, self._clock() - real_start)
+
+    def _release(self, rec: RunRecord) -> None:
+        """End a wait for a person: from now on the run's clock lags the engine's by the wait."""
+        rec.clock = max(rec.clock, self._run_now(rec))
+        rec.lag = self.now() - rec.clock
+        rec.held_at = None
 
     def _drive(self, rec: RunRecord, now: float) -> None:
         pipeline = self._pipelines[rec.run_id]
@@ -123,6 +153,9 @@ class Engine:
                 return
             if rec.state is RunState.AWAITING_DECISION:
                 # Time passes without progress; the workload stays alive while it waits.
+                if rec.held_at is None:
+                    rec.held_at = rec.clock
+                    now = self._run_now(rec)
                 rec.clock = rec.heartbeat = max(rec.clock, now)
                 return
             wait = self._waits[rec.run_id]
@@ -385,7 +418,7 @@ class Engine:
             request=request,
             booking=booking,
             script=script,
-            epoch=self.scenario.start_at,
+            epoch=self._epoch_for_new_run(),
             created=self.now(),
             stages=plan_stages(request, script),
         )
@@ -414,7 +447,7 @@ class Engine:
         return rec.snapshot()
 
     def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest) -> None:
-        rec.clock = max(rec.clock, self.now())
+        self._release(rec)
         rec.decisions.append(
             DecisionRecord(action_id=action_id, decided_at=rec.at(), **body.model_dump())
         )
@@ -444,7 +477,9 @@ class Engine:
 
     def _begin_cancel(self, rec: RunRecord, reason: str) -> None:
         """Stop a run's workload: at once, or through ``cancelling`` if the script says so."""
-        rec.clock = max(rec.clock, self.now())
+        if rec.held_at is not None:
+            self._release(rec)
+        rec.clock = max(rec.clock, self._run_now(rec))
         if rec.script.cancel_seconds <= 0:
             rec.emit(EventType.CANCEL_REQUESTED, reason, rec.current_stage)
             self._stop(rec, StageStatus.CANCELLED)

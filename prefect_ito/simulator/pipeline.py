@@ -299,6 +299,7 @@ def _spike(
     )
     rec.pending_action = action
     rec.state = RunState.AWAITING_DECISION
+    rec.record_loss(step, loss)  # the bad reading is part of the history a person looks at
     rec.emit(EventType.LOSS_SPIKE_DETECTED, f"loss spike at step {step}", stage, step=step)
     yield Signal.HOLD
     return rec.decision_for(action.action_id) is DecisionChoice.APPROVE

@@ -2,7 +2,7 @@
 
 Contract models are frozen, so the record keeps the moving parts and :meth:`RunRecord.snapshot`
 builds a :class:`~prefect_ito.contract.TrainingRun` on demand. Time is kept as simulated seconds
-since the scenario's ``start_at``; ``at()`` turns it into a timestamp.
+since the scenario loaded; ``at()`` turns it into a timestamp from the run's ``epoch``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ class RunRecord:
     version: int = 1
     updated: float = 0.0
     clock: float = 0.0
+    lag: float = 0.0
+    """Simulated seconds the run's clock is behind the engine's: its waits for people."""
+    held_at: float | None = None
+    """The run's clock when it began to wait for a person; None when it does not wait."""
     heartbeat: float = 0.0
     current_stage: str | None = None
     pending_action: PendingAction | None = None

@@ -210,7 +210,10 @@ class Scenario(_Spec):
         description="Serve and advertise the account-wide change feed; false answers like a "
         "backend without one (404), for watchers' per-run fallback.",
     )
-    start_at: datetime = datetime.fromisoformat("2026-03-02T00:00:00+00:00")
+    start_at: datetime | None = Field(
+        default=None,
+        description="The timestamp of the moment the scenario loads; default: the real time then.",
+    )
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)
     idempotency_key_retention_seconds: float = Field(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -13,6 +14,8 @@ from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, sta
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
+
+TASK_CHATTER = re.compile(r"Task run '[^']+' - Finished in state Completed")
 
 
 @pytest.fixture
@@ -25,16 +28,30 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
     env = worker_env(simulator, prefect_server)
     result = prefect_ito(*TRAIN, "--post-training", "sft", env=env)
 
-    assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert result.returncode == ExitCode.SUCCESS, output
     assert "Final state: Completed" in result.stdout
-    assert "Stage post_training.sft: passed" in result.stdout + result.stderr
+    assert "Stage post_training.sft: passed" in output
     assert f"Itô backend {simulator.url}: live API contacted: no. Notice: " in result.stdout
     assert len(simulator.runs()) == 1
+    run_id = simulator.runs()[0].run.run_id
+    # Before, train ended with the final state only; now with the demo's summary.
+    for heading in (f"Backend run {run_id}: succeeded", "Gates", "Telemetry"):
+        assert heading in result.stdout, result.stdout
+    assert "Decisions: no restart was proposed." in result.stdout
+    # Before, about 25 "Task run … Finished in state Completed()" lines drowned the stages.
+    assert not TASK_CHATTER.search(output), output
 
     flow_run_id = FLOW_RUN_LINE.search(result.stdout).group(1)
-    status = prefect_ito("status", flow_run_id, env=env, timeout=120)
+    env_without_token = {k: v for k, v in env.items() if k != "ITO_COMPUTE_TOKEN"}
+    status = prefect_ito("status", flow_run_id, env=env_without_token, timeout=120)
     assert status.returncode == ExitCode.SUCCESS, status.stdout + status.stderr
     assert "Completed" in status.stdout
+    # Before, status printed only the state's name.
+    assert f"Backend run: {run_id} (succeeded)" in status.stdout
+    assert "Stage: post_training.sft" in status.stdout
+    assert "Spend: $" in status.stdout and "of $250,000.00" in status.stdout
+    assert "Pending decision: none" in status.stdout
 
 
 def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect_server):
@@ -96,11 +113,14 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
         )  # fmt: skip
         job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
         run = await job.trigger()
-        result = prefect_ito("attach", run.run_id, env=env)
+        result = prefect_ito("attach", run.run_id, "--verbose", env=env)
 
-        assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
-        assert f"Attached to backend run {run.run_id}" in result.stdout + result.stderr
+        output = result.stdout + result.stderr
+        assert result.returncode == ExitCode.SUCCESS, output
+        assert f"Attached to backend run {run.run_id}" in output
         assert [admin.run.run_id for admin in simulator.runs()] == [run.run_id]
+        assert f"Backend run {run.run_id}: succeeded" in result.stdout  # the same summary
+        assert TASK_CHATTER.search(output), output  # --verbose shows Prefect's task lines
 
 
 def test_prefect_registers_the_blocks_from_the_collection(prefect_server):
@@ -130,6 +150,9 @@ async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_serv
                 while not (await client.read_flow_run(flow_run_id)).state.is_paused():
                     await asyncio.sleep(0.5)
 
+            status = prefect_ito("status", flow_run_id, env=env, timeout=120)
+            assert "Pending decision: loss spike 17.28 at step 12,000 in pretrain" in status.stdout
+            assert f"prefect-ito decide {flow_run_id} --approve|--reject" in status.stdout
             cancel = prefect_ito("cancel", flow_run_id, env=env, timeout=120)
             assert cancel.returncode == ExitCode.SUCCESS, cancel.stdout + cancel.stderr
             output, _ = await asyncio.to_thread(train.communicate, timeout=180)

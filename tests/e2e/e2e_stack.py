@@ -14,8 +14,14 @@ from typing import Any
 
 import yaml
 from prefect import get_client
-from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.sorting import LogSort
 from prefect.deployments import run_deployment
 from pydantic import SecretStr
 
@@ -215,6 +221,23 @@ async def wait_for(check: Callable[[], Any], timeout: float = TIMEOUT) -> Any:
         while not (result := await asyncio.to_thread(check)):
             await asyncio.sleep(POLL)
         return result
+
+
+async def flow_run_log_messages(
+    flow_run_id: Any, until: str = "", timeout: float = 30
+) -> list[str]:
+    """Return the flow run's log messages, oldest first, once one contains ``until``.
+
+    Flow processes send logs in batches, so the last ones may arrive a moment after the run ends.
+    """
+    only_this = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+    async with asyncio.timeout(timeout), get_client() as client:
+        while True:
+            logs = await client.read_logs(log_filter=only_this, sort=LogSort.TIMESTAMP_ASC)
+            messages = [log.message for log in logs]
+            if any(until in message for message in messages):
+                return messages
+            await asyncio.sleep(POLL)
 
 
 def completed(flow_run: FlowRun) -> bool:

@@ -22,6 +22,7 @@ from e2e_stack import (
     Stack,
     backend_runs,
     completed,
+    flow_run_log_messages,
     named,
     suspend_on_spike,
     train_until_stalled,
@@ -77,11 +78,19 @@ async def test_a_suspended_approval_resumes_through_the_api_and_completes(stack:
     assert keyset is not None
 
     async with get_client() as client:
-        # What the UI's form sends: the RestartDecision fields.
-        answer = {"approve": True, "decided_by": "Ada", "reason": "the spike was a data blip"}
+        # What the UI's form sends: the RestartDecision fields. Without a choice it is refused.
+        untouched = {"decided_by": "Ada", "reason": "pressed Submit"}
+        refused = await client.resume_flow_run(suspended.id, run_input=untouched)
+        assert refused.status.value == "REJECT", refused.details
+        answer = {"decision": "approve", "decided_by": "Ada", "reason": "the spike was a blip"}
         result = await client.resume_flow_run(suspended.id, run_input=answer)
     assert result.status.value == "ACCEPT", result.details
     await wait_for_flow_run(suspended.id, completed)
+    # The resumed flow takes the stored answer without suspending (or saying it waits) again.
+    logs = await flow_run_log_messages(suspended.id, until="succeeded through")
+    assert len([m for m in logs if m.startswith("Suspending flow run")]) == 1, logs
+    assert len([m for m in logs if "Waiting for a person" in m]) == 1, logs
+    assert any("Ada approved the restart" in m for m in logs), logs
 
     (run,) = backend_runs(stack, APPROVE_BOOKING)
     assert run.state is RunState.SUCCEEDED

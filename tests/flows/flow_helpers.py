@@ -58,7 +58,8 @@ class Person:
 
     async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
         self.asked.append(description)
-        return RestartDecision(approve=self.approve, decided_by="Ada", reason="looked at it")
+        choice = "approve" if self.approve else "reject"
+        return RestartDecision(decision=choice, decided_by="Ada", reason="looked at it")
 
 
 async def answer_pauses_with(

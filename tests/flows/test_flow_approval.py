@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
+from datetime import UTC, date, datetime
 from typing import Any
 
 from flow_helpers import Person, parameters, wait_for_pause
-from prefect import get_client
+from prefect import flow, get_client
 from rich.console import Console
 
-from prefect_ito.contract import DecisionChoice, RunState
+from prefect_ito.contract import DecisionChoice, RunState, TrainingRequest
 from prefect_ito.flows import ito_training
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.scenario import SpikeSpec
@@ -104,8 +106,17 @@ async def test_a_person_in_another_process_resumes_through_the_api(start_simulat
     keyset = paused.state_details.run_input_keyset
     async with get_client() as client:
         schema = json.loads(await client.read_flow_run_input(flow_run.id, keyset["schema"]))
-    assert set(schema["properties"]) == {"approve", "decided_by", "reason"}
-    assert schema["properties"]["approve"]["default"] is False
+    # Approve or reject is an explicit, required choice: no tick box that defaults to reject.
+    assert set(schema["properties"]) == {"decision", "decided_by", "reason"}
+    assert schema["properties"]["decision"]["enum"] == ["approve", "reject"]
+    assert "default" not in schema["properties"]["decision"]
+    assert set(schema["required"]) == {"decision", "decided_by", "reason"}
+    async with get_client() as client:
+        # The form submitted without choosing: Prefect's server checks it against the schema.
+        untouched = {"decided_by": "Grace", "reason": "pressed Submit"}
+        refused = await client.resume_flow_run(flow_run.id, run_input=untouched)
+    assert refused.status.value == "REJECT", refused.details
+    assert "decision" in str(refused.details)
 
     decide = subprocess.run(
         [sys.executable, "-m", "prefect_ito.cli", "decide", str(flow_run.id), "--approve",
@@ -119,3 +130,84 @@ async def test_a_person_in_another_process_resumes_through_the_api(start_simulat
     assert state.is_completed(), state.message
     run = simulator.runs()[0].run
     assert [(d.decided_by, d.reason) for d in run.decisions] == [("Grace", "spike was a data blip")]
+
+
+async def test_the_form_shows_evidence_with_headers_the_chart_the_spend_and_the_choices(
+    start_simulator,
+):
+    simulator = start_simulator("loss-spike")
+    person = Person(approve=True)
+    state = await run_training(
+        ito_training, parameters(simulator), person, Console(quiet=True), poll=0.3
+    )
+
+    assert state.is_completed(), state.message
+    (form,) = person.asked
+    assert "| evidence | value |\n|---|---|" in form  # before: an empty header row
+    assert "![Training loss by step, up to the spike](data:image/svg+xml;base64," in form
+    assert "| spike | loss 17.28 at step 12,000 |" in form
+    assert "| its step | 10,000 (2,000 steps back) |" in form
+    assert re.search(r"\| spent so far \| \$[\d,]+ of \$250,000 \(\d+%\) \|", form)
+    assert "- **approve**: the backend restarts from `ckpt-pretrain-" in form
+    assert "- **reject**: the run goes on from step" in form
+    # Before, the simulated clock dated the proposal years ahead (2035 in one run).
+    proposed = re.search(r"\| proposed at \| (\d{4}-\d\d-\d\d) ", form)
+    assert proposed is not None
+    days_ahead = (date.fromisoformat(proposed.group(1)) - datetime.now(UTC).date()).days
+    assert 0 <= days_ahead <= 60
+
+
+async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_again(
+    monkeypatch,
+):
+    # After a resume from the UI, the logs said "Waiting for a person… Suspending flow run"
+    # once more before "approved": the flow proposed a suspension Prefect then refused.
+    from prefect.context import FlowRunContext
+    from prefect.input import create_flow_run_input
+    from prefect.input.run_input import keyset_from_base_key
+
+    from prefect_ito import approval
+
+    async def no_second_suspension(**_: Any) -> None:
+        raise AssertionError("suspended again")
+
+    monkeypatch.setattr(approval, "can_suspend", lambda: True)
+    monkeypatch.setattr(approval, "asuspend_flow_run", no_second_suspension)
+    run = spiked_run()
+    keyset = keyset_from_base_key(f"suspended-{approval.pause_key(run.pending_action)}")
+
+    @flow
+    async def resumed() -> approval.RestartDecision | None:
+        flow_run_id = FlowRunContext.get().flow_run.id
+        # What Prefect stored when a person resumed with the earlier form's tick box.
+        answer = {"approve": True, "decided_by": "Grace", "reason": "blip"}
+        await create_flow_run_input(keyset["response"], answer, flow_run_id=flow_run_id)
+        return await approval.ask_person(run, timeout=60, poll_interval=1)
+
+    decision = await resumed()
+
+    assert decision is not None and decision.decision == "approve"
+    assert decision.to_request().decided_by == "Grace"
+
+
+def spiked_run() -> Any:
+    """Return a backend run that waits for a decision, as the simulator reports one."""
+    from prefect_ito.simulator.engine import Engine
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    engine = Engine(builtin_scenario("loss-spike"), clock)
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
+        target="chat", budget_usd=1e5,
+    ).to_submission()  # fmt: skip
+    run_id = engine.submit("acct", "k", request).run.run_id
+    while engine.runs[run_id].pending_action is None:
+        clock.now += 0.1
+        engine.advance()
+    return engine.runs[run_id].snapshot()

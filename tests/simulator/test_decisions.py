@@ -28,6 +28,20 @@ def test_loss_spike_waits_with_a_pending_action(spiked):
     assert run["outcome"] is None
 
 
+def test_the_spike_is_in_the_loss_history_and_an_approval_steps_back_from_it(spiked):
+    # Before, the spike's reading never reached the history, so no chart could show it.
+    desk, run = spiked
+    action = run["pending_action"]
+    spike = {"step": action["step"], "loss": action["loss"]}
+    assert run["telemetry"]["loss_history"][-1] == spike
+
+    done = desk.finished(desk.decide(run, "approve").json()["data"])
+
+    history = done["telemetry"]["loss_history"]
+    at = history.index(spike)
+    assert history[at + 1]["step"] == action["proposed_checkpoint"]["step"]
+
+
 def test_progress_freezes_while_waiting_but_heartbeat_goes_on(spiked):
     desk, run = spiked
 

@@ -1,0 +1,111 @@
+"""What each card says: progress, gates, telemetry and decisions, for finished and waiting runs."""
+
+from __future__ import annotations
+
+from played_runs import play
+
+from prefect_ito import cards, reporting
+from prefect_ito.contract import DecisionChoice
+from prefect_ito.reporting import TrainingSummary, artifact_key
+
+
+def test_the_telemetry_card_shows_a_chart_and_no_wall_of_points():
+    run, seen = play("demo", decide="approve")
+    text = cards.telemetry_markdown(run, seen)
+
+    assert "![Training loss by step](data:image/svg+xml;base64," in text
+    assert "Points:" not in text and "▁" not in text
+    assert "Spike 17.28 at step 12,000: approved: the run restarted from step 10,000." in text
+    assert "| spend | $" in text and "of the ceiling" in text
+
+
+def test_a_finished_run_without_interruptions_says_none_not_none_so_far():
+    finished, _ = play("default")
+    waiting, _ = play("loss-spike", decide=None)
+
+    assert "### Interruptions\n\nNone.\n" in cards.telemetry_markdown(finished)
+    assert "None so far." in cards.telemetry_markdown(waiting)
+
+
+def test_the_progress_of_a_finished_run_says_how_it_ended_not_what_runs_now():
+    finished, _ = play("default")
+    waiting, _ = play("loss-spike", decide=None)
+
+    assert cards.progress_percent(finished) == 100.0
+    assert cards.progress_description(finished) == "Succeeded: 8 of 8 stages done."
+    assert "now" not in cards.progress_description(finished).lower()
+    assert (
+        cards.progress_description(waiting) == "pretrain waits for a decision; 2 of 8 stages done."
+    )
+
+
+def test_the_decisions_card_records_who_how_why_when_and_the_checkpoint():
+    run, seen = play("demo", decide="approve", reason="bad shard 7")
+    text = cards.decisions_markdown(run, seen)
+
+    (decision,) = run.decisions
+    assert "1 restart proposed: 1 approved." in text
+    # No empty header row: the decision heads its table.
+    assert (
+        "### 1. Approved by Ada\n\n"
+        "| decision | **approved: the run restarted from step 10,000** |\n|---|---|\n"
+    ) in text
+    assert "| | |" not in text
+    assert "| decided by | Ada |" in text
+    assert f"| decided at | {cards.when(decision.decided_at)} |" in text
+    assert "| why | bad shard 7 |" in text
+    assert "| loss spike | 17.28 at step 12,000 in `pretrain` |" in text
+    assert "| restart checkpoint | `ckpt-pretrain-10000` (step 10,000) |" in text
+
+
+def test_a_pending_decision_and_no_decision_at_all_are_said_plainly():
+    waiting, _ = play("loss-spike", decide=None)
+    finished, _ = play("default")
+
+    assert "**awaiting a person**" in cards.decisions_markdown(waiting)
+    assert "No restart was proposed" in cards.decisions_markdown(finished)
+
+
+def test_a_decision_taken_before_this_supervisor_attached_still_shows():
+    run, _ = play("demo", decide="reject", reason="a | pipe\nand a newline")
+    text = cards.decisions_markdown(run, {})
+
+    assert "**rejected: the run went on without restarting**" in text
+    assert "a \\| pipe and a newline" in text
+    assert "proposed before this supervisor attached" in text
+
+
+def test_timestamps_read_as_dates_people_use():
+    run, seen = play("demo", decide="approve")
+    row = cards.decisions(run, seen)[0]
+
+    assert cards.when(row.proposed_at).startswith("2026-12-")  # days into the run, not 2035
+    assert cards.when(row.proposed_at).endswith(" UTC")
+
+
+def test_the_summary_carries_every_decision_with_its_checkpoint():
+    run, seen = play("demo", decide="approve")
+    summary = TrainingSummary.of(run, seen)
+
+    (decision,) = summary.decisions
+    assert decision.decision is DecisionChoice.APPROVE
+    assert (decision.decided_by, decision.checkpoint_id) == ("Ada", "ckpt-pretrain-10000")
+    assert decision.checkpoint_step == 10_000 and decision.step == 12_000
+
+
+def test_one_card_per_concern_and_status_facts_on_the_progress_card():
+    finished, seen = play("demo", decide="approve")
+    assert [card.key for card in reporting.cards(finished, seen)] == [
+        artifact_key(finished.run_id, kind)
+        for kind in ("progress", "gates", "telemetry", "decisions")
+    ]
+
+    waiting, seen = play("demo", decide=None)
+    found = reporting.cards(waiting, seen)
+    # No gate has results before pretrain ends: no gates card yet.
+    assert [card.key.split("-")[1] for card in found] == ["progress", "telemetry", "decisions"]
+    facts = found[0].metadata
+    assert facts["run_id"] == waiting.run_id and facts["stage"] == "pretrain"
+    assert "of $250,000.00" in facts["spend"]
+    assert "restart from ckpt-pretrain-10000 (step 10,000)" in facts["pending_decision"]
+    assert all(len(value) <= 500 for value in facts.values())  # Prefect cuts longer values

@@ -1,0 +1,106 @@
+"""The simulator's timestamps stay plausible however long after the scenario loads a run starts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from prefect_ito.contract import DecisionRequest, RunState, TrainingRequest
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator.engine import Engine
+
+START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def submit(engine: Engine):
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
+        target="chat", budget_usd=250_000.0,
+    ).to_submission()  # fmt: skip
+    return engine.submit("acct", "key-1", request).run
+
+
+def test_a_run_submitted_long_after_the_load_is_dated_when_it_was_submitted():
+    # Before, the scaled clock ran from the load: 750 real seconds at the default scale dated a
+    # new run, and its spike's "proposed at", about nine and a half years ahead.
+    clock = FakeClock()
+    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    clock.now += 750
+
+    run = submit(engine)
+
+    assert run.created_at == START + timedelta(seconds=750)
+    clock.now += 10  # four million simulated seconds: past the spike at 60 % of pretrain
+    engine.advance()
+    (record,) = engine.runs.values()
+    assert record.state is RunState.AWAITING_DECISION
+    action = record.pending_action
+    assert action is not None
+    assert timedelta(days=1) < action.proposed_at - run.created_at < timedelta(days=30)
+
+
+def test_without_a_start_the_clock_is_anchored_at_the_real_time_of_the_load():
+    scenario = builtin_scenario("default")
+    assert scenario.start_at is None
+    before = datetime.now(UTC)
+    engine = Engine(scenario)
+
+    run = submit(engine)
+
+    assert before <= run.created_at <= datetime.now(UTC) + timedelta(seconds=5)
+
+
+def test_a_person_s_wait_passes_in_real_time_and_later_events_follow_on():
+    # Before, the wait for a decision ran on the scaled clock: ten real minutes dated the
+    # decision, and everything after it, seven and a half years after the proposal.
+    clock = FakeClock()
+    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    run = submit(engine)
+    clock.now += 10
+    engine.advance()
+    (record,) = engine.runs.values()
+    action = record.pending_action
+    assert action is not None
+
+    clock.now += 600  # a person takes ten minutes
+    body = DecisionRequest(decision="approve", decided_by="Ada", reason="blip")
+    decided = engine.decide("acct", run.run_id, action.action_id, body, None)
+
+    (decision,) = decided.decisions
+    assert timedelta(minutes=9) < decision.decided_at - action.proposed_at < timedelta(minutes=11)
+    clock.now += 10
+    engine.advance()
+    done = record.snapshot()
+    assert done.state is RunState.SUCCEEDED
+    assert done.updated_at - decision.decided_at < timedelta(days=60)
+    events = [event.at for event in record.events]
+    assert events == sorted(events)
+
+
+def test_the_heartbeat_keeps_going_at_the_real_rate_while_a_run_waits():
+    clock = FakeClock()
+    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    submit(engine)
+    clock.now += 10
+    engine.advance()
+    (record,) = engine.runs.values()
+    before = record.snapshot()
+
+    clock.now += 30
+    engine.advance()
+    after = record.snapshot()
+
+    assert after.version == before.version  # no progress while it waits
+    assert timedelta(seconds=29) < after.heartbeat_at - before.heartbeat_at < timedelta(seconds=31)
