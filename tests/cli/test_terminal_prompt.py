@@ -114,7 +114,7 @@ def test_the_summary_names_the_run_once_on_a_line_of_its_own():
     run, seen = play("demo", decide="approve")
     console = Console(width=100, record=True)
 
-    print_summary(console, TrainingSummary.of(run, seen))
+    print_summary(console, TrainingSummary.of(run, actions=seen))
 
     text = console.export_text()
     assert text.splitlines()[0] == f"Backend run {run.run_id}: succeeded"

@@ -85,7 +85,7 @@ def test_timestamps_read_as_dates_people_use():
 
 def test_the_summary_carries_every_decision_with_its_checkpoint():
     run, seen = play("demo", decide="approve")
-    summary = TrainingSummary.of(run, seen)
+    summary = TrainingSummary.of(run, actions=seen)
 
     (decision,) = summary.decisions
     assert decision.decision is DecisionChoice.APPROVE
