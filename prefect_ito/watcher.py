@@ -180,13 +180,20 @@ class Watcher:
             due.append(moved + record.stall_timeout - now)
         return min(due)
 
-    async def _read_and_judge(self, backend: _Backend, items: list[Waiting]) -> None:
+    async def _read_and_judge(
+        self, backend: _Backend, items: list[Waiting], *, wait: float | None = None
+    ) -> None:
+        """Read each run — with ``wait``, long-poll it past the version seen — and judge it."""
         limit = asyncio.Semaphore(self.max_concurrency)
 
         async def read(flow_run: FlowRun, record: Deferral) -> None:
+            seen = self._seen.get(record.run_id)
+            after = None if wait is None else (seen.version if seen else record.version)
             async with limit:
                 try:
-                    run = await backend.client.get_training_run(record.run_id)
+                    run = await backend.client.get_training_run(
+                        record.run_id, after_version=after, wait=wait
+                    )
                 except ItoError as error:
                     logger.warning("Could not read backend run %s: %s", record.run_id, error)
                     return
@@ -230,22 +237,7 @@ class Watcher:
         await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
 
     async def _wait_per_run(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
-        limit = asyncio.Semaphore(self.max_concurrency)
-
-        async def follow(flow_run: FlowRun, record: Deferral) -> None:
-            seen = self._seen.get(record.run_id)
-            after = seen.version if seen else record.version
-            async with limit:
-                try:
-                    run = await backend.client.get_training_run(
-                        record.run_id, after_version=after, wait=wait
-                    )
-                except ItoError as error:
-                    logger.warning("Could not follow backend run %s: %s", record.run_id, error)
-                    return
-            await self._judge(flow_run, record, run)
-
-        await asyncio.gather(*(follow(flow_run, record) for flow_run, record in pending))
+        await self._read_and_judge(backend, pending, wait=wait)
 
     async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
         if flow_run.id in self.resumed:

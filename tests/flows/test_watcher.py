@@ -1,0 +1,100 @@
+"""``Watcher`` against a real Prefect server and the simulator: it resumes a deferred flow run
+when its backend run changes — on the change feed, or on per-run long-polls without one — and
+never one that waits for a person."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from flow_helpers import BOOKING, REQUEST
+from prefect import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.states import Running, Suspended
+from prefect.types.entrypoint import EntrypointType
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.deferral import Deferral, deferral_key
+from prefect_ito.flows import ito_training
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.watcher import Watcher
+
+
+async def deferred_flow_run(simulator, *, key: str | None = None):
+    """Submit a backend run and leave a flow run suspended on it, as a deferring flow does."""
+    training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
+    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    run = (await job.trigger()).run
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        while run.current_stage is None:
+            run = await client.get_training_run(run.run_id)
+    async with get_client() as client:
+        await client.create_work_pool(
+            WorkPoolCreate(name="watcher-tests", type="process"), overwrite=True
+        )
+    deployment = await ito_training.adeploy(
+        name="watcher-tests",
+        work_pool_name="watcher-tests",
+        entrypoint_type=EntrypointType.MODULE_PATH,
+        print_next_steps=False,
+    )
+    async with get_client() as client:
+        flow_run = await client.create_flow_run_from_deployment(
+            deployment, parameters={"training": training.model_dump(mode="json")}
+        )
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)
+        pause_key = key or deferral_key(run)
+        record = Deferral(
+            api_url=simulator.url, run_id=run.run_id, version=run.version, stage=run.current_stage,
+            events_seen=0, heartbeat_at=run.heartbeat_at, heartbeat_seen_at=time.time(),
+            stall_timeout=None, deadline_at=None,
+        )  # fmt: skip
+        await client.create_flow_run_input(flow_run.id, pause_key, record.model_dump_json())
+        await client.set_flow_run_state(flow_run.id, Suspended(pause_key=pause_key), force=True)
+    return flow_run, run
+
+
+async def is_paused(flow_run_id) -> bool:
+    async with get_client() as client:
+        state = (await client.read_flow_run(flow_run_id)).state
+    return state is not None and state.is_paused()
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["change-feed", "per-run-long-polls"])
+async def test_a_deferred_run_is_resumed_when_its_backend_run_ends(start_simulator, feed):
+    scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
+    simulator = start_simulator(scenario.model_copy(update={"change_feed": feed}))
+    flow_run, run = await deferred_flow_run(simulator)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    try:
+        await watcher.sweep()
+        assert await is_paused(flow_run.id)  # nothing it must handle yet: it waits on
+        async with ItoCredentials(api_url=simulator.url).get_client() as client:
+            await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+        async with asyncio.timeout(60):
+            while await is_paused(flow_run.id):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [flow_run.id]
+    paths = [r.path for r in simulator.requests()]
+    assert ("/v0/training-runs/changes" in paths) is feed
+
+
+async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator):
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator, key="restart-act-1")
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        for _ in range(3):
+            await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [] and await is_paused(flow_run.id)
