@@ -33,6 +33,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.sorting import FlowRunSort
 from prefect.events.filters import (
     EventFilter,
     EventNameFilter,
@@ -62,6 +63,7 @@ MAX_RECOVERIES = 5
 
 _RECOVERY_PREFIX = "ito-recovery-"
 _CRASH_SETTLE_SECONDS = 15.0
+_PAGE = 200
 _HEARTBEAT = "prefect.flow-run.heartbeat"
 
 
@@ -356,17 +358,27 @@ def _by_backend(
 
 
 async def _flow_runs(state: StateType) -> list[FlowRun]:
-    """Return the training flow runs from deployments in ``state``."""
+    """Return the training flow runs from deployments in ``state``, every page of them.
+
+    Prefect's server answers at most a page (200 by default) per request, whatever is asked.
+    """
+    found: list[FlowRun] = []
     async with get_client() as client:
-        return await client.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=list(FLOW_NAMES))),
-            flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[state])),
-                # Only a run from a deployment can suspend, and only a worker can re-enter one.
-                deployment_id=FlowRunFilterDeploymentId(is_null_=False),
-            ),
-            limit=None,
-        )
+        while True:
+            page = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=list(FLOW_NAMES))),
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[state])),
+                    # Only a run from a deployment suspends, and only a worker re-enters one.
+                    deployment_id=FlowRunFilterDeploymentId(is_null_=False),
+                ),
+                sort=FlowRunSort.ID_DESC,
+                offset=len(found),
+                limit=_PAGE,
+            )
+            found += page
+            if len(page) < _PAGE:
+                return found
 
 
 async def _heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
