@@ -170,7 +170,8 @@ def _running_stack(
             )
             yield stack
         finally:
-            suite.stop_process(worker)
+            # A test may replace the worker or the watcher (a lost machine, a restart).
+            suite.stop_process(stack.worker if stack else worker)
             suite.stop_process(stack.watcher if stack and stack.watcher else watcher)
 
 

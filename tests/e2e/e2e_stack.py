@@ -41,6 +41,7 @@ BROWSER_BOOKING = "bk-e2e-spike-browser"
 STALLED_BOOKING = "bk-e2e-stalled"
 DEFER_BOOKING = "bk-e2e-deferred"
 LOST_BOOKING = "bk-e2e-lost"
+LOST_MACHINE_BOOKING = "bk-e2e-lost-machine"
 NIGHTLY = "ito-training/nightly"
 AFTER_BOOKING = "ito-training/after-booking"
 CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
@@ -52,7 +53,7 @@ def e2e_scenario() -> Scenario:
     """Return the default scenario plus bookings whose runs hit a loss spike, or stall."""
     base = builtin_scenario("default")
     spiky = [APPROVE_BOOKING, CANCEL_BOOKING, BROWSER_BOOKING]
-    slow = [DEFER_BOOKING, LOST_BOOKING]
+    slow = [DEFER_BOOKING, LOST_BOOKING, LOST_MACHINE_BOOKING]
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [
         {"booking_id": b, "status": "completed", "gpu_sku": "H100"}

@@ -7,12 +7,15 @@ exactly one backend run.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
+import pytest
 from e2e_stack import (
     DEFER_BOOKING,
     LOST_BOOKING,
+    LOST_MACHINE_BOOKING,
     NIGHTLY,
     Stack,
     backend_runs,
@@ -20,6 +23,7 @@ from e2e_stack import (
     flow_run_processes,
     on_booking,
     start_watcher,
+    start_worker,
     wait_for,
     wait_for_flow_run,
 )
@@ -83,6 +87,44 @@ async def test_a_lost_flow_process_is_reentered_and_never_submits_again(stack: S
             done.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
         )
     assert len(inputs) >= 1  # the watcher re-entered it
+
+
+async def test_a_lost_machine_is_noticed_by_its_silence_and_its_run_ends_as_the_backend_says(
+    stack: Stack,
+):
+    if stack.database != "sqlite":
+        pytest.skip("one database is enough for a wait of two heartbeat windows")
+    flow_run = await run_deployment(
+        NIGHTLY, parameters=on_booking(LOST_MACHINE_BOOKING, mode="in-process"), timeout=0
+    )
+    await wait_for(lambda: backend_runs(stack, LOST_MACHINE_BOOKING))
+    pids = await wait_for(lambda: flow_run_processes(flow_run.id))
+
+    # The machine is lost: its worker and every flow process under it, at once. Nobody is
+    # left to report a crash, so Prefect goes on showing the flow run as Running.
+    os.kill(stack.worker.pid, signal.SIGKILL)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    stack.worker.wait(timeout=30)
+    await asyncio.sleep(5)
+    async with get_client() as client:
+        assert (await client.read_flow_run(flow_run.id)).state_name == "Running"
+
+    # Another machine's worker; the watcher notices the silence (no heartbeat for 90 s).
+    assert stack.watcher_env is not None and stack.watcher_log is not None
+    stack.worker = start_worker(stack.watcher_env, stack.watcher_log.with_name("worker-2.log"))
+    done = await wait_for_flow_run(flow_run.id, completed, timeout=420, crashes_recover=True)
+
+    # The backend run finished while nobody watched; the re-entered flow reports its outcome.
+    (run,) = backend_runs(stack, LOST_MACHINE_BOOKING)
+    assert run.state is RunState.SUCCEEDED
+    submissions = [r for r in stack.simulator.requests() if (r.method, r.path) == SUBMIT]
+    assert len({r.idempotency_key for r in submissions}) == 1
+    async with get_client() as client:
+        inputs = await client.filter_flow_run_input(
+            done.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
+        )
+    assert len(inputs) >= 1
 
 
 def stop(process) -> None:
