@@ -114,10 +114,14 @@ class Watcher:
     _unread: set[str] = field(default_factory=set)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Sweep until ``stop`` is set."""
+        """Sweep until ``stop`` is set; a failed sweep is logged and the next one comes."""
         try:
             while not stop.is_set():
-                await self.sweep()
+                try:
+                    await self.sweep()
+                except Exception:  # a long-running service outlives any one sweep's failure
+                    logger.exception("A sweep failed; the next one starts in %g s", self.wait)
+                    await asyncio.sleep(self.wait)
         finally:
             await self.close()
 
@@ -382,16 +386,22 @@ async def _flow_runs(state: StateType) -> list[FlowRun]:
 
 
 async def _heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
-    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``."""
+    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``.
+
+    One question per run (Prefect answers at most 50 events a page, and each run beats several
+    times a window); only running flow runs older than the window are asked about.
+    """
+    alive = set()
     async with get_client() as client:
-        page = await client.read_events(
-            filter=EventFilter(
-                event=EventNameFilter(name=[_HEARTBEAT]),
-                resource=EventResourceFilter(
-                    id=[f"prefect.flow-run.{run_id}" for run_id in flow_run_ids]
+        for run_id in flow_run_ids:
+            page = await client.read_events(
+                filter=EventFilter(
+                    event=EventNameFilter(name=[_HEARTBEAT]),
+                    resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
+                    occurred=EventOccurredFilter(since=since),
                 ),
-                occurred=EventOccurredFilter(since=since),
-            ),
-            limit=200,
-        )
-    return {UUID(event.resource.id.rsplit(".", 1)[-1]) for event in page.events}
+                limit=1,
+            )
+            if page.events:
+                alive.add(run_id)
+    return alive

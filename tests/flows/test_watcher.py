@@ -98,3 +98,29 @@ async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator):
         await watcher.close()
 
     assert watcher.resumed == [] and await is_paused(flow_run.id)
+
+
+async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect_server):
+    # Prefect answers at most 50 events a page: asking for more failed every sweep, and with
+    # it the watcher's whole loop, so no lost machine was ever noticed.
+    from datetime import UTC, datetime, timedelta
+    from uuid import uuid4
+
+    from prefect.events import emit_event
+    from prefect.events.worker import EventsWorker
+
+    from prefect_ito.watcher import _heartbeating
+
+    beating, silent = uuid4(), uuid4()
+    window = datetime.now(UTC) - timedelta(seconds=5)
+    emit_event(
+        event="prefect.flow-run.heartbeat",
+        resource={"prefect.resource.id": f"prefect.flow-run.{beating}"},
+    )
+    await asyncio.to_thread(EventsWorker.drain_all)
+    async with asyncio.timeout(60):
+        while not await _heartbeating({beating}, window):
+            await asyncio.sleep(0.5)  # events are stored a moment after they arrive
+
+    assert await _heartbeating({beating, silent}, window) == {beating}
+    assert await _heartbeating({beating}, datetime.now(UTC)) == set()
