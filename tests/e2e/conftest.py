@@ -151,7 +151,7 @@ def _running_stack(
             scratch / "worker",
             ITO_COMPUTE_TOKEN=token.get_secret_value(),
             XDG_DATA_HOME=str(scratch / "worker-keyring"),
-            # Flow runs beat every 30 s; the watcher counts one silent for 90 s as lost.
+            # Flow runs beat every 30 s (Prefect's least); 65 s of silence counts as lost.
             PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30",
         )
         worker = start_worker(worker_env, scratch / "worker.log", cwd=workdir)

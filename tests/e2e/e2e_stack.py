@@ -138,7 +138,7 @@ def start_watcher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """Start ``prefect-ito watch`` with short long-polls; the caller stops it by PID."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "2", "--lost-after", "90"],
+            [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "2", "--lost-after", "65"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
