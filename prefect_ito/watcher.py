@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+import httpx
 from prefect import get_client
 from prefect.client.schemas.filters import (
     FlowFilter,
@@ -40,7 +41,7 @@ from prefect.events.filters import (
     EventOccurredFilter,
     EventResourceFilter,
 )
-from prefect.exceptions import ObjectNotFound
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_runs import aresume_flow_run
 from prefect.states import Scheduled
 
@@ -119,6 +120,10 @@ class Watcher:
             while not stop.is_set():
                 try:
                     await self.sweep()
+                except (httpx.TransportError, PrefectHTTPStatusError, ItoError) as error:
+                    # Prefect or a backend did not answer: expected now and then, one line.
+                    logger.warning("A sweep failed (%s); the next one in %g s", error, self.wait)
+                    await asyncio.sleep(self.wait)
                 except Exception:  # a long-running service outlives any one sweep's failure
                     logger.exception("A sweep failed; the next one starts in %g s", self.wait)
                     await asyncio.sleep(self.wait)

@@ -124,3 +124,23 @@ async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect
 
     assert await _heartbeating({beating, silent}, window) == {beating}
     assert await _heartbeating({beating}, datetime.now(UTC)) == set()
+
+
+async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(caplog):
+    import logging
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    stop = asyncio.Event()
+    watcher = Watcher(wait=0.2, lost_after=None)
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        caplog.set_level(logging.WARNING, logger="prefect_ito.watcher")
+        task = asyncio.ensure_future(watcher.run(stop))
+        async with asyncio.timeout(60):
+            while not caplog.records:
+                await asyncio.sleep(0.1)
+        stop.set()
+        await task
+
+    assert "A sweep failed" in caplog.records[0].getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
