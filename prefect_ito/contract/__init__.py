@@ -12,9 +12,12 @@ and none for overriding an eval gate: the contract has no such endpoints.
 from __future__ import annotations
 
 from prefect_ito.contract.auth import (
+    ALL_SCOPES,
     DeviceAuthorization,
     DeviceTokenRequest,
+    Principal,
     Revocation,
+    Scope,
     TokenGrant,
     WhoAmI,
 )
@@ -95,6 +98,7 @@ from prefect_ito.contract.runs import (
 )
 
 __all__ = [
+    "ALL_SCOPES",
     "API_PREFIX",
     "CURSOR_MAX_LENGTH",
     "DEFAULT_PAGE_LIMIT",
@@ -150,12 +154,14 @@ __all__ = [
     "ParallelismPlan",
     "PendingAction",
     "PostTraining",
+    "Principal",
     "Revocation",
     "RlvrDetails",
     "RunChange",
     "RunEvent",
     "RunOutcome",
     "RunState",
+    "Scope",
     "Stage",
     "StageDetails",
     "StageStatus",

@@ -38,7 +38,7 @@ class Capabilities(_Model):
         default=SCHEMA_VERSION,
         pattern=SCHEMA_VERSION_PATTERN,
         description="The contract version the backend speaks: `ito.training.v0` or a later "
-        "minor version such as `ito.training.v0.1`.",
+        "minor version such as `ito.training.v0.2`.",
     )
     training_run: Capability
     post_training_recipes: list[PostTraining] = Field(
@@ -89,3 +89,9 @@ class TrainingEligibility(_Model):
     term_end: datetime
     eligible: bool
     reason: str | None = Field(default=None, description="Why the booking is not eligible.")
+    account: str | None = Field(
+        default=None,
+        description="The account that holds the booking (v0.2): always the authenticated "
+        "account, since a booking of another account is not found. A client trains only on a "
+        "booking whose answer names its own account.",
+    )

@@ -11,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from prefect_ito.contract.auth import Principal
 from prefect_ito.contract.envelope import DETECT_TARGET_SECONDS, RESUME_TARGET_SECONDS, _Model
 from prefect_ito.contract.open_enum import OpenEnum
 from prefect_ito.contract.requests import DecisionChoice, TrainingRunRequest
@@ -203,11 +204,18 @@ class PendingAction(_Model):
 
 
 class DecisionRecord(_Model):
+    """A decision the backend recorded: the name the person typed, and who was authenticated."""
+
     action_id: str
     decision: DecisionChoice
-    decided_by: str
+    decided_by: str = Field(description="The name the deciding person gave.")
     reason: str
     decided_at: datetime
+    principal: Principal | None = Field(
+        default=None,
+        description="The authenticated principal whose token relayed the decision (v0.2; "
+        "absent from older backends).",
+    )
 
 
 class Interruption(_Model):
