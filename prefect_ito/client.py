@@ -148,6 +148,7 @@ class ItoClient:
         self._budget = retry_budget or retry_budget_for(self._base_url)
         self._sleep = sleep
         self._notes = ResponseNotes(self._base_url)
+        self._whoami: WhoAmI | None = None
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             auth=BearerAuth(token) if token is not None else None,
@@ -411,9 +412,15 @@ class ItoClient:
         return await self._request(call, Revocation)
 
     async def whoami(self) -> WhoAmI:
-        """Return the account, backend, expiry and scopes of this client's token."""
-        call = _Call("GET", "/v0/auth/whoami", f"{API_PREFIX}/auth/whoami")
-        return await self._request(call, WhoAmI)
+        """Return the account, principal, backend, expiry and scopes of this client's token.
+
+        Asked once per client: a token's identity does not change, and booking verification and
+        the scope check both need it.
+        """
+        if self._whoami is None:
+            call = _Call("GET", "/v0/auth/whoami", f"{API_PREFIX}/auth/whoami")
+            self._whoami = await self._request(call, WhoAmI)
+        return self._whoami
 
     # --- the choke point ----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ ItoError
 ├── ItoProtocolError                  the answer does not match contract v0
 ├── ItoAPIError                       the backend answered with an error envelope
 │   ├── Unauthenticated, TokenRevoked                          (401)
+│   ├── InsufficientScope                                      (403)
 │   ├── ValidationFailed                                       (422)
 │   ├── NotFound, BookingNotFound, RunNotFound                 (404)
 │   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
@@ -71,6 +72,7 @@ __all__ = [
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
     "InsecureKeyring",
+    "InsufficientScope",
     "InternalError",
     "InvalidParameters",
     "ItoAPIError",
@@ -121,6 +123,8 @@ class ExitCode(IntEnum):
     AWAITING_DECISION = 7
     CANCELLED = 8
     NOT_FOUND = 9
+    FORBIDDEN = 12
+    """Authenticated, but the token may not do this (it lacks a scope)."""
     DETACHED = 130
 
 
@@ -261,6 +265,18 @@ class TokenRevoked(ItoAPIError):
     code = ErrorCode.TOKEN_REVOKED.value
     state_name = "Unauthenticated"
     exit_code = ExitCode.AUTHENTICATION
+
+
+class InsufficientScope(ItoAPIError):
+    """The token is valid but lacks the scope this call needs: final, never retried.
+
+    A person with the right to do it must act, or log in with a token that carries the scope;
+    nothing is asked again by itself.
+    """
+
+    code = ErrorCode.INSUFFICIENT_SCOPE.value
+    state_name = "InsufficientScope"
+    exit_code = ExitCode.FORBIDDEN
 
 
 class ValidationFailed(ItoAPIError):
@@ -431,6 +447,7 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
     for cls in (
         Unauthenticated,
         TokenRevoked,
+        InsufficientScope,
         ValidationFailed,
         NotFound,
         BookingNotFound,

@@ -278,14 +278,23 @@ def invalid_parameters(error: ValidationError) -> InvalidParameters:
 
 
 class BookingClaim(BaseModel):
-    """What the caller says about the booking; only the backend's answer proves it."""
+    """What the caller says about the booking; only the backend's answer proves it.
+
+    Each field but the id is optional: None claims nothing, and every field claimed is compared
+    with the backend's answer.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     booking_id: str
-    gpu_sku: str | None = None
-    node_count: int | None = None
-    fabric: str | None = None
+    gpu_sku: str | None = Field(default=None, description="The GPU model claimed, e.g. H200.")
+    node_count: int | None = Field(default=None, description="The number of nodes claimed.")
+    gpus_per_node: int | None = Field(default=None, description="The GPUs on each node claimed.")
+    fabric: str | None = Field(default=None, description="The interconnect claimed.")
+    region: str | None = Field(default=None, description="Where the nodes are claimed to be.")
+    account: str | None = Field(
+        default=None, description="The Itô account claimed to hold the booking."
+    )
 
     @classmethod
     def from_booking(cls, booking: ItoBooking | str) -> BookingClaim:
@@ -298,7 +307,10 @@ class BookingClaim(BaseModel):
             booking_id=booking.booking_id.strip(),
             gpu_sku=booking.gpu_sku,
             node_count=booking.node_count,
+            gpus_per_node=booking.gpus_per_node,
             fabric=booking.fabric,
+            region=booking.region,
+            account=booking.account,
         )
 
 

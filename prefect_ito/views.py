@@ -131,6 +131,7 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         table.add_column("value")
         table.add_row("decision", row.outcome())
         table.add_row("decided by", row.decided_by or "—")
+        table.add_row("authenticated as", row.principal or "—")
         table.add_row("decided at", cards.when(row.decided_at))
         table.add_row("why", row.reason or "—")
         if row.step is not None and row.loss is not None:

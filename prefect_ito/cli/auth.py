@@ -136,15 +136,16 @@ async def _whoami(api_url: str | None, credentials: str | None) -> None:
     token = resolve_token(url, keyring_entry=entry)
     async with ItoClient.from_settings(url, token) as client:
         me = await client.whoami()
-    print(f"api url:  {url}")
-    print(f"backend:  {me.backend}")
-    print(f"account:  {me.account}")
-    print(f"expires:  {me.expires_at.isoformat()}")
-    print(f"scopes:   {' '.join(me.scopes) or '(none)'}")
+    print(f"api url:   {url}")
+    print(f"backend:   {me.backend}")
+    print(f"account:   {me.account}")
+    print(f"principal: {me.principal or '(not reported)'}")
+    print(f"expires:   {me.expires_at.isoformat()}")
+    print(f"scopes:    {' '.join(me.scopes) or '(none)'}")
     provenance = client.provenance
     if provenance is not None:
-        print(f"live api: {'yes' if provenance.live_api_contacted else 'no'}")
-        print(f"notice:   {provenance.notice or '(none)'}")
+        print(f"live api:  {'yes' if provenance.live_api_contacted else 'no'}")
+        print(f"notice:    {provenance.notice or '(none)'}")
 
 
 def _same_outcome(error: ItoError, context: str) -> ItoError:

@@ -88,7 +88,7 @@ def test_cli_login_whoami_logout(
 
     assert run_cli("whoami", "--api-url", sim.url) == 0
     out = capsys.readouterr().out
-    assert "account:  ana" in out
+    assert "account:   ana" in out
     assert sim.url in out
     assert token.get_secret_value() not in out
 
@@ -124,7 +124,7 @@ def test_url_comes_from_the_environment(
     auth.store_token(sim.url, sim.mint_token("env-user"))
     monkeypatch.setenv(auth.ENV_API_URL, sim.url)
     assert run_cli("whoami") == 0
-    assert "account:  env-user" in capsys.readouterr().out
+    assert "account:   env-user" in capsys.readouterr().out
 
 
 def test_without_a_url_the_cli_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
