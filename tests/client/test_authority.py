@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from ito_fakes import NOW, Script, Sleeps, fail, mock_client, ok, sample_run
 
 from prefect_ito import exceptions as exc
+from prefect_ito import supervision
 from prefect_ito.auth import ENV_TOKEN
 from prefect_ito.cli import auth as cli_auth
 from prefect_ito.contract import (
@@ -22,7 +24,8 @@ from prefect_ito.contract import (
 )
 from prefect_ito.desk import relay_decision, verify_booking
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.parameters import BookingClaim
+from prefect_ito.parameters import BookingClaim, SupervisionParameters
+from prefect_ito.supervision import ClientSteps
 
 FORBIDDEN = fail(ErrorCode.INSUFFICIENT_SCOPE, message="this token lacks the scope training:read")
 DECISION = DecisionRequest(decision=DecisionChoice.APPROVE, decided_by="Ada", reason="fine")
@@ -157,3 +160,16 @@ async def test_whoami_prints_the_principal_and_the_scopes(
     assert "principal: service:nightly-train\n" in out
     assert "scopes:    training:read\n" in out
     assert token.get_secret_value() not in out
+
+
+async def test_a_cancel_the_token_may_not_make_says_the_workload_goes_on() -> None:
+    script = Script(
+        fail(ErrorCode.INSUFFICIENT_SCOPE, message="this token lacks the scope training:cancel")
+    )
+    async with mock_client(script) as client:
+        steps = ClientSteps(client, SupervisionParameters(), logging.getLogger("test"))
+        run, message = await supervision.stop_for_cancel(steps, sample_run())
+
+    assert run.run_id == "run-1"
+    assert "run-1 was NOT cancelled and goes on" in message and "training:cancel" in message
+    assert script.calls == ["POST /v0/training-runs/run-1/cancel"]
