@@ -117,10 +117,8 @@ def _print_runs(shown: dict[str, Any]) -> None:
     if not found:
         _console.print("No training runs on this booking.")
     elif len(found) == 1:
-        run = found[0]
-        answered = provenance.seen()
-        views.print_summary(_console, TrainingSummary.of(run, answered[-1] if answered else None))
-        _print_pending(run)
+        views.print_summary(_console, TrainingSummary.of(found[0]))
+        _print_pending(found[0])
     else:
         _console.print(_table(found))
     for backend in provenance.seen():
@@ -139,15 +137,17 @@ def _print_pending(run: TrainingRun) -> None:
 
 def _table(found: list[TrainingRun]) -> Table:
     table = Table(title=f"Training runs on {found[0].booking_id}", title_justify="left")
-    for column in ("run", "state", "stage", "pending decision", "spend", "created"):
+    table.add_column("run", no_wrap=True)  # an id to copy: never broken or cut
+    for column in ("state", "stage", "pending decision", "spend (USD)", "created"):
         table.add_column(column)
     for run in found:
+        spent = run.telemetry
         table.add_row(
             run.run_id,
             run.state.value,
             run.current_stage or "—",
             run.pending_action.kind.value if run.pending_action else "—",
-            cards.spend(run.telemetry),
+            f"{spent.spend_usd:,.0f} of {spent.budget_usd:,.0f}",
             cards.when(run.created_at),
         )
     return table
