@@ -270,6 +270,21 @@ class ItoClient:
         """Return a booking's unfinished runs, so a new supervisor can re-attach."""
         return await self._list_runs({"booking_id": booking_id, "active": "true"})
 
+    async def list_runs(
+        self,
+        *,
+        booking_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[TrainingRun]:
+        """Return every run of this account the filters given match, oldest first.
+
+        Args:
+            booking_id: Only the runs on this booking, finished or not.
+            idempotency_key: Only the run this key created.
+        """
+        filters = {"booking_id": booking_id, "idempotency_key": idempotency_key}
+        return await self._list_runs({name: value for name, value in filters.items() if value})
+
     async def _list_runs(self, params: dict[str, Any]) -> list[TrainingRun]:
         """Return every run matching ``params``, following the pages' ``next`` cursors."""
         runs: list[TrainingRun] = []

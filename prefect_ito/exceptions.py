@@ -535,11 +535,19 @@ class NotLoggedIn(ItoError):
 
 
 class InvalidParameters(ItoError, ValueError):
-    """A flow, job or command parameter breaks a rule; nothing was sent to the backend."""
+    """A flow, job or command parameter breaks a rule; nothing was sent to the backend.
+
+    Attributes:
+        field: The parameter that breaks the rule, when it is one parameter.
+    """
 
     code = "INVALID_PARAMETERS"
     state_name = "InvalidParameters"
     exit_code = ExitCode.INVALID_INPUT
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class DeadlineExceeded(ItoError):

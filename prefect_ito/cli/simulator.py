@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from prefect_ito.cli import app
 from prefect_ito.cli.errors import exit_with
@@ -45,13 +46,24 @@ def simulator(
         login_scopes: The scopes a device login grants, to try a limited token (repeat it;
             default: every scope).
     """
-    chosen = resolve_scenario(scenario).with_options(
-        scaffold=scaffold or None,
-        time_scale=time_scale,
-        login_scopes=None if login_scopes is None else _scopes(login_scopes),
-    )
+    try:
+        chosen = resolve_scenario(scenario).with_options(
+            scaffold=scaffold or None,
+            time_scale=time_scale,
+            login_scopes=None if login_scopes is None else _scopes(login_scopes),
+        )
+    except (OSError, ValueError) as error:  # no such file, or not a scenario
+        exit_with(
+            InvalidParameters(
+                f"scenario: neither a built-in scenario nor a scenario file ({_reason(error)}); "
+                f"built-in: {', '.join(BUILTIN_NAMES)}",
+                field="scenario",
+            )
+        )
     print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")
     uvicorn.Server(uvicorn_config(create_app(chosen), host, port, log_level="info")).run()
+
+
 
 
 def _scopes(names: list[str]) -> list[Scope]:
@@ -61,7 +73,16 @@ def _scopes(names: list[str]) -> list[Scope]:
         if name not in known:
             exit_with(
                 InvalidParameters(
-                    f"--login-scopes: {name!r} is not a scope; give any of {', '.join(known)}"
+                    f"--login-scopes: {name!r} is not a scope; give any of {', '.join(known)}",
+                    field="login_scopes",
                 )
             )
     return [known[name] for name in names]
+
+
+def _reason(error: OSError | ValueError) -> str:
+    """Return why a scenario could not be read, in a few words."""
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    return getattr(error, "strerror", None) or str(error).splitlines()[0]
