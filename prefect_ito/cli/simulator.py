@@ -64,8 +64,6 @@ def simulator(
     uvicorn.Server(uvicorn_config(create_app(chosen), host, port, log_level="info")).run()
 
 
-
-
 def _scopes(names: list[str]) -> list[Scope]:
     """Return the scopes named, or end the command naming the one that is not a scope."""
     known = {scope.value: scope for scope in Scope}
