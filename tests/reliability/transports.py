@@ -21,7 +21,10 @@ import httpx
 _TLS = httpx.create_ssl_context()
 """One TLS context for every tap: building one per connection pool costs tens of milliseconds."""
 
-Rewrite = Callable[[httpx.Request, dict[str, Any]], dict[str, Any] | None]
+Answer = dict[str, Any] | bytes | httpx.Response | None
+Rewrite = Callable[[httpx.Request, dict[str, Any]], Answer]
+"""Given a request and its answer's JSON body: a new body (JSON or raw bytes), a whole new
+answer, or None to leave the answer alone."""
 
 
 class Tap(httpx.AsyncBaseTransport):
@@ -35,7 +38,7 @@ class Tap(httpx.AsyncBaseTransport):
             backend still works on it (the request goes on, as it does at a backend whose
             client went away).
         give_up_after: See ``time_out_first``.
-        rewrite: Changes the JSON body of an answer (return None to leave it alone).
+        rewrite: Changes answers (see :data:`Rewrite`).
         never_answer: A pattern of GET paths that are never answered: the request waits out
             its read timeout and fails with a read timeout, as a stuck long-poll does.
     """
@@ -125,6 +128,10 @@ class Tap(httpx.AsyncBaseTransport):
         if changed is None:
             return httpx.Response(response.status_code, headers=headers, content=raw)
         self.outcomes["rewritten"] += 1
+        if isinstance(changed, httpx.Response):
+            return changed
+        if isinstance(changed, bytes):
+            return httpx.Response(response.status_code, headers=headers, content=changed)
         return httpx.Response(response.status_code, headers=headers, json=changed)
 
 
