@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,13 +77,19 @@ def answer_key(action_id: str) -> str:
     return pause_key(SimpleNamespace(action_id=action_id))  # type: ignore[arg-type]
 
 
+LEDGER = Ledger()
+"""Every figure this session's tests recorded."""
+SWEEP = Sweep()
+"""What this session's tests produced, for the sweep."""
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--reliability-report",
         metavar="PATH",
         default=None,
-        help="Write the reliability figures of this run to PATH (Markdown) and PATH.json's "
-        "sibling .json; categories not measured keep their earlier figures.",
+        help="Write the reliability figures of this run to PATH (Markdown), and beside it as "
+        "JSON (PATH with the suffix .json); categories not measured keep their earlier figures.",
     )
 
 
@@ -99,6 +106,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         SWEEP.text(f"{report.nodeid} failure", str(report.longrepr))
 
 
+_STARTED = (time.monotonic(), os.getloadavg()[0])
+"""When this plumbing was loaded (as its session started), and how busy the machine was."""
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     target = session.config.getoption("reliability_report", default=None)
     ledger = LEDGER
@@ -107,16 +118,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = Path(target)
     json_path = path.with_suffix(".json")
     args = " ".join(session.config.invocation_params.args)
-    ledger.stamp(Provenance.here(f"uv run pytest {args}", os.cpu_count()))
+    started, load = _STARTED
+    took = time.monotonic() - started
+    run = f"the session took {took:.0f} s; load average {load:.1f} at its start"
+    ledger.stamp(Provenance.here(f"uv run pytest {args}", os.cpu_count(), run))
     figures = ledger.merged_over(read_figures(json_path))
     write_figures(json_path, figures)
     path.write_text(render(figures, json_path.name), encoding="utf-8")
-
-
-LEDGER = Ledger()
-"""Every figure this session's tests recorded."""
-SWEEP = Sweep()
-"""What this session's tests produced, for the sweep."""
 
 
 @pytest.fixture
@@ -142,7 +150,8 @@ class TestLedger:
 @pytest.fixture
 def ledger(request: pytest.FixtureRequest) -> TestLedger:
     """Record this test's figures for the reliability report."""
-    return TestLedger(LEDGER, request.node.nodeid)
+    # Credited to the test function, not to each of its parameters.
+    return TestLedger(LEDGER, f"{request.node.path.name}::{request.node.originalname}")
 
 
 @pytest.fixture(autouse=True)

@@ -23,7 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CATEGORIES", "Figures", "Ledger", "Provenance", "render"]
+__all__ = [
+    "CATEGORIES",
+    "METHODS",
+    "Figures",
+    "Ledger",
+    "Provenance",
+    "read_figures",
+    "render",
+    "write_figures",
+]
 
 CATEGORIES: dict[str, str] = {
     "lost-answers": "Lost answers and timeouts after sending",
@@ -36,7 +45,38 @@ CATEGORIES: dict[str, str] = {
     "secrets": "Secrets (canary tokens)",
     "never-alone": "Never acts on its own",
 }
-"""The categories of the report, in its order (the issue's numbering)."""
+"""The categories of the report, in its order."""
+METHODS: dict[str, str] = {
+    "lost-answers": "Fifty logical submissions, decisions and cancels each lose their answer after "
+    "the backend committed them, and fifty time out after sending while the backend still holds "
+    "the write in flight; flow runs lose, or time out on, their submission's answer. Duplicates "
+    "are the runs, decisions and `cancel_requested` events beyond one per logical write, counted "
+    "in the simulator.",
+    "storms": "30 % of answers are `503` and 10 % are `429` with `Retry-After: 1`. Many callers "
+    "of one process share its retry budget; callers of their own each retry alone, and the wait "
+    "after each `429` is timed; whole pipelines (a loss spike a person decides, post-training "
+    "through RLVR) run in the storm. A call that gives up in the storm ends as "
+    "`BackendUnavailable`; a final `409` is never sent again.",
+    "crashes": "The supervising process is killed mid-run on a real Prefect server and worker.",
+    "watcher": "The watcher meets faults of Prefect and of the backend.",
+    "revocation": "The token is revoked at the backend while a flow long-polls its run; the "
+    "simulator's request log shows every request after the revocation.",
+    "bad-input": "Flow parameters, command-line options, block fields and scenario files, from "
+    "tables and from hypothesis: each refusal names its field, comes with exit code 2, and no "
+    "request reaches the simulator. Unusual but valid text (shell metacharacters, any script) "
+    "reaches the backend byte for byte.",
+    "malformed-answers": "A tap between the client and the simulator rewrites answers while a "
+    "run is supervised. Fuzzed bodies are fed to the response parser by "
+    "`tests/client/test_parser_fuzz.py`.",
+    "secrets": "Every token of the suite is a canary, searched for (with anything shaped like a "
+    "simulator token) in every test's captured output and log records, command output, state and "
+    "exception texts, Prefect's API (block documents with secrets, logs, flow and task runs, "
+    "artifacts, events) and every byte of the files under the session's Prefect homes.",
+    "never-alone": "Every request any simulator of the suite answered is matched against the "
+    "endpoints of the OpenAPI document, and every restart decision posted against the answers "
+    "people gave.",
+}
+"""How each category is measured, for the report."""
 
 
 @dataclass
@@ -46,15 +86,18 @@ class Provenance:
     machine: str
     command: str
     date: str
+    run: str = ""
+    """How long the run took, and how busy the machine was."""
 
     @classmethod
-    def here(cls, command: str, cpus: int | None) -> Provenance:
+    def here(cls, command: str, cpus: int | None, run: str) -> Provenance:
         """Return the provenance of figures measured now, on this machine."""
         machine = (
             f"{platform.system()} {platform.machine()}, {cpus or '?'} CPUs, "
             f"Python {platform.python_version()}"
         )
-        return cls(machine=machine, command=command, date=datetime.now(UTC).strftime("%Y-%m-%d"))
+        date = datetime.now(UTC).strftime("%Y-%m-%d")
+        return cls(machine=machine, command=command, date=date, run=run)
 
 
 @dataclass
@@ -197,7 +240,8 @@ def render(figures: dict[str, Figures], json_name: str) -> str:
         "```",
         "",
         f"The figures are also kept as JSON in `{json_name}`. A category a run does not measure "
-        "keeps the figures of the run that did, with that run's machine and command.",
+        "keeps the figures of the run that did, with that run's machine and command; tests "
+        "record figures through the suite's `ledger` fixture (see `tests/reliability/ledger.py`).",
         "",
         "| category | trials | faults injected | outcomes | duplicates | leaks |",
         "|---|---:|---|---|---:|---:|",
@@ -211,14 +255,14 @@ def render(figures: dict[str, Figures], json_name: str) -> str:
             f"| {title} | {f.trials} | {_counts(f.faults)} | {_counts(f.outcomes)} "
             f"| {f.duplicates} | {f.leaks} |"
         )
-    for name, title in CATEGORIES.items():
+    for name in CATEGORIES:
         if name in figures:
-            lines += ["", *_section(title, figures[name])]
+            lines += ["", *_section(name, figures[name])]
     return "\n".join(lines) + "\n"
 
 
-def _section(title: str, figures: Figures) -> list[str]:
-    lines = [f"## {title}", ""]
+def _section(name: str, figures: Figures) -> list[str]:
+    lines = [f"## {CATEGORIES[name]}", "", METHODS[name], ""]
     if figures.measures:
         lines += ["| measure | value |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in figures.measures.items()]
@@ -226,5 +270,6 @@ def _section(title: str, figures: Figures) -> list[str]:
     lines.append("Measured by " + ", ".join(f"`{test}`" for test in figures.tests) + ".")
     if figures.provenance is not None:
         p = figures.provenance
-        lines += ["", f"On {p.machine}, {p.date}, with `{p.command}`."]
+        took = f" ({p.run})" if p.run else ""
+        lines += ["", f"On {p.machine}, {p.date}, with `{p.command}`{took}."]
     return lines

@@ -204,27 +204,42 @@ async def test_each_lost_cancel_is_recorded_exactly_once(kind, backend, submit, 
     assert all(len(keys) == 1 for path, keys in cancels.items() if path.endswith("/cancel"))
 
 
-FLOWS = 3
+FLOWS = 2
+"""Flow runs per kind of fault; both kinds run at once, each flow on its own booking."""
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_flows_whose_submission_answer_is_lost_attach_to_their_own_runs(
-    kind, backend, run_training, ledger
+    backend, run_training, ledger
 ):
-    target = backend(bookings=completed_bookings(FLOWS), faults=faults(kind, submissions=True))
-    # The timeout trials wait less than the backend takes to commit each submission.
-    credentials = ItoCredentials(
-        api_url=target.url, timeout_seconds=0.25 if kind == "timeout after sending" else None
-    )
+    targets = {
+        kind: backend(bookings=completed_bookings(FLOWS), faults=faults(kind, submissions=True))
+        for kind in KINDS
+    }
     bookings = [f"bk-rel-{index:03d}" for index in range(FLOWS)]
 
+    def credentials(kind: str) -> ItoCredentials:
+        # The timeout trials wait less than the backend takes to commit each submission.
+        timeout = 0.25 if kind == "timeout after sending" else None
+        return ItoCredentials(api_url=targets[kind].url, timeout_seconds=timeout)
+
     trainings = await asyncio.gather(
-        *(run_training(target, booking=booking, credentials=credentials) for booking in bookings)
+        *(
+            run_training(targets[kind], booking=booking, credentials=credentials(kind))
+            for kind in KINDS
+            for booking in bookings
+        )
     )
 
+    for index, kind in enumerate(KINDS):
+        mine = trainings[index * FLOWS : (index + 1) * FLOWS]
+        await check_flows_attached_to_their_own_runs(kind, targets[kind], bookings, mine, ledger)
+
+
+async def check_flows_attached_to_their_own_runs(
+    kind: str, target: Backend, bookings: list[str], trainings: list[Any], ledger: Any
+) -> None:
     backend_runs = {admin.run.booking_id: admin.run for admin in target.sim.runs()}
     per_booking = Counter(admin.run.booking_id for admin in target.sim.runs())
-    summaries = [await training.state.aresult() for training in trainings]
     log = target.requests()
     submissions = [e for e in log if (e.method, e.path) == ("POST", "/v0/training-runs")]
     posts_per_key = Counter(e.idempotency_key for e in submissions)
@@ -236,15 +251,16 @@ async def test_flows_whose_submission_answer_is_lost_attach_to_their_own_runs(
     )
     ledger.record(
         "lost-answers",
-        trials=FLOWS,
+        trials=len(trainings),
         faults={f"flow submission: {kind}": injected},
         outcomes={"flow Completed on its own run": sum(t.state.is_completed() for t in trainings)},
         duplicates=sum(count - 1 for count in per_booking.values()),
     )
-    assert all(training.state.is_completed() for training in trainings)
+    assert all(training.state.is_completed() for training in trainings), kind
+    summaries = [await training.state.aresult() for training in trainings]
     assert [summary.run_id for summary in summaries] == [backend_runs[b].run_id for b in bookings]
-    assert sorted(per_booking.values()) == [1] * FLOWS
-    assert injected >= FLOWS
-    assert len(posts_per_key) == FLOWS  # one key per flow run, resent unchanged
+    assert sorted(per_booking.values()) == [1] * len(bookings)
+    assert injected >= len(bookings)
+    assert len(posts_per_key) == len(bookings)  # one key per flow run, resent unchanged
     if kind == "answer lost after commit":
-        assert len(submissions) == FLOWS  # found by its key: never sent again
+        assert len(submissions) == len(bookings)  # found by its key: never sent again
