@@ -166,13 +166,13 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
     from prefect.input import create_flow_run_input
     from prefect.input.run_input import keyset_from_base_key
 
-    from prefect_ito import approval
+    from prefect_ito import approval, asking
 
     async def no_second_suspension(**_: Any) -> None:
         raise AssertionError("suspended again")
 
-    monkeypatch.setattr(approval, "can_suspend", lambda: True)
-    monkeypatch.setattr(approval, "asuspend_flow_run", no_second_suspension)
+    monkeypatch.setattr(asking, "can_suspend", lambda: True)
+    monkeypatch.setattr(asking, "asuspend_flow_run", no_second_suspension)
     run = spiked_run()
     keyset = keyset_from_base_key(f"suspended-{approval.pause_key(run.pending_action)}")
 
