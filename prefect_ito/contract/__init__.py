@@ -5,8 +5,9 @@ responses into them, the reference simulator serves them, and the committed Open
 (``docs/contract/ito-training-v0.openapi.json``) is generated from them. ``docs/contract.md``
 explains the semantics in prose.
 
-There is deliberately no model for booking, reserving, quoting, purchasing or releasing capacity,
-and none for overriding an eval gate: the contract has no such endpoints.
+There is deliberately no model for booking, reserving, purchasing or releasing capacity, and none
+for overriding an eval gate: the contract has no such endpoints. A training quote
+(:class:`TrainingQuote`) prices a training run on a booking already held; it buys nothing.
 """
 
 from __future__ import annotations
@@ -55,12 +56,16 @@ from prefect_ito.contract.envelope import (
     ManifestDigest,
     ModelSize,
     NonEmptyStr,
+    QuoteId,
 )
 from prefect_ito.contract.open_enum import OpenEnum
+from prefect_ito.contract.quotes import CostRange, PlanPreview, TrainingQuote
 from prefect_ito.contract.requests import (
     CancelRequest,
+    ConfirmationVia,
     DecisionChoice,
     DecisionRequest,
+    SpendConfirmation,
     TrainingRequest,
     TrainingRunRequest,
 )
@@ -68,6 +73,7 @@ from prefect_ito.contract.runs import (
     ActionKind,
     Checkpoint,
     CheckpointRef,
+    ConfirmationRecord,
     DataPrepDetails,
     DecisionRecord,
     EvalResult,
@@ -125,6 +131,9 @@ __all__ = [
     "ChangePage",
     "Checkpoint",
     "CheckpointRef",
+    "ConfirmationRecord",
+    "ConfirmationVia",
+    "CostRange",
     "DataPrepDetails",
     "DecisionChoice",
     "DecisionRecord",
@@ -149,13 +158,16 @@ __all__ = [
     "OpenEnum",
     "ParallelismPlan",
     "PendingAction",
+    "PlanPreview",
     "PostTraining",
+    "QuoteId",
     "Revocation",
     "RlvrDetails",
     "RunChange",
     "RunEvent",
     "RunOutcome",
     "RunState",
+    "SpendConfirmation",
     "Stage",
     "StageDetails",
     "StageStatus",
@@ -163,6 +175,7 @@ __all__ = [
     "Telemetry",
     "TokenGrant",
     "TrainingEligibility",
+    "TrainingQuote",
     "TrainingRequest",
     "TrainingRun",
     "TrainingRunList",
