@@ -15,6 +15,7 @@ from uuid import uuid4
 
 import pytest
 from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
@@ -42,7 +43,11 @@ async def start_run(simulator: SimulatorServer) -> str:
         booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
         target="chat", budget_usd=1e5,
     )  # fmt: skip
-    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
     return (await job.trigger()).run_id
 
 

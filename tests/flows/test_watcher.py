@@ -13,6 +13,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.states import Running, Suspended
 from prefect.types.entrypoint import EntrypointType
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.deferral import Deferral, deferral_key
@@ -26,7 +27,11 @@ from prefect_ito.watcher import Watcher
 async def deferred_flow_run(simulator, *, key: str | None = None):
     """Submit a backend run and leave a flow run suspended on it, as a deferring flow does."""
     training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
-    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
     run = (await job.trigger()).run
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         while run.current_stage is None:
