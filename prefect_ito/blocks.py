@@ -224,7 +224,7 @@ class ItoSpendAuthorization(Block):
     @property
     def label(self) -> str:
         """The name the backend records beside the person: the block's, once saved or loaded."""
-        return getattr(self, "_block_document_name", None) or "unsaved authorization"
+        return getattr(self, "_block_document_name", None) or "(unsaved)"
 
     def not_covered(
         self,

@@ -66,6 +66,8 @@ WHAT_EACH_ANSWER_DOES = (
     "decline: nothing is submitted and the flow run ends Declined. There is no default."
 )
 
+_DIGEST = "The manifest digest you confirm, as shown above; any other is refused."
+
 Ask: TypeAlias = Callable[[TrainingQuote, TrainingRequest], Awaitable[SpendConfirmation]]
 
 
@@ -82,9 +84,7 @@ class SpendDecision(RunInput):
     confirmed_by: str = Field(
         min_length=1, description="Your name, as the backend should record who confirmed."
     )
-    manifest_digest: str = Field(
-        description="The manifest digest you confirm, as shown above; any other is refused."
-    )
+    manifest_digest: str = Field(description=_DIGEST)
     reason: str | None = Field(default=None, description="Why, if you like: it is logged.")
 
 
@@ -129,7 +129,7 @@ async def confirm(
         if not reasons:
             logger.info(
                 "Spend of up to $%s on booking %s confirmed on behalf of %s, under the standing "
-                "authorization %r (manifest %s).",
+                "authorization %s (manifest %s).",
                 f"{request.budget_usd:,.2f}",
                 request.booking_id,
                 authorization.authorized_by,
@@ -143,7 +143,7 @@ async def confirm(
                 authorization=authorization.label,
             )
         logger.warning(
-            "The standing authorization %r does not cover this request: %s. Asking a person.",
+            "The standing authorization %s does not cover this request: %s. Asking a person.",
             authorization.label,
             "; ".join(reasons),
         )
@@ -186,7 +186,8 @@ async def ask_person(
         poll_interval=poll_interval,
         waiting=waiting,
         timed_out=timed_out,
-        initial={"manifest_digest": quote.manifest_digest},
+        # A Field rather than the bare value: the form keeps the field's description.
+        initial={"manifest_digest": Field(default=quote.manifest_digest, description=_DIGEST)},
     )
     if answer is None:
         raise RunCancelled(
@@ -225,10 +226,11 @@ def accept(answer: SpendDecision, quote: TrainingQuote) -> SpendConfirmation:
     return SpendConfirmation(quote_id=quote.quote_id, confirmed_by=who, via=ConfirmationVia.PERSON)
 
 
-def describe(quote: TrainingQuote, request: TrainingRequest) -> str:
+def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = True) -> str:
     """Return the markdown a person reads above the form: manifest, plan, estimate, choices.
 
-    The Resume dialog is narrow and does not wrap table cells, so values stay short.
+    The Resume dialog is narrow and does not wrap table cells, so values stay short. Without
+    ``choices`` (``prefect-ito quote``) the form's two answers are left out.
     """
     plan = quote.plan
     p = plan.parallelism
@@ -237,7 +239,7 @@ def describe(quote: TrainingQuote, request: TrainingRequest) -> str:
     lines = [
         f"### Confirm the spend: training on booking `{quote.booking_id}`",
         "",
-        "Nothing is submitted until a person confirms; prefect-ito never confirms by itself.",
+        "Nothing is submitted until the spend is confirmed; prefect-ito never confirms by itself.",
         "",
         "| manifest | value |",
         "|---|---|",
@@ -270,6 +272,8 @@ def describe(quote: TrainingQuote, request: TrainingRequest) -> str:
     ]
     if quote.warnings:
         lines += ["", "**Warnings:**", "", *(f"- {warning}" for warning in quote.warnings)]
+    if not choices:
+        return "\n".join(lines)
     return "\n".join(
         [
             *lines,

@@ -18,12 +18,12 @@ app = App(
 )
 
 # Submodules register their commands on `app` when imported.
-from prefect_ito.cli import auth, simulator, training, watch  # noqa: E402
+from prefect_ito.cli import auth, quote, simulator, training, watch  # noqa: E402
 from prefect_ito.cli.errors import exit_with  # noqa: E402
 from prefect_ito.exceptions import InvalidParameters  # noqa: E402
 from prefect_ito.parameters import invalid_parameters  # noqa: E402
 
-__all__ = ["app", "auth", "main", "simulator", "training", "watch"]
+__all__ = ["app", "auth", "main", "quote", "simulator", "training", "watch"]
 
 
 def main() -> None:

@@ -216,7 +216,7 @@ class Engine:
             post_training_recipes=list(PostTraining),
             long_poll=True,
             change_feed=self.scenario.change_feed,
-            spend_confirmation=True,
+            spend_confirmation=self.scenario.spend_confirmation,
         )
 
     def changes(self, account: str, after: int | None) -> ChangePage:
@@ -413,11 +413,18 @@ class Engine:
             # The same manifest on the same booking is the same logical submission.
             self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
-        held = self.quotes.check(account, request, self._clock())
-        assert request.confirmation is not None  # checked just above
+        # An older backend (spend_confirmation false) takes no confirmation.
+        held = (
+            self.quotes.check(account, request, self._clock())
+            if self.scenario.spend_confirmation
+            else None
+        )
         # The run keeps the manifest it was asked for; the confirmation is recorded beside it.
         rec = self._create(account, key, request.model_copy(update={"confirmation": None}), booking)
-        rec.confirmation = self.quotes.use(held, request.confirmation, rec.run_id, self.wall_now())
+        if held is not None and request.confirmation is not None:
+            rec.confirmation = self.quotes.use(
+                held, request.confirmation, rec.run_id, self.wall_now()
+            )
         self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)
 

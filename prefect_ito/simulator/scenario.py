@@ -229,6 +229,11 @@ class Scenario(_Spec):
         gt=0,
         description="Real seconds an idempotency key is kept after its first use.",
     )
+    spend_confirmation: bool = Field(
+        default=True,
+        description="Advertise and require spend confirmations (contract v0.2); false answers "
+        "like an older backend that takes none, which prefect-ito submits nothing to.",
+    )
     quote_ttl_seconds: float = Field(
         default=DEFAULT_QUOTE_TTL_SECONDS,
         gt=0,

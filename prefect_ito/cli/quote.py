@@ -1,0 +1,87 @@
+"""``prefect-ito quote``: what ``train`` with the same options would run and may cost, read-only.
+
+It verifies the booking, checks the backend can train, and asks the backend for a quote: the
+plan, the estimate, the budget, the booking's term, when the quote expires, and the manifest
+digest — with the exact ``prefect-ito train … --confirm sha256:…`` that confirms that manifest and
+nothing else. A quote creates no work and spends nothing.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Annotated
+
+from cyclopts import Parameter
+from rich.console import Console
+from rich.markdown import Markdown
+
+from prefect_ito import desk, terminal
+from prefect_ito.blocks import ItoCredentials, resolve_credentials
+from prefect_ito.cli import app
+from prefect_ito.cli.errors import run_command
+from prefect_ito.cli.options import (
+    ApiUrl,
+    CommandLineTraining,
+    CredentialsName,
+    DataFile,
+    command_credentials,
+    training_parameters,
+)
+from prefect_ito.contract import TrainingQuote, TrainingRequest
+from prefect_ito.parameters import TrainingParameters, resolve_booking
+from prefect_ito.spend import describe
+
+__all__ = ["quote"]
+
+_console = Console()
+
+
+@app.command
+def quote(
+    training: Annotated[CommandLineTraining, Parameter(name="*")],
+    *,
+    data_file: DataFile = None,
+    credentials: CredentialsName = None,
+    api_url: ApiUrl = None,
+) -> None:
+    """Show the plan, the estimate and the manifest digest `train` with these options would run.
+
+    Read-only: nothing is submitted and nothing is spent. Confirm that exact manifest with the
+    printed `prefect-ito train … --confirm sha256:…`.
+    """
+    parameters = training_parameters(training, data_file)
+    where = command_credentials(credentials, api_url)
+    if isinstance(where, str) or parameters.booking_block is not None:
+        with terminal.prefect_api():  # a block is read from Prefect
+            found, request = run_command(_quote(parameters, where))
+    else:
+        found, request = run_command(_quote(parameters, where))
+    _print(found, request)
+
+
+async def _quote(
+    parameters: TrainingParameters, credentials: ItoCredentials | str | None
+) -> tuple[TrainingQuote, TrainingRequest]:
+    claim = await resolve_booking(parameters)
+    request = parameters.to_request(claim)
+    async with (await resolve_credentials(credentials)).get_client() as client:
+        await desk.verify_booking(client, claim)
+        await desk.check_training_capability(client, request)
+        return await desk.quote(client, request), request
+
+
+def _print(found: TrainingQuote, request: TrainingRequest) -> None:
+    _console.print(Markdown(describe(found, request, choices=False)))
+    _console.print(f"Quote {found.quote_id}; nothing was submitted and nothing was spent.")
+    _console.print(f"Manifest digest: {found.manifest_digest}", soft_wrap=True)
+    _console.print("To confirm this manifest, and nothing else, run:")
+    _console.print(  # a command to copy: never broken across lines
+        _train_command(found.manifest_digest), markup=False, highlight=False, soft_wrap=True
+    )
+
+
+def _train_command(digest: str) -> str:
+    """Return this very command as ``train``, confirming ``digest``."""
+    arguments = sys.argv[sys.argv.index("quote") + 1 :] if "quote" in sys.argv else []
+    return shlex.join(["prefect-ito", "train", *arguments, "--confirm", digest])
