@@ -15,6 +15,7 @@ from uuid import uuid4
 
 import pytest
 from cli_helpers import (
+    AUTHORIZATION,
     FLOW_RUN_LINE,
     TRAIN,
     TRAIN_CONFIRMED,
@@ -145,6 +146,7 @@ def test_train_takes_the_backend_and_data_from_options(simulator_default, prefec
     args = [
         "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B", "--target", "t",
         "--budget-usd", "9e4", "--data-file", str(refs), "--api-url", simulator_default.url,
+        "--authorization", AUTHORIZATION,
     ]  # fmt: skip
 
     result = prefect_ito(*args, env=env)

@@ -136,7 +136,7 @@ def test_prefect_registers_the_blocks_from_the_collection(prefect_server):
     )  # fmt: skip
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Successfully registered 3 blocks" in " ".join(result.stdout.split())
+    assert "Successfully registered 4 blocks" in " ".join(result.stdout.split())
 
 
 async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_server):
