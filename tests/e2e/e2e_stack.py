@@ -35,6 +35,7 @@ POOL = "ito-process"
 PLAIN_BOOKING = "bk-h200-2x8-ib"
 CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships with
 BOOKING_BLOCK = "ito-booking"
+AUTHORIZATION_BLOCK = "ito-spend"
 APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
 BROWSER_BOOKING = "bk-e2e-spike-browser"
