@@ -122,6 +122,11 @@ class ItoBooking(Block):
     gpus_per_node: int = Field(ge=1, description="GPUs on each node.")
     fabric: str = Field(description="The interconnect between nodes, e.g. InfiniBand.")
     region: str | None = Field(default=None, description="Where the nodes are, if known.")
+    account: str | None = Field(
+        default=None,
+        description="The Itô account that holds the booking, if the booking flow said; "
+        "training refuses a booking the backend does not place in the same account.",
+    )
     node_ips: list[str] = Field(
         default_factory=list,
         description="The nodes' IP addresses, for information only.",

@@ -100,6 +100,9 @@ class DecisionSummary(BaseModel):
     decision: DecisionChoice | None = None
     """None while nobody has decided."""
     decided_by: str | None = None
+    """The name the person gave."""
+    principal: str | None = None
+    """Who the backend authenticated when the decision was relayed (contract v0.2)."""
     reason: str | None = None
     decided_at: datetime | None = None
     stage: str | None = None
@@ -171,6 +174,7 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             f"| decision | **{row.outcome()}** |",  # the header row says the most
             "|---|---|",
             f"| decided by | {_cell(row.decided_by)} |",
+            f"| authenticated as | {_code(row.principal)} |",
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
             f"| loss spike | {spike} |",
@@ -194,6 +198,11 @@ def decisions_headline(rows: list[DecisionSummary], run: TrainingRun) -> str:
     counts = [f"{approved} approved"] * bool(approved) + [f"{rejected} rejected"] * bool(rejected)
     counts += [f"{waiting} awaiting a person"] * bool(waiting)
     return f"{len(rows)} restart{'s' * (len(rows) > 1)} proposed: {', '.join(counts)}."
+
+
+def _code(value: str | None) -> str:
+    """Return ``value`` as inline code for a table cell, or — when absent."""
+    return "—" if not value else f"`{_cell(value).replace('`', '')}`"
 
 
 def _count(value: int | None) -> str:

@@ -151,6 +151,7 @@ class ItoClient:
         self._budget = retry_budget or retry_budget_for(self._base_url)
         self._sleep = sleep
         self._notes = ResponseNotes(self._base_url)
+        self._whoami: WhoAmI | None = None
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
             auth=BearerAuth(token) if token is not None else None,
@@ -234,7 +235,7 @@ class ItoClient:
         """Return the backend's quote for a submission: plan preview, estimate, quote id.
 
         It creates no work and spends nothing, so it is retried like a read. A person confirms
-        the quote, and the submission carries the confirmation (contract v0.2).
+        the quote, and the submission carries the confirmation (contract v0.3).
 
         Args:
             request: The submission body (its ``confirmation``, if any, is not needed).
@@ -289,6 +290,21 @@ class ItoClient:
     async def list_active_runs(self, booking_id: str) -> list[TrainingRun]:
         """Return a booking's unfinished runs, so a new supervisor can re-attach."""
         return await self._list_runs({"booking_id": booking_id, "active": "true"})
+
+    async def list_runs(
+        self,
+        *,
+        booking_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[TrainingRun]:
+        """Return every run of this account the filters given match, oldest first.
+
+        Args:
+            booking_id: Only the runs on this booking, finished or not.
+            idempotency_key: Only the run this key created.
+        """
+        filters = {"booking_id": booking_id, "idempotency_key": idempotency_key}
+        return await self._list_runs({name: value for name, value in filters.items() if value})
 
     async def _list_runs(self, params: dict[str, Any]) -> list[TrainingRun]:
         """Return every run matching ``params``, following the pages' ``next`` cursors."""
@@ -432,9 +448,15 @@ class ItoClient:
         return await self._request(call, Revocation)
 
     async def whoami(self) -> WhoAmI:
-        """Return the account, backend, expiry and scopes of this client's token."""
-        call = _Call("GET", "/v0/auth/whoami", f"{API_PREFIX}/auth/whoami")
-        return await self._request(call, WhoAmI)
+        """Return the account, principal, backend, expiry and scopes of this client's token.
+
+        Asked once per client: a token's identity does not change, and booking verification and
+        the scope check both need it.
+        """
+        if self._whoami is None:
+            call = _Call("GET", "/v0/auth/whoami", f"{API_PREFIX}/auth/whoami")
+            self._whoami = await self._request(call, WhoAmI)
+        return self._whoami
 
     # --- the choke point ----------------------------------------------------------------------
 

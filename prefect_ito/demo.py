@@ -14,21 +14,24 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import keyring
+from prefect import State
 from prefect.client.schemas.objects import FlowRun
 from rich.console import Console
 from rich.markdown import Markdown
 
-from prefect_ito import terminal, views
+from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
+from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.flows import ito_training
 from prefect_ito.memory_keyring import MemoryKeyring
-from prefect_ito.outcomes import exit_code
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.simulator.builtins import BUILTIN_NAMES
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
 DEMO_TRAINING = TrainingParameters(
@@ -82,8 +85,17 @@ def demo_authorization() -> ItoSpendAuthorization:
 
 def run_demo(
     scenario: str = "demo", *, interactive: bool | None = None, verbose: bool = False
-) -> int:
-    """Run the demo and return its exit code; ``verbose`` shows Prefect's per-task lines."""
+) -> State[Any]:
+    """Run the demo and return its flow run's final state; ``verbose`` shows Prefect's task lines.
+
+    Raises:
+        InvalidParameters: ``scenario`` names no built-in scenario.
+    """
+    if scenario not in BUILTIN_NAMES:
+        raise InvalidParameters(
+            f"scenario: no built-in scenario {scenario!r}; known: {', '.join(BUILTIN_NAMES)}",
+            field="scenario",
+        )
     console = Console()
     person = terminal.interactive() if interactive is None else interactive
     with SimulatorServer(builtin_scenario(scenario)) as simulator:
@@ -100,7 +112,7 @@ def run_demo(
                 "authorization": None if person else _announced(demo_authorization(), console),
             }
             confirmer = terminal.confirm_at_terminal if person else None
-            state = asyncio.run(
+            return asyncio.run(
                 terminal.run_training(
                     ito_training,
                     parameters,
@@ -110,8 +122,6 @@ def run_demo(
                     verbose=verbose,
                 )
             )
-        views.print_outcome(console, state)
-    return int(exit_code(state))
 
 
 def _announced(authorization: ItoSpendAuthorization, console: Console) -> ItoSpendAuthorization:

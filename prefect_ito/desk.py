@@ -20,6 +20,7 @@ from prefect_ito.contract import (
     DecisionRequest,
     GateStatus,
     PendingAction,
+    Scope,
     SpendConfirmation,
     Stage,
     TrainingEligibility,
@@ -32,6 +33,7 @@ from prefect_ito.exceptions import (
     BookingNotEligible,
     CapabilityNotAvailable,
     DeadlineExceeded,
+    InsufficientScope,
     ItoProtocolError,
     RunStalled,
 )
@@ -45,20 +47,27 @@ CANCEL_CONFIRM_SECONDS = 120.0
 async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingEligibility:
     """Return the backend's view of the booking when it may train and matches the claim.
 
+    The booking must be completed and eligible, held by the account the token speaks for (as
+    ``whoami`` says), and the same as every field the caller handed over.
+
     Raises:
-        BookingNotEligible: the booking is not completed, not eligible, or not what the caller
-            handed over (GPU SKU, node count, fabric).
+        BookingNotEligible: the booking is not completed, not eligible, not the authenticated
+            account's, or not what the caller handed over (GPU SKU, node count, GPUs per node,
+            fabric, region, account).
     """
     eligibility = await client.get_training_eligibility(claim.booking_id)
     if eligibility.status is not BookingStatus.COMPLETED or not eligibility.eligible:
         reason = eligibility.reason or f"the booking is {eligibility.status.value}"
         raise BookingNotEligible(f"booking {claim.booking_id} cannot train: {reason}")
+    await _check_account(client, claim, eligibility)
     mismatches = [
         f"{name} is {actual!r} at the backend, not {claimed!r}"
         for name, claimed, actual in (
             ("gpu_sku", claim.gpu_sku, eligibility.gpu_sku),
             ("node_count", claim.node_count, eligibility.node_count),
+            ("gpus_per_node", claim.gpus_per_node, eligibility.gpus_per_node),
             ("fabric", claim.fabric, eligibility.fabric),
+            ("region", claim.region, eligibility.region),
         )
         if claimed is not None and _normalise(claimed) != _normalise(actual)
     ]
@@ -70,11 +79,42 @@ async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingElig
     return eligibility
 
 
+async def _check_account(
+    client: ItoClient, claim: BookingClaim, eligibility: TrainingEligibility
+) -> None:
+    """Refuse a booking the backend does not say belongs to the authenticated account.
+
+    A backend answers ``BOOKING_NOT_FOUND`` for another account's booking; this is the client's
+    own check that it did, so a backend that leaks one still never gets work for it.
+    """
+    account = (await client.whoami()).account
+    if eligibility.account is None:
+        raise BookingNotEligible(
+            f"booking {claim.booking_id} cannot be verified: the backend did not say which "
+            f"account holds it (contract v0.2 requires it), and prefect-ito trains only on a "
+            f"booking of the authenticated account {account!r}"
+        )
+    if eligibility.account != account:
+        raise BookingNotEligible(
+            f"booking {claim.booking_id} is held by account {eligibility.account!r}, not by "
+            f"the authenticated account {account!r}"
+        )
+    # Account names are compared exactly: two accounts may differ only in case or a hyphen.
+    if claim.account is not None and claim.account != eligibility.account:
+        raise BookingNotEligible(
+            f"booking {claim.booking_id} does not match what was handed over: account is "
+            f"{eligibility.account!r} at the backend, not {claim.account!r}"
+        )
+
+
 async def check_training_capability(client: ItoClient, request: TrainingRequest) -> None:
-    """Stop unless the backend says ``training_run`` is live and offers the recipe.
+    """Stop unless the backend can train this request, and this token may submit it.
 
     Raises:
-        CapabilityNotAvailable: the backend cannot train (as production cannot today).
+        CapabilityNotAvailable: the backend cannot train (as production cannot today), does
+            not offer the recipe, or takes no spend confirmation.
+        InsufficientScope: the token lacks ``training:submit`` (checked before any submission,
+            from ``whoami``).
     """
     capabilities = await client.get_capabilities()
     if not capabilities.training_run.live:
@@ -87,8 +127,14 @@ async def check_training_capability(client: ItoClient, request: TrainingRequest)
         # Fail closed: a backend that takes no confirmation could not tell a confirmed spend
         # from an unconfirmed one, so nothing is submitted to it.
         raise CapabilityNotAvailable(
-            "the Itô desk backend does not take spend confirmations (contract v0.2, "
+            "the Itô desk backend does not take spend confirmations (contract v0.3, "
             "spend_confirmation): prefect-ito submits nothing a person has not confirmed"
+        )
+    me = await client.whoami()
+    if Scope.SUBMIT.value not in me.scopes:
+        raise InsufficientScope(
+            f"the token of {me.principal or me.account} lacks the scope {Scope.SUBMIT.value}: "
+            "nothing was submitted; log in with a token that may submit training runs"
         )
 
 
@@ -311,10 +357,27 @@ async def follow_gate(
 async def relay_decision(
     client: ItoClient, run: TrainingRun, action_id: str, decision: DecisionRequest
 ) -> TrainingRun:
-    """Pass a person's decision to the backend, under one key per action."""
-    return await client.decide(
-        run.run_id, action_id, decision, idempotency_key=f"ito-decision-{run.run_id}-{action_id}"
-    )
+    """Pass a person's decision to the backend, under one key per action.
+
+    Raises:
+        InsufficientScope: the token lacks ``training:decide``; the message says the decision
+            was not relayed and that the backend still waits for one.
+    """
+    try:
+        return await client.decide(
+            run.run_id,
+            action_id,
+            decision,
+            idempotency_key=f"ito-decision-{run.run_id}-{action_id}",
+        )
+    except InsufficientScope as error:
+        raise InsufficientScope(
+            f"the decision to {decision.decision.value} (by {decision.decided_by}) on action "
+            f"{action_id} was not relayed: {error.message}. Backend run {run.run_id} still "
+            f"waits for a decision; give it with a token that carries {Scope.DECIDE.value}",
+            status_code=error.status_code,
+            request_id=error.request_id,
+        ) from None
 
 
 async def cancel_workload(

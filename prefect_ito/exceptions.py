@@ -8,6 +8,7 @@ ItoError
 ├── ItoProtocolError                  the answer does not match contract v0
 ├── ItoAPIError                       the backend answered with an error envelope
 │   ├── Unauthenticated, TokenRevoked                          (401)
+│   ├── InsufficientScope                                      (403)
 │   ├── ValidationFailed                                       (422)
 │   ├── NotFound, BookingNotFound, RunNotFound                 (404)
 │   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
@@ -81,6 +82,7 @@ __all__ = [
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
     "InsecureKeyring",
+    "InsufficientScope",
     "InternalError",
     "InvalidParameters",
     "ItoAPIError",
@@ -134,6 +136,8 @@ class ExitCode(IntEnum):
     NOT_FOUND = 9
     NOT_CONFIRMED = 10
     DECLINED = 11
+    FORBIDDEN = 12
+    """Authenticated, but the token may not do this (it lacks a scope)."""
     DETACHED = 130
 
 
@@ -274,6 +278,18 @@ class TokenRevoked(ItoAPIError):
     code = ErrorCode.TOKEN_REVOKED.value
     state_name = "Unauthenticated"
     exit_code = ExitCode.AUTHENTICATION
+
+
+class InsufficientScope(ItoAPIError):
+    """The token is valid but lacks the scope this call needs: final, never retried.
+
+    A person with the right to do it must act, or log in with a token that carries the scope;
+    nothing is asked again by itself.
+    """
+
+    code = ErrorCode.INSUFFICIENT_SCOPE.value
+    state_name = "InsufficientScope"
+    exit_code = ExitCode.FORBIDDEN
 
 
 class ValidationFailed(ItoAPIError):
@@ -481,6 +497,7 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
     for cls in (
         Unauthenticated,
         TokenRevoked,
+        InsufficientScope,
         ValidationFailed,
         NotFound,
         BookingNotFound,
@@ -572,11 +589,19 @@ class NotLoggedIn(ItoError):
 
 
 class InvalidParameters(ItoError, ValueError):
-    """A flow, job or command parameter breaks a rule; nothing was sent to the backend."""
+    """A flow, job or command parameter breaks a rule; nothing was sent to the backend.
+
+    Attributes:
+        field: The parameter that breaks the rule, when it is one parameter.
+    """
 
     code = "INVALID_PARAMETERS"
     state_name = "InvalidParameters"
     exit_code = ExitCode.INVALID_INPUT
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SpendDeclined(ItoError):

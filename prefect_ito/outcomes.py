@@ -8,6 +8,7 @@ module only reads them: there is no second table to drift.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from prefect import State
@@ -26,17 +27,29 @@ from prefect_ito.exceptions import (
     RunRefused,
 )
 
-__all__ = ["exit_code", "outcome_state", "raise_for_outcome"]
+__all__ = ["exit_code", "outcome_error", "outcome_state", "raise_for_outcome"]
+
+
+def _error_classes() -> list[type[ItoError]]:
+    classes = (getattr(exceptions, name) for name in exceptions.__all__)
+    return [cls for cls in classes if isinstance(cls, type) and issubclass(cls, ItoError)]
 
 
 def _state_exit_codes() -> dict[str, ExitCode]:
-    classes = (getattr(exceptions, name) for name in exceptions.__all__)
-    table = {
-        cls.state_name: cls.exit_code
-        for cls in classes
-        if isinstance(cls, type) and issubclass(cls, ItoError)
-    }
+    table = {cls.state_name: cls.exit_code for cls in _error_classes()}
     return {**table, "Completed": ExitCode.SUCCESS}
+
+
+def _state_code(state_name: str) -> str:
+    """Return the code of a final state that lost its exception.
+
+    The code of the one class that ends a flow run in that state (Cancelled: RUN_CANCELLED);
+    where several do (Unauthenticated), the state's name in upper snake case.
+    """
+    codes = {cls.code for cls in _error_classes() if cls.state_name == state_name}
+    if len(codes) == 1:
+        return codes.pop()
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", state_name).upper()
 
 
 _EXIT_CODES = _state_exit_codes()
@@ -56,6 +69,27 @@ def exit_code(state: State[Any]) -> ExitCode:
     if state.is_completed():
         return ExitCode.SUCCESS
     return _EXIT_CODES.get(state.name or "", ExitCode.ERROR)
+
+
+def outcome_error(state: State[Any]) -> ItoError | None:
+    """Return the outcome a flow run's final state stands for; None when it completed.
+
+    The exception the flow ended with when the state still holds it (in the process that ran
+    the flow); otherwise an error with the state's message, its code and its exit code.
+    """
+    if state.is_completed():
+        return None
+    try:
+        found = state.result(raise_on_failure=False, _sync=True)  # type: ignore[call-overload]
+    except Exception:  # the state holds no result, or one that cannot be read here
+        found = None
+    if isinstance(found, ItoError):
+        return found
+    name = state.name or "Failed"
+    error = ItoError(state.message or f"the flow run ended {name}")
+    error.code = _state_code(name)
+    error.state_name, error.exit_code = name, exit_code(state)
+    return error
 
 
 def raise_for_outcome(run: TrainingRun) -> None:

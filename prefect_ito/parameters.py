@@ -25,6 +25,7 @@ from prefect_ito.contract import MODEL_SIZE_PATTERN, PostTraining, TrainingReque
 from prefect_ito.exceptions import InvalidParameters
 
 __all__ = [
+    "IDEMPOTENCY_KEY_PATTERN",
     "BookingClaim",
     "SupervisionParameters",
     "TrainingParameters",
@@ -35,7 +36,9 @@ __all__ = [
 
 _MODEL_SIZE = re.compile(MODEL_SIZE_PATTERN)
 _KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
-_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+"""A submission key a caller gives: 1–255 letters, digits or ``._:-``, starting with one of the
+first two (the contract allows any 1–255 characters; prefect-ito keeps keys shell- and log-safe)."""
 
 
 def _booking_id_token(type_: Any, tokens: Any) -> str:
@@ -160,8 +163,11 @@ class _Request(BaseModel):
     idempotency_key: str | None = Field(
         kw_only=True,
         default=None,
-        description="Overrides the submission key derived from booking, manifest and flow run.",
-        json_schema_extra={"pattern": _KEY_PATTERN},
+        description="The submission's idempotency key: 1 to 255 letters, digits or ._:- "
+        "starting with a letter or digit. The same key again finds the run it created instead "
+        "of submitting another (for 24 hours at least). Default: derived from booking, manifest "
+        "and flow run.",
+        json_schema_extra={"pattern": IDEMPOTENCY_KEY_PATTERN},
     )
 
     @field_validator("post_training", mode="before")
@@ -214,7 +220,8 @@ class _Request(BaseModel):
     @field_validator("idempotency_key", mode="before")
     @classmethod
     def _key(cls, value: Any) -> Any:
-        if value is not None and not (isinstance(value, str) and re.match(_KEY_PATTERN, value)):
+        well_formed = isinstance(value, str) and re.match(IDEMPOTENCY_KEY_PATTERN, value)
+        if value is not None and not well_formed:
             raise ValueError(
                 "must be 1 to 255 letters, digits or ._:- starting with a letter or digit"
             )
@@ -274,18 +281,29 @@ def invalid_parameters(error: ValidationError) -> InvalidParameters:
     elif first["type"] == "extra_forbidden":
         message = "is not a parameter of ito-training"
     # A rule over several fields names them in its own message.
-    return InvalidParameters(f"{field}: {message}" if field else message)
+    if not field:
+        return InvalidParameters(message)
+    return InvalidParameters(f"{field}: {message}", field=field)
 
 
 class BookingClaim(BaseModel):
-    """What the caller says about the booking; only the backend's answer proves it."""
+    """What the caller says about the booking; only the backend's answer proves it.
+
+    Each field but the id is optional: None claims nothing, and every field claimed is compared
+    with the backend's answer.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     booking_id: str
-    gpu_sku: str | None = None
-    node_count: int | None = None
-    fabric: str | None = None
+    gpu_sku: str | None = Field(default=None, description="The GPU model claimed, e.g. H200.")
+    node_count: int | None = Field(default=None, description="The number of nodes claimed.")
+    gpus_per_node: int | None = Field(default=None, description="The GPUs on each node claimed.")
+    fabric: str | None = Field(default=None, description="The interconnect claimed.")
+    region: str | None = Field(default=None, description="Where the nodes are claimed to be.")
+    account: str | None = Field(
+        default=None, description="The Itô account claimed to hold the booking."
+    )
 
     @classmethod
     def from_booking(cls, booking: ItoBooking | str) -> BookingClaim:
@@ -298,7 +316,10 @@ class BookingClaim(BaseModel):
             booking_id=booking.booking_id.strip(),
             gpu_sku=booking.gpu_sku,
             node_count=booking.node_count,
+            gpus_per_node=booking.gpus_per_node,
             fabric=booking.fabric,
+            region=booking.region,
+            account=booking.account,
         )
 
 

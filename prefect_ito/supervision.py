@@ -35,6 +35,7 @@ from prefect_ito.exceptions import (
     ConfirmationRequired,
     DecisionRequired,
     Detached,
+    InsufficientScope,
     ItoTransportError,
     RateLimited,
 )
@@ -275,7 +276,14 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
 async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, str]:
     """Cancel the workload of a cancelled flow run; return the last run seen and what happened."""
     steps.logger.info("Cancellation requested: cancelling backend workload %s.", run.run_id)
-    final = await steps.cancel_workload(run.run_id, "the Prefect flow run was cancelled")
+    try:
+        final = await steps.cancel_workload(run.run_id, "the Prefect flow run was cancelled")
+    except InsufficientScope as error:
+        # The flow run is cancelled either way; say plainly that the workload was not.
+        return run, (
+            f"Backend workload {run.run_id} was NOT cancelled and goes on: {error.message}; "
+            "cancel it with a token that carries training:cancel"
+        )
     if final.finished:
         return final, f"Backend workload {run.run_id} cancelled ({final.state.value})."
     return final, (

@@ -7,11 +7,14 @@ UI shows too) rather than a Rich live table: Prefect's console handler writes lo
 same terminal at any moment, and the decision prompt must be able to take it over, both of which
 a live table would fight. Prefect's per-task "Finished in state Completed()" lines, one or more a
 poll, are kept off the console unless ``--verbose``; the Prefect API still receives every one.
+So is the traceback Prefect logs when a task ends with an expected outcome (a refused key, a
+revoked token): the console shows its one line, the Prefect API the whole record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +25,17 @@ from rich.console import Console
 from rich.table import Table
 
 from prefect_ito import cards
+from prefect_ito.exceptions import ItoError
 from prefect_ito.reporting import SEEN, TrainingSummary
 
-__all__ = ["TaskChatterFilter", "final_summary", "print_outcome", "print_summary", "quiet_tasks"]
+__all__ = [
+    "OutcomeFormatter",
+    "TaskChatterFilter",
+    "final_summary",
+    "print_outcome",
+    "print_summary",
+    "quiet_tasks",
+]
 
 
 class TaskChatterFilter(logging.Filter):
@@ -39,21 +50,43 @@ class TaskChatterFilter(logging.Filter):
         return not chatter
 
 
+class OutcomeFormatter(logging.Formatter):
+    """Formats as ``inner`` does, without the traceback of an expected outcome.
+
+    Prefect logs every exception a task ends with, traceback included; for an
+    :class:`~prefect_ito.exceptions.ItoError` the message says it all. The record itself is left
+    as it is, so other handlers (the Prefect API's) still get the traceback.
+    """
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and isinstance(record.exc_info[1], ItoError):
+            record = copy.copy(record)
+            record.exc_info = record.exc_text = None
+        return self.inner.format(record)
+
+
 @contextlib.contextmanager
 def quiet_tasks(verbose: bool = False) -> Iterator[None]:
-    """Keep task-run chatter off the console handlers (only those) while the block runs."""
+    """Keep task-run chatter and outcome tracebacks off the console handlers (only those)."""
     if verbose:
         yield
         return
     chatter = TaskChatterFilter()
     handlers = [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+    formatters = [h.formatter for h in handlers]
     for handler in handlers:
         handler.addFilter(chatter)
+        handler.setFormatter(OutcomeFormatter(handler.formatter))
     try:
         yield
     finally:
-        for handler in handlers:
+        for handler, formatter in zip(handlers, formatters, strict=True):
             handler.removeFilter(chatter)
+            handler.setFormatter(formatter)
 
 
 def final_summary(state: State[Any]) -> TrainingSummary | None:
@@ -131,6 +164,7 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         table.add_column("value")
         table.add_row("decision", row.outcome())
         table.add_row("decided by", row.decided_by or "—")
+        table.add_row("authenticated as", row.principal or "—")
         table.add_row("decided at", cards.when(row.decided_at))
         table.add_row("why", row.reason or "—")
         if row.step is not None and row.loss is not None:

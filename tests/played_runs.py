@@ -50,5 +50,5 @@ def play(
             if decide is None:
                 break
             body = DecisionRequest(decision=decide, decided_by="Ada", reason=reason)
-            engine.decide("acct", run_id, action.action_id, body, None)
+            engine.decide("acct", run_id, action.action_id, body, None, principal="user:acct")
     return record.snapshot(), seen

@@ -1,8 +1,9 @@
 """The options ``train`` and ``quote`` share: a training request as the command line gives it.
 
 Both commands take the same options — the fields of
-:class:`~prefect_ito.parameters.TrainingParameters`, ``--data-file``, and where the backend is —
-so ``prefect-ito quote`` prices exactly what the same ``prefect-ito train`` would submit.
+:class:`~prefect_ito.parameters.TrainingParameters`, ``--data-file``, and where the backend is
+(``--api-url`` or ``--credentials``, see :mod:`prefect_ito.cli.target`) — so ``prefect-ito quote``
+prices exactly what the same ``prefect-ito train`` would submit.
 """
 
 from __future__ import annotations
@@ -19,19 +20,13 @@ from prefect_ito.exceptions import InvalidParameters, ItoError
 from prefect_ito.parameters import TrainingParameters
 
 __all__ = [
-    "ApiUrl",
     "CommandLineTraining",
-    "CredentialsName",
     "DataFile",
     "Verbose",
     "command_credentials",
     "training_parameters",
 ]
 
-ApiUrl = Annotated[
-    str | None,
-    Parameter(help="Root URL of the Itô backend (default: $ITO_COMPUTE_API_URL)."),
-]
 DataFile = Annotated[
     Path | None,
     Parameter(
@@ -42,10 +37,6 @@ DataFile = Annotated[
 Verbose = Annotated[
     bool,
     Parameter(help="Also show Prefect's line for every task run that finished."),
-]
-CredentialsName = Annotated[
-    str | None,
-    Parameter(help="Name of a saved ItoCredentials block (instead of --api-url)."),
 ]
 
 

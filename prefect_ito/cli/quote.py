@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 from cyclopts import Parameter
 from rich.console import Console
@@ -18,16 +18,15 @@ from rich.markdown import Markdown
 
 from prefect_ito import desk, terminal
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
-from prefect_ito.cli import app
-from prefect_ito.cli.errors import run_command
+from prefect_ito.cli import app, output
 from prefect_ito.cli.options import (
-    ApiUrl,
     CommandLineTraining,
-    CredentialsName,
     DataFile,
     command_credentials,
     training_parameters,
 )
+from prefect_ito.cli.output import JsonOption
+from prefect_ito.cli.target import ApiUrl, CredentialsName
 from prefect_ito.contract import TrainingQuote, TrainingRequest
 from prefect_ito.parameters import TrainingParameters, resolve_booking
 from prefect_ito.spend import describe
@@ -44,44 +43,54 @@ def quote(
     data_file: DataFile = None,
     credentials: CredentialsName = None,
     api_url: ApiUrl = None,
+    json_output: JsonOption = False,
 ) -> None:
     """Show the plan, the estimate and the manifest digest `train` with these options would run.
 
     Read-only: nothing is submitted and nothing is spent. Confirm that exact manifest with the
     printed `prefect-ito train … --confirm sha256:…`.
     """
+    output.use_json(json_output)
     parameters = training_parameters(training, data_file)
     where = command_credentials(credentials, api_url)
     if isinstance(where, str) or parameters.booking_block is not None:
         with terminal.prefect_api():  # a block is read from Prefect
-            found, request = run_command(_quote(parameters, where))
+            output.respond(json_output, _quote(parameters, where), _show)
     else:
-        found, request = run_command(_quote(parameters, where))
-    _print(found, request)
+        output.respond(json_output, _quote(parameters, where), _show)
 
 
 async def _quote(
     parameters: TrainingParameters, credentials: ItoCredentials | str | None
-) -> tuple[TrainingQuote, TrainingRequest]:
+) -> dict[str, Any]:
+    """Return the quote, the request it prices, and the command that confirms its manifest."""
     claim = await resolve_booking(parameters)
     request = parameters.to_request(claim)
     async with (await resolve_credentials(credentials)).get_client() as client:
         await desk.verify_booking(client, claim)
         await desk.check_training_capability(client, request)
-        return await desk.quote(client, request), request
+        found = await desk.quote(client, request)
+    return {
+        "quote": found.model_dump(mode="json"),
+        "request": request.model_dump(mode="json"),
+        "confirm_command": _train_command(found.manifest_digest),
+    }
 
 
-def _print(found: TrainingQuote, request: TrainingRequest) -> None:
+def _show(result: dict[str, Any]) -> None:
+    found = TrainingQuote.model_validate(result["quote"])
+    request = TrainingRequest.model_validate(result["request"])
     _console.print(Markdown(describe(found, request, choices=False)))
     _console.print(f"Quote {found.quote_id}; nothing was submitted and nothing was spent.")
     _console.print(f"Manifest digest: {found.manifest_digest}", soft_wrap=True)
     _console.print("To confirm this manifest, and nothing else, run:")
     _console.print(  # a command to copy: never broken across lines
-        _train_command(found.manifest_digest), markup=False, highlight=False, soft_wrap=True
+        result["confirm_command"], markup=False, highlight=False, soft_wrap=True
     )
 
 
 def _train_command(digest: str) -> str:
-    """Return this very command as ``train``, confirming ``digest``."""
+    """Return this very command as ``train``, confirming ``digest`` (``--json`` left out)."""
     arguments = sys.argv[sys.argv.index("quote") + 1 :] if "quote" in sys.argv else []
-    return shlex.join(["prefect-ito", "train", *arguments, "--confirm", digest])
+    kept = [argument for argument in arguments if argument != "--json"]
+    return shlex.join(["prefect-ito", "train", *kept, "--confirm", digest])

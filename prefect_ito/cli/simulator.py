@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from prefect_ito.cli import app
+from prefect_ito.cli.errors import exit_with
+from prefect_ito.contract import Scope
+from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.simulator import Scenario, builtin_scenario, create_app, load_scenario
 from prefect_ito.simulator.builtins import BUILTIN_NAMES
 from prefect_ito.simulator.server import uvicorn_config
@@ -29,6 +33,7 @@ def simulator(
     scenario: str | None = None,
     scaffold: bool = False,
     time_scale: float | None = None,
+    login_scopes: list[str] | None = None,
 ) -> None:
     """Serve the reference desk simulator (no trainer, no model) until interrupted.
 
@@ -38,9 +43,44 @@ def simulator(
         scenario: A built-in scenario name or a JSON/YAML scenario file (default: ``default``).
         scaffold: Answer like production today: training runs are not live.
         time_scale: Simulated seconds per real second (default: the scenario's).
+        login_scopes: The scopes a device login grants, to try a limited token (repeat it;
+            default: every scope).
     """
-    chosen = resolve_scenario(scenario).with_options(
-        scaffold=scaffold or None, time_scale=time_scale
-    )
+    try:
+        chosen = resolve_scenario(scenario).with_options(
+            scaffold=scaffold or None,
+            time_scale=time_scale,
+            login_scopes=None if login_scopes is None else _scopes(login_scopes),
+        )
+    except (OSError, ValueError) as error:  # no such file, or not a scenario
+        exit_with(
+            InvalidParameters(
+                f"scenario: neither a built-in scenario nor a scenario file ({_reason(error)}); "
+                f"built-in: {', '.join(BUILTIN_NAMES)}",
+                field="scenario",
+            )
+        )
     print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")
     uvicorn.Server(uvicorn_config(create_app(chosen), host, port, log_level="info")).run()
+
+
+def _scopes(names: list[str]) -> list[Scope]:
+    """Return the scopes named, or end the command naming the one that is not a scope."""
+    known = {scope.value: scope for scope in Scope}
+    for name in names:
+        if name not in known:
+            exit_with(
+                InvalidParameters(
+                    f"--login-scopes: {name!r} is not a scope; give any of {', '.join(known)}",
+                    field="login_scopes",
+                )
+            )
+    return [known[name] for name in names]
+
+
+def _reason(error: OSError | ValueError) -> str:
+    """Return why a scenario could not be read, in a few words."""
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    return getattr(error, "strerror", None) or str(error).splitlines()[0]

@@ -3,7 +3,9 @@
 ``train``'s options are the fields of :class:`~prefect_ito.parameters.TrainingParameters`, and
 ``attach``'s those of :class:`~prefect_ito.parameters.SupervisionParameters`. Every expected
 failure ends the command with one line and the exit code its outcome class states (see
-:class:`prefect_ito.exceptions.ExitCode` and the table in ``docs/flows.md``).
+:class:`prefect_ito.exceptions.ExitCode` and the table in ``docs/cli.md``). With ``--json`` each
+ends with one JSON document instead (see :mod:`prefect_ito.cli.output`); ``train``, ``attach``
+and ``demo`` put the flow run's final state and its run summary in its ``data``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
 from cyclopts import Parameter
-from prefect import Flow, get_client
+from prefect import Flow, State, get_client
 from prefect.exceptions import ObjectNotFound
 from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling
@@ -25,17 +27,17 @@ from prefect_ito import provenance, terminal, views
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import resolve_authorization
 from prefect_ito.cancellation import cancel_for_flow_run
-from prefect_ito.cli import app
+from prefect_ito.cli import app, output
 from prefect_ito.cli.errors import exit_with, run_command
 from prefect_ito.cli.options import (
-    ApiUrl,
     CommandLineTraining,
-    CredentialsName,
     DataFile,
     Verbose,
     command_credentials,
     training_parameters,
 )
+from prefect_ito.cli.output import JsonOption
+from prefect_ito.cli.target import ApiUrl, CredentialsName
 from prefect_ito.exceptions import (
     ConfirmationMismatch,
     ConfirmationRequired,
@@ -47,7 +49,7 @@ from prefect_ito.exceptions import (
     PrefectServerRequired,
 )
 from prefect_ito.flows import ito_attach_training, ito_training
-from prefect_ito.outcomes import exit_code
+from prefect_ito.outcomes import exit_code, outcome_error
 from prefect_ito.parameters import SupervisionParameters, TrainingParameters, resolve_booking
 from prefect_ito.reporting import read_status
 
@@ -86,12 +88,14 @@ def train(
     name: ConfirmedBy = None,
     authorization: AuthorizationName = None,
     verbose: Verbose = False,
+    json_output: JsonOption = False,
 ) -> None:
     """Run the training flow on a completed booking: a line per stage change, then a summary.
 
     Nothing is submitted before the spend is confirmed: at the terminal, with --confirm, or by a
     standing authorization (--authorization) that covers the request.
     """
+    output.use_json(json_output)
     parameters = training_parameters(training, data_file)
     if confirm is None and authorization is None and not terminal.interactive():
         _fail(_nobody_to_confirm())
@@ -162,12 +166,14 @@ def attach(
     credentials: CredentialsName = None,
     api_url: ApiUrl = None,
     verbose: Verbose = False,
+    json_output: JsonOption = False,
 ) -> None:
     """Supervise an existing backend run to its end. Never submits anything.
 
     Args:
         run_id: The backend's training run id.
     """
+    output.use_json(json_output)
     _run_flow(
         ito_attach_training,
         {
@@ -202,9 +208,25 @@ def _run_flow(
             )
 
         state = run_command(run())
+    _report(state)
+
+
+def _report(state: State[Any]) -> NoReturn:
+    """End the command as its flow run ended: the summary, or the JSON document; its exit code."""
+    code = exit_code(state)
+    if output.json_mode():
+        summary = views.final_summary(state)
+        flow_run_id = state.state_details.flow_run_id
+        data = {
+            "flow_run_id": str(flow_run_id) if flow_run_id else None,
+            "state_name": state.name,
+            "state_message": state.message,
+            "summary": summary,
+        }
+        output.emit(output.document(data=data, error=outcome_error(state), exit_code=code))
+        sys.exit(int(code))
     views.print_outcome(_console, state)
     _print_backends()
-    code = exit_code(state)
     if code is ExitCode.DETACHED:
         _console.print(
             "The backend run goes on. Re-attach with `prefect-ito attach RUN_ID` (the run id is "
@@ -220,7 +242,9 @@ def _print_backends() -> None:
 
 
 @app.command
-def demo(*, scenario: str = "demo", verbose: Verbose = False) -> None:
+def demo(
+    *, scenario: str = "demo", verbose: Verbose = False, json_output: JsonOption = False
+) -> None:
     """Run the real training flow end to end on the built-in reference simulator.
 
     Args:
@@ -229,7 +253,12 @@ def demo(*, scenario: str = "demo", verbose: Verbose = False) -> None:
     """
     from prefect_ito.demo import run_demo
 
-    sys.exit(run_demo(scenario, verbose=verbose))
+    output.use_json(json_output)
+    try:
+        state = run_demo(scenario, verbose=verbose)
+    except ItoError as error:
+        _fail(error)
+    _report(state)
 
 
 @app.command
@@ -240,6 +269,7 @@ def decide(
     reject: bool = False,
     reason: str,
     name: str,
+    json_output: JsonOption = False,
 ) -> None:
     """Approve or reject the restart a paused training flow run waits for.
 
@@ -250,14 +280,25 @@ def decide(
         reason: Why; recorded at the backend.
         name: Your name; recorded at the backend as who decided.
     """
+    command = _decide(flow_run_id, approve=approve, reject=reject, reason=reason, name=name)
+    output.respond(json_output, command, _show_decision)
+
+
+async def _decide(
+    flow_run_id: UUID, *, approve: bool, reject: bool, reason: str, name: str
+) -> dict[str, Any]:
     _require_server("decide")
     if approve == reject:
-        _fail(InvalidParameters("give exactly one of --approve and --reject"))
+        raise InvalidParameters("give exactly one of --approve and --reject")
     decision = RestartDecision(
         decision="approve" if approve else "reject", decided_by=name, reason=reason
     )
-    run_command(_resume(flow_run_id, decision))
-    _console.print(f"Sent: {decision.decision} by {name}.")
+    await _resume(flow_run_id, decision)
+    return {"flow_run_id": str(flow_run_id), **decision.model_dump(mode="json")}
+
+
+def _show_decision(sent: dict[str, Any]) -> None:
+    _console.print(f"Sent: {sent['decision']} by {sent['decided_by']}.")
 
 
 async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
@@ -275,7 +316,7 @@ async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
 
 
 @app.command
-def status(flow_run_id: UUID) -> None:
+def status(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     """Show a training flow run: its state, backend run, stage, spend and any pending decision.
 
     Reads only Prefect (the flow run and its progress card), so it needs no backend token.
@@ -283,12 +324,27 @@ def status(flow_run_id: UUID) -> None:
     Args:
         flow_run_id: The ito-training (or ito-attach-training) flow run.
     """
+    output.respond(json_output, _read_status(flow_run_id), _show_status)
+
+
+async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
     _require_server("status")
-    flow_run, facts = run_command(_read_status(flow_run_id))
+    flow_run = await _read_flow_run(flow_run_id)
     state = flow_run.state
-    _console.print(f"{flow_run.name}: [bold]{state.name if state else '?'}[/]")
-    if state and state.message:
-        _console.print(state.message)
+    return {
+        "flow_run_id": str(flow_run_id),
+        "flow_run_name": flow_run.name,
+        "state_name": state.name if state else None,
+        "state_message": state.message if state else None,
+        "backend_run": await read_status(flow_run_id),
+    }
+
+
+def _show_status(shown: dict[str, Any]) -> None:
+    _console.print(f"{shown['flow_run_name']}: [bold]{shown['state_name'] or '?'}[/]")
+    if shown["state_message"]:
+        _console.print(shown["state_message"])
+    facts = shown["backend_run"]
     if facts is None:
         _console.print("Backend run: none reported yet.")
         return
@@ -301,29 +357,24 @@ def status(flow_run_id: UUID) -> None:
         return
     _console.print(f"[bold yellow]Pending decision:[/] {pending}", soft_wrap=True)
     _console.print(
-        f"Decide: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME",
+        f"Decide: prefect-ito decide {shown['flow_run_id']} --approve|--reject --reason TEXT "
+        "--name NAME",
         soft_wrap=True,  # a command to copy: never broken across lines
     )
 
 
-async def _read_status(flow_run_id: UUID) -> tuple[Any, dict[str, str] | None]:
-    flow_run = await _read_flow_run(flow_run_id)
-    return flow_run, await read_status(flow_run_id)
-
-
 @app.command
-def cancel(flow_run_id: UUID) -> None:
+def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     """Cancel a training flow run and its backend workload (never the booking).
 
     Args:
         flow_run_id: The ito-training flow run.
     """
+    output.respond(json_output, _request_cancel(flow_run_id), _show_cancel)
+
+
+async def _request_cancel(flow_run_id: UUID) -> dict[str, Any]:
     _require_server("cancel")
-    run_command(_request_cancel(flow_run_id))
-    _console.print(f"Cancellation requested for {flow_run_id}.")
-
-
-async def _request_cancel(flow_run_id: UUID) -> None:
     flow_run = await _read_flow_run(flow_run_id)
     state = flow_run.state
     suspended = state is not None and bool(state.state_details.pause_reschedule)
@@ -332,6 +383,11 @@ async def _request_cancel(flow_run_id: UUID) -> None:
     if suspended:
         # No process runs a paused flow's hooks: cancel the workload from here.
         await cancel_for_flow_run(None, flow_run, state)
+    return {"flow_run_id": str(flow_run_id), "cancellation_requested": True}
+
+
+def _show_cancel(sent: dict[str, Any]) -> None:
+    _console.print(f"Cancellation requested for {sent['flow_run_id']}.")
 
 
 async def _read_flow_run(flow_run_id: UUID) -> Any:
@@ -344,11 +400,9 @@ async def _read_flow_run(flow_run_id: UUID) -> Any:
 
 def _require_server(command: str) -> None:
     if not terminal.has_real_server():
-        _fail(
-            PrefectServerRequired(
-                f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
-                "In ephemeral mode only the terminal that started the flow can reach it."
-            )
+        raise PrefectServerRequired(
+            f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
+            "In ephemeral mode only the terminal that started the flow can reach it."
         )
 
 

@@ -13,9 +13,12 @@ for overriding an eval gate: the contract has no such endpoints. A training quot
 from __future__ import annotations
 
 from prefect_ito.contract.auth import (
+    ALL_SCOPES,
     DeviceAuthorization,
     DeviceTokenRequest,
+    Principal,
     Revocation,
+    Scope,
     TokenGrant,
     WhoAmI,
 )
@@ -101,6 +104,7 @@ from prefect_ito.contract.runs import (
 )
 
 __all__ = [
+    "ALL_SCOPES",
     "API_PREFIX",
     "CURSOR_MAX_LENGTH",
     "DEFAULT_PAGE_LIMIT",
@@ -160,6 +164,7 @@ __all__ = [
     "PendingAction",
     "PlanPreview",
     "PostTraining",
+    "Principal",
     "QuoteId",
     "Revocation",
     "RlvrDetails",
@@ -167,6 +172,7 @@ __all__ = [
     "RunEvent",
     "RunOutcome",
     "RunState",
+    "Scope",
     "SpendConfirmation",
     "Stage",
     "StageDetails",

@@ -1,17 +1,48 @@
-"""Contract v0: device authorization (RFC 8628 shape), tokens and identity."""
+"""Contract v0: device authorization (RFC 8628 shape), tokens, scopes and identity."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from enum import StrEnum
+from typing import Annotated, Final, Literal
 
 from pydantic import (
     ConfigDict,
+    Field,
     SecretStr,
+    StringConstraints,
     field_serializer,
 )
 
 from prefect_ito.contract.envelope import NonEmptyStr, _Model
+
+
+class Scope(StrEnum):
+    """What a token may do (v0.2). Each ``/v0`` training route needs exactly one of them."""
+
+    READ = "training:read"
+    """Capabilities, eligibility, runs, the change feed and events."""
+    SUBMIT = "training:submit"
+    """Submitting training runs: the scope that spends."""
+    DECIDE = "training:decide"
+    """Relaying a person's decision on a pending action."""
+    CANCEL = "training:cancel"
+    """Cancelling a run's workload."""
+
+
+ALL_SCOPES: Final = tuple(Scope)
+"""Every scope, in the order above: what a device login grants unless the backend limits it."""
+
+Principal = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256),
+    Field(
+        description="The authenticated principal the backend saw: a stable id of who holds "
+        "the token, such as `user:ada@example.com` or `service:nightly-train`.",
+        examples=["user:ada@example.com"],
+    ),
+]
+"""Who a token speaks for, as the backend knows it; never the token."""
 
 
 class DeviceAuthorization(_Model):
@@ -47,10 +78,18 @@ class TokenGrant(_Model):
 
 
 class WhoAmI(_Model):
+    """Who the presented token speaks for, and what it may do; never the token."""
+
     account: str
     backend: str
     expires_at: datetime
-    scopes: list[str]
+    scopes: list[str] = Field(
+        description="The token's scopes. A client ignores scopes it does not know."
+    )
+    principal: Principal | None = Field(
+        default=None,
+        description="The authenticated principal (v0.2; absent from older backends).",
+    )
 
 
 class Revocation(_Model):

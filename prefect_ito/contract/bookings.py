@@ -38,7 +38,7 @@ class Capabilities(_Model):
         default=SCHEMA_VERSION,
         pattern=SCHEMA_VERSION_PATTERN,
         description="The contract version the backend speaks: `ito.training.v0` or a later "
-        "minor version such as `ito.training.v0.1`.",
+        "minor version such as `ito.training.v0.2`.",
     )
     training_run: Capability
     post_training_recipes: list[PostTraining] = Field(
@@ -53,7 +53,7 @@ class Capabilities(_Model):
     )
     spend_confirmation: bool = Field(
         default=False,
-        description="Contract v0.2: whether POST /v0/training-quotes is served and a submission "
+        description="Contract v0.3: whether POST /v0/training-quotes is served and a submission "
         "must carry a confirmation. prefect-ito submits nothing to a live backend without it.",
     )
 
@@ -94,3 +94,9 @@ class TrainingEligibility(_Model):
     term_end: datetime
     eligible: bool
     reason: str | None = Field(default=None, description="Why the booking is not eligible.")
+    account: str | None = Field(
+        default=None,
+        description="The account that holds the booking (v0.2): always the authenticated "
+        "account, since a booking of another account is not found. A client trains only on a "
+        "booking whose answer names its own account.",
+    )

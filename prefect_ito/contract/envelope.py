@@ -12,8 +12,8 @@ from pydantic import (
     StringConstraints,
 )
 
-SCHEMA_VERSION: Final = "ito.training.v0.2"
-"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 2."""
+SCHEMA_VERSION: Final = "ito.training.v0.3"
+"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 3."""
 SCHEMA_VERSION_PATTERN = r"^ito\.training\.v0(\.[0-9]+)?$"
 """Any minor version of v0: additive, so each reads as the other (see docs/contract.md)."""
 API_PREFIX = "/v0"
@@ -78,6 +78,7 @@ class ErrorCode(StrEnum):
 
     UNAUTHENTICATED = "UNAUTHENTICATED"
     TOKEN_REVOKED = "TOKEN_REVOKED"
+    INSUFFICIENT_SCOPE = "INSUFFICIENT_SCOPE"
     VALIDATION_ERROR = "VALIDATION_ERROR"
     NOT_FOUND = "NOT_FOUND"
     BOOKING_NOT_FOUND = "BOOKING_NOT_FOUND"
@@ -105,6 +106,7 @@ class ErrorCode(StrEnum):
 ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHENTICATED: 401,
     ErrorCode.TOKEN_REVOKED: 401,
+    ErrorCode.INSUFFICIENT_SCOPE: 403,
     ErrorCode.VALIDATION_ERROR: 422,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.BOOKING_NOT_FOUND: 404,

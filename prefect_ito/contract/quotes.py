@@ -1,4 +1,4 @@
-"""Contract v0.2: what a training request would do and cost, before anyone confirms the spend.
+"""Contract v0.3: what a training request would do and cost, before anyone confirms the spend.
 
 ``POST /v0/training-quotes`` takes the submission body and answers a :class:`TrainingQuote`: the
 backend's plan preview, its estimate and a quote id that expires. It creates no work and spends

@@ -69,7 +69,7 @@ class ConfirmationVia(StrEnum):
 
 
 class SpendConfirmation(_Model):
-    """A confirmation that a person stands behind a submission's spend (contract v0.2).
+    """A confirmation that a person stands behind a submission's spend (contract v0.3).
 
     It names the quote the person saw (:class:`~prefect_ito.contract.TrainingQuote`); the backend
     checks the quote was made for this account, booking, manifest digest and budget, and consumes
@@ -102,7 +102,7 @@ class TrainingRunRequest(TrainingRequest):
     manifest_digest: ManifestDigest
     confirmation: SpendConfirmation | None = Field(
         default=None,
-        description="Contract v0.2: a new run needs one (`CONFIRMATION_REQUIRED` without it); a "
+        description="Contract v0.3: a new run needs one (`CONFIRMATION_REQUIRED` without it); a "
         "replay of an earlier submission does not.",
     )
 

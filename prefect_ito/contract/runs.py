@@ -11,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from prefect_ito.contract.auth import Principal
 from prefect_ito.contract.envelope import DETECT_TARGET_SECONDS, RESUME_TARGET_SECONDS, _Model
 from prefect_ito.contract.open_enum import OpenEnum
 from prefect_ito.contract.requests import DecisionChoice, TrainingRunRequest
@@ -203,15 +204,22 @@ class PendingAction(_Model):
 
 
 class DecisionRecord(_Model):
+    """A decision the backend recorded: the name the person typed, and who was authenticated."""
+
     action_id: str
     decision: DecisionChoice
-    decided_by: str
+    decided_by: str = Field(description="The name the deciding person gave.")
     reason: str
     decided_at: datetime
+    principal: Principal | None = Field(
+        default=None,
+        description="The authenticated principal whose token relayed the decision (v0.2; "
+        "absent from older backends).",
+    )
 
 
 class ConfirmationRecord(_Model):
-    """Who confirmed a run's spend, and how, as the backend recorded it (contract v0.2)."""
+    """Who confirmed a run's spend, and how, as the backend recorded it (contract v0.3)."""
 
     quote_id: str
     confirmed_by: str
@@ -293,7 +301,7 @@ class TrainingRun(_Model):
     outcome: RunOutcome | None = None
     confirmation: ConfirmationRecord | None = Field(
         default=None,
-        description="Contract v0.2: who confirmed the spend, and how (absent from older runs).",
+        description="Contract v0.3: who confirmed the spend, and how (absent from older runs).",
     )
     terminal: bool | None = Field(
         default=None,

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from prefect_ito.contract import Envelope, TrainingRun
+from prefect_ito.contract import ALL_SCOPES, Envelope, Principal, Scope, TrainingRun
 from prefect_ito.simulator.envelopes import ok
 from prefect_ito.simulator.scenario import Scenario, SimBooking
 from prefect_ito.simulator.state import RequestLogEntry, SimStateDep
@@ -20,7 +20,17 @@ router = APIRouter(prefix="/_sim", include_in_schema=False)
 
 
 class MintRequest(BaseModel):
+    """The token to mint: for which account, with which scopes, speaking for whom."""
+
     account: str = Field(default="sim-user", min_length=1, max_length=128)
+    scopes: list[Scope] = Field(
+        default_factory=lambda: list(ALL_SCOPES),
+        description="What the token may do; an empty list mints a token that may do nothing "
+        "but say who it is.",
+    )
+    principal: Principal | None = Field(
+        default=None, description="Who the token speaks for; default `user:<account>`."
+    )
 
 
 class MintedToken(BaseModel):
@@ -28,6 +38,8 @@ class MintedToken(BaseModel):
 
     token: str
     account: str
+    scopes: list[str] = Field(default_factory=list)
+    principal: str | None = None
 
 
 class AdminRun(BaseModel):
@@ -54,9 +66,16 @@ async def put_scenario(state: SimStateDep, scenario: Scenario) -> Envelope[Loade
 
 @router.post("/tokens")
 async def mint_token(state: SimStateDep, body: MintRequest | None = None) -> Envelope[MintedToken]:
-    """Mint a bearer token without device login."""
-    account = (body or MintRequest()).account
-    return ok(MintedToken(token=state.identity.mint(account), account=account))
+    """Mint a bearer token without device login, with every scope or only those asked for."""
+    wanted = body or MintRequest()
+    scopes = tuple(scope.value for scope in wanted.scopes)
+    token = state.identity.mint(wanted.account, scopes=scopes, principal=wanted.principal)
+    info = state.identity.authenticate(token)
+    return ok(
+        MintedToken(
+            token=token, account=info.account, scopes=list(info.scopes), principal=info.principal
+        )
+    )
 
 
 @router.get("/bookings")

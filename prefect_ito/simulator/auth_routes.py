@@ -73,13 +73,17 @@ async def revoke_token(state: SimStateDep, token: Token) -> Envelope[Revocation]
 
 @router.get("/whoami", responses=documented(*AUTHENTICATED_ERRORS))
 async def whoami(info: Info, request: Request) -> Envelope[WhoAmI]:
-    """The account, the backend, and the token's expiry and scopes; never the token."""
+    """The account, the principal, the backend, and the token's expiry and scopes; never the token.
+
+    Any valid token may ask, whatever its scopes.
+    """
     return ok(
         WhoAmI(
             account=info.account,
             backend=f"{BACKEND_NAME} at {request.base_url}",
             expires_at=info.expires_at,
             scopes=list(info.scopes),
+            principal=info.principal,
         )
     )
 

@@ -251,16 +251,20 @@ class Engine:
                 self._feed_cursor += 1
                 self._changed_at[run_id] = self._feed_cursor
 
-    def booking(self, booking_id: str) -> SimBooking:
-        """Return a booking on file, or raise ``BOOKING_NOT_FOUND``."""
-        try:
-            return self.bookings[booking_id]
-        except KeyError:
-            raise SimError(ErrorCode.BOOKING_NOT_FOUND, "no such booking") from None
+    def booking(self, account: str, booking_id: str) -> SimBooking:
+        """Return a booking the account holds, or raise ``BOOKING_NOT_FOUND``.
 
-    def eligibility(self, booking_id: str) -> TrainingEligibility:
-        """Return the backend's view of a booking."""
-        return self.booking(booking_id).eligibility()
+        A booking of another account is not found either: the answer never reveals that it
+        exists.
+        """
+        booking = self.bookings.get(booking_id)
+        if booking is None or not booking.held_by(account):
+            raise SimError(ErrorCode.BOOKING_NOT_FOUND, "no such booking")
+        return booking
+
+    def eligibility(self, account: str, booking_id: str) -> TrainingEligibility:
+        """Return the backend's view of one of the account's bookings."""
+        return self.booking(account, booking_id).eligibility(account)
 
     def record(self, account: str, run_id: str) -> RunRecord:
         """Return one of the account's runs, caught up with the clock."""
@@ -377,8 +381,8 @@ class Engine:
     def quote(self, account: str, request: TrainingRunRequest) -> TrainingQuote:
         """Return a quote for ``request``: the plan, the estimate, a confirmable id. No work."""
         self._check_request(request)
-        booking = self.booking(request.booking_id)
-        eligibility = booking.eligibility()
+        booking = self.booking(account, request.booking_id)
+        eligibility = booking.eligibility(account)
         if not eligibility.eligible:
             raise SimError(ErrorCode.BOOKING_NOT_ELIGIBLE, eligibility.reason or "not eligible")
         script = self.scenario.script_for(booking.booking_id)
@@ -398,8 +402,8 @@ class Engine:
         claim = self._check_key(account, key, fingerprint)
         if claim is not None and claim.run_id is not None:
             return Submitted(self.runs[claim.run_id].snapshot(), replayed=True)
-        booking = self.booking(request.booking_id)
-        eligibility = booking.eligibility()
+        booking = self.booking(account, request.booking_id)
+        eligibility = booking.eligibility(account)
         if not eligibility.eligible:
             raise SimError(ErrorCode.BOOKING_NOT_ELIGIBLE, eligibility.reason or "not eligible")
         unfinished = [
@@ -450,9 +454,19 @@ class Engine:
         return rec
 
     def decide(
-        self, account: str, run_id: str, action_id: str, body: DecisionRequest, key: str | None
+        self,
+        account: str,
+        run_id: str,
+        action_id: str,
+        body: DecisionRequest,
+        key: str | None,
+        *,
+        principal: str,
     ) -> TrainingRun:
-        """Record a person's decision on a pending action; repeat-safe, conflict-checked."""
+        """Record a person's decision on a pending action; repeat-safe, conflict-checked.
+
+        The record keeps ``principal``, whose token relayed it, beside the name the person gave.
+        """
         rec = self.record(account, run_id)
         fingerprint = f"decide:{run_id}:{action_id}:{body.model_dump_json()}"
         self._check_key(account, key, fingerprint)
@@ -462,15 +476,17 @@ class Engine:
         if earlier is None:
             if rec.pending_action is None or rec.pending_action.action_id != action_id:
                 raise SimError(ErrorCode.ACTION_NOT_PENDING, "no such pending action")
-            self._apply(rec, action_id, body)
+            self._apply(rec, action_id, body, principal)
         if key is not None and self._claim(account, key) is None:
             self._remember(account, key, fingerprint, None)
         return rec.snapshot()
 
-    def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest) -> None:
+    def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest, principal: str) -> None:
         self._release(rec)
         rec.decisions.append(
-            DecisionRecord(action_id=action_id, decided_at=rec.at(), **body.model_dump())
+            DecisionRecord(
+                action_id=action_id, decided_at=rec.at(), principal=principal, **body.model_dump()
+            )
         )
         rec.pending_action = None
         rec.state = RunState.RUNNING

@@ -15,12 +15,11 @@ from enum import Enum
 
 from pydantic import SecretStr
 
-from prefect_ito.contract import DeviceAuthorization, ErrorCode, TokenGrant
+from prefect_ito.contract import ALL_SCOPES, DeviceAuthorization, ErrorCode, Scope, TokenGrant
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.scenario import Scenario
 
 TOKEN_TTL = timedelta(days=30)
-SCOPES = ("training:read", "training:write")
 SLOW_DOWN_TOLERANCE = 0.9
 """A poll counts as too fast below this share of the interval, so timer jitter is forgiven."""
 _USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels: no accidental words
@@ -33,8 +32,21 @@ class TokenInfo:
     account: str
     issued: float
     expires_at: datetime
-    scopes: tuple[str, ...] = SCOPES
+    principal: str
+    scopes: tuple[str, ...] = tuple(ALL_SCOPES)
     revoked: bool = False
+
+    def require(self, scope: Scope) -> None:
+        """Raise ``INSUFFICIENT_SCOPE``, naming ``scope``, unless the token carries it."""
+        if scope.value not in self.scopes:
+            raise SimError(
+                ErrorCode.INSUFFICIENT_SCOPE, f"this token lacks the scope {scope.value}"
+            )
+
+
+def default_principal(account: str) -> str:
+    """Return the principal a token speaks for when nobody named one: the account's user."""
+    return f"user:{account}"
 
 
 class DeviceStatus(Enum):
@@ -69,12 +81,27 @@ class Identity:
         self._loaded = self._clock()
         self._devices: dict[str, DeviceGrant] = {}
 
-    def mint(self, account: str) -> str:
-        """Issue a new bearer token for an account."""
+    def mint(
+        self,
+        account: str,
+        *,
+        scopes: tuple[str, ...] | None = None,
+        principal: str | None = None,
+    ) -> str:
+        """Issue a new bearer token for an account.
+
+        Args:
+            account: The account the token acts for.
+            scopes: What it may do; default every scope.
+            principal: Who it speaks for; default ``user:<account>``.
+        """
         token = "itosim_" + secrets.token_urlsafe(24)
-        expires_at = datetime.now(UTC) + TOKEN_TTL
         self._tokens[token] = TokenInfo(
-            account=account, issued=self._clock(), expires_at=expires_at
+            account=account,
+            issued=self._clock(),
+            expires_at=datetime.now(UTC) + TOKEN_TTL,
+            principal=principal or default_principal(account),
+            scopes=tuple(ALL_SCOPES) if scopes is None else scopes,
         )
         return token
 
@@ -149,9 +176,10 @@ class Identity:
         if grant.status is DeviceStatus.PENDING:
             raise SimError(ErrorCode.AUTHORIZATION_PENDING, "waiting for the person to approve")
         del self._devices[device_code]
-        token = self.mint(grant.account)
+        scopes = tuple(scope.value for scope in self._scenario.login_scopes)
+        token = self.mint(grant.account, scopes=scopes)
         return TokenGrant(
             access_token=SecretStr(token),
             expires_in=int(TOKEN_TTL.total_seconds()),
-            scope=" ".join(SCOPES),
+            scope=" ".join(scopes),
         )

@@ -34,7 +34,14 @@ from prefect_ito.contract import (
 )
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented, ok
 from prefect_ito.simulator.errors import SimError
-from prefect_ito.simulator.state import Account, SimState, SimStateDep
+from prefect_ito.simulator.state import (
+    Canceller,
+    Decider,
+    Reader,
+    SimState,
+    SimStateDep,
+    Submitter,
+)
 
 router = APIRouter(prefix="/v0", tags=["training"])
 
@@ -72,11 +79,17 @@ BookingIdPath = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
 def _errors(
     *codes: ErrorCode, status: int = 200, replay: type | None = None
 ) -> dict[int | str, Any]:
-    return documented(*AUTHENTICATED_ERRORS, *codes, status=status, replay=replay)
+    return documented(
+        *AUTHENTICATED_ERRORS,
+        ErrorCode.INSUFFICIENT_SCOPE,
+        *codes,
+        status=status,
+        replay=replay,
+    )
 
 
 @router.get("/capabilities", responses=_errors())
-async def get_capabilities(state: SimStateDep, _: Account) -> Envelope[Capabilities]:
+async def get_capabilities(state: SimStateDep, _: Reader) -> Envelope[Capabilities]:
     """What this backend offers: whether training runs are live, recipes, long-poll."""
     return ok(state.engine.capabilities())
 
@@ -85,10 +98,10 @@ async def get_capabilities(state: SimStateDep, _: Account) -> Envelope[Capabilit
     "/bookings/{booking_id}/training-eligibility", responses=_errors(ErrorCode.BOOKING_NOT_FOUND)
 )
 async def get_training_eligibility(
-    state: SimStateDep, _: Account, booking_id: BookingIdPath
+    state: SimStateDep, account: Reader, booking_id: BookingIdPath
 ) -> Envelope[TrainingEligibility]:
-    """The backend's view of a booking: the only proof that it exists and may train."""
-    return ok(state.engine.eligibility(booking_id))
+    """The backend's view of one of the account's bookings: the only proof it may train."""
+    return ok(state.engine.eligibility(account, booking_id))
 
 
 @router.post(
@@ -102,7 +115,7 @@ async def get_training_eligibility(
     ),
 )
 async def create_training_quote(
-    state: SimStateDep, account: Account, body: TrainingRunRequest
+    state: SimStateDep, account: Reader, body: TrainingRunRequest
 ) -> Envelope[TrainingQuote]:
     """Preview the plan and estimate the cost of a request; creates no work and spends nothing.
 
@@ -131,7 +144,7 @@ async def create_training_quote(
 )
 async def create_training_run(
     state: SimStateDep,
-    account: Account,
+    account: Submitter,
     key: IdempotencyKey,
     body: TrainingRunRequest,
     request: Request,
@@ -152,7 +165,7 @@ async def create_training_run(
 @router.get("/training-runs", responses=_errors())
 async def list_training_runs(
     state: SimStateDep,
-    account: Account,
+    account: Reader,
     idempotency_key: Annotated[
         str | None, Query(min_length=1, max_length=IDEMPOTENCY_KEY_MAX_LENGTH)
     ] = None,
@@ -178,7 +191,7 @@ async def list_training_runs(
 @router.get("/training-runs/changes", responses=_errors(ErrorCode.NOT_FOUND))
 async def list_run_changes(
     state: SimStateDep,
-    account: Account,
+    account: Reader,
     after: Annotated[int | None, Query(ge=0, description="The cursor of the last page.")] = None,
     wait: Annotated[float, Query(ge=0, allow_inf_nan=False, description="Capped at 60.")] = 0,
 ) -> Envelope[ChangePage]:
@@ -196,7 +209,7 @@ async def list_run_changes(
 @router.get("/training-runs/{run_id}", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def get_training_run(
     state: SimStateDep,
-    account: Account,
+    account: Reader,
     run_id: RunId,
     after_version: Annotated[int | None, Query(ge=0)] = None,
     wait: Annotated[float, Query(ge=0, allow_inf_nan=False, description="Capped at 60.")] = 0,
@@ -231,7 +244,7 @@ async def _wait_for(state: SimState, done: Callable[[], bool], wait: float) -> N
 @router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))
 async def list_run_events(
     state: SimStateDep,
-    account: Account,
+    account: Reader,
     run_id: RunId,
     after: Annotated[int, Query(ge=0, description="Read the events after this `seq`.")] = 0,
     cursor: Cursor = None,
@@ -261,16 +274,19 @@ async def list_run_events(
 )
 async def decide_action(
     state: SimStateDep,
-    account: Account,
+    token: Decider,
     run_id: RunId,
     action_id: Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)],
     body: DecisionRequest,
     key: OptionalIdempotencyKey = None,
 ) -> Envelope[TrainingRun]:
     """Approve or reject a pending human-gated action; repeating the same decision is safe."""
-    with state.engine.keyed_write(account, key):
+    with state.engine.keyed_write(token.account, key):
         await _commit_delay(state)
-        return ok(state.engine.decide(account, run_id, action_id, body, key))
+        decided = state.engine.decide(
+            token.account, run_id, action_id, body, key, principal=token.principal
+        )
+        return ok(decided)
 
 
 @router.post(
@@ -283,7 +299,7 @@ async def decide_action(
 )
 async def cancel_training_run(
     state: SimStateDep,
-    account: Account,
+    account: Canceller,
     run_id: RunId,
     body: CancelRequest | None = None,
     key: OptionalIdempotencyKey = None,

@@ -17,9 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from prefect_ito.contract import (
+    ALL_SCOPES,
     ID_MAX_LENGTH,
     IDEMPOTENCY_KEY_RETENTION_SECONDS,
     BookingStatus,
+    Scope,
     TrainingEligibility,
 )
 
@@ -54,6 +56,13 @@ class SimBooking(_Spec):
         description=f"When the booking's term ends; default: {DEFAULT_TERM_DAYS} days after "
         "the scenario is made.",
     )
+    account: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="The account that holds the booking; other accounts are told it does not "
+        "exist. None: on file for every account (a convenience of the simulator).",
+    )
 
     @field_validator("status")
     @classmethod
@@ -68,11 +77,19 @@ class SimBooking(_Spec):
         """Return the number of GPUs the booking holds."""
         return self.node_count * self.gpus_per_node
 
-    def eligibility(self) -> TrainingEligibility:
-        """Return the contract's view of this booking: only completed bookings may train."""
+    def held_by(self, account: str) -> bool:
+        """Tell whether ``account`` may see this booking."""
+        return self.account is None or self.account == account
+
+    def eligibility(self, account: str) -> TrainingEligibility:
+        """Return the contract's view of this booking, for the account that holds it.
+
+        Only completed bookings may train.
+        """
         eligible = self.status is BookingStatus.COMPLETED
         reason = None if eligible else f"booking is {self.status.value}, not completed"
-        return TrainingEligibility(**self.model_dump(), eligible=eligible, reason=reason)
+        fields = self.model_dump(exclude={"account"})
+        return TrainingEligibility(**fields, eligible=eligible, reason=reason, account=account)
 
 
 class EvalSpec(_Spec):
@@ -222,6 +239,10 @@ class Scenario(_Spec):
         default=None,
         description="The timestamp of the moment the scenario loads; default: the real time then.",
     )
+    login_scopes: list[Scope] = Field(
+        default_factory=lambda: list(ALL_SCOPES),
+        description="The scopes a device login grants (default: every scope).",
+    )
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)
     idempotency_key_retention_seconds: float = Field(
@@ -231,7 +252,7 @@ class Scenario(_Spec):
     )
     spend_confirmation: bool = Field(
         default=True,
-        description="Advertise and require spend confirmations (contract v0.2); false answers "
+        description="Advertise and require spend confirmations (contract v0.3); false answers "
         "like an older backend that takes none, which prefect-ito submits nothing to.",
     )
     quote_ttl_seconds: float = Field(
@@ -260,7 +281,11 @@ class Scenario(_Spec):
         return RunScript.model_validate({**self.run.model_dump(), **override})
 
     def with_options(
-        self, *, scaffold: bool | None = None, time_scale: float | None = None
+        self,
+        *,
+        scaffold: bool | None = None,
+        time_scale: float | None = None,
+        login_scopes: list[Scope] | None = None,
     ) -> Scenario:
         """Return a copy with the given command-line style overrides applied."""
         update: dict[str, Any] = {}
@@ -268,6 +293,8 @@ class Scenario(_Spec):
             update["scaffold"] = scaffold
         if time_scale is not None:
             update["time_scale"] = time_scale
+        if login_scopes is not None:
+            update["login_scopes"] = login_scopes
         return self.model_validate({**self.model_dump(), **update})
 
 

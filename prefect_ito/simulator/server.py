@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -137,9 +138,26 @@ class SimulatorServer:
         envelope = Envelope[model].model_validate_json(response.content)  # type: ignore[valid-type]
         return envelope.data
 
-    def mint_token(self, account: str = "sim-user") -> SecretStr:
-        """Mint a bearer token for an account."""
-        minted = self._admin("POST", "/tokens", MintedToken, {"account": account})
+    def mint_token(
+        self,
+        account: str = "sim-user",
+        *,
+        scopes: Iterable[str] | None = None,
+        principal: str | None = None,
+    ) -> SecretStr:
+        """Mint a bearer token for an account.
+
+        Args:
+            account: The account the token acts for.
+            scopes: What it may do, such as ``["training:read"]``; default every scope.
+            principal: Who it speaks for; default ``user:<account>``.
+        """
+        body: dict[str, Any] = {"account": account}
+        if scopes is not None:
+            body["scopes"] = list(scopes)
+        if principal is not None:
+            body["principal"] = principal
+        minted = self._admin("POST", "/tokens", MintedToken, body)
         return SecretStr(minted.token)
 
     def load_scenario(self, scenario: Scenario) -> None:

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
+from prefect_ito.contract import Scope
 from prefect_ito.simulator.engine import Engine
 from prefect_ito.simulator.faults import FaultInjector
 from prefect_ito.simulator.identity import Identity, TokenInfo
@@ -79,11 +80,39 @@ def token_info(state: SimStateDep, token: Annotated[str, Depends(bearer_token)])
     return state.identity.authenticate(token)
 
 
-def account(info: Annotated[TokenInfo, Depends(token_info)]) -> str:
-    """Return the account the presented token belongs to."""
+Info = Annotated[TokenInfo, Depends(token_info)]
+"""What the simulator knows about any valid token, whatever its scopes."""
+
+
+# One dependency per scope, each a plain module function: FastAPI resolves their annotations
+# from the module's globals, which a closure over the scope would not be in.
+def reader(info: Info) -> str:
+    """Return the account of a token that may read (``training:read``), else 403."""
+    info.require(Scope.READ)
     return info.account
 
 
-Account = Annotated[str, Depends(account)]
+def submitter(info: Info) -> str:
+    """Return the account of a token that may submit runs (``training:submit``), else 403."""
+    info.require(Scope.SUBMIT)
+    return info.account
+
+
+def canceller(info: Info) -> str:
+    """Return the account of a token that may cancel runs (``training:cancel``), else 403."""
+    info.require(Scope.CANCEL)
+    return info.account
+
+
+def decider(info: Info) -> TokenInfo:
+    """Return a token that may relay decisions (``training:decide``), else 403."""
+    info.require(Scope.DECIDE)
+    return info
+
+
 Token = Annotated[str, Depends(bearer_token)]
-Info = Annotated[TokenInfo, Depends(token_info)]
+Reader = Annotated[str, Depends(reader)]
+Submitter = Annotated[str, Depends(submitter)]
+Canceller = Annotated[str, Depends(canceller)]
+Decider = Annotated[TokenInfo, Depends(decider)]
+"""A token that may relay decisions; its principal goes on record beside the typed name."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 from prefect.utilities.asyncutils import run_coro_as_sync
 from spend_helpers import covering_authorization
@@ -75,3 +77,29 @@ def start_train(env: dict[str, str]) -> subprocess.Popen[str]:
         env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+
+
+ENVELOPE_HEAD = ["ok", "live_api_contacted", "notice"]
+
+
+def one_document(result: subprocess.CompletedProcess, *secrets: str) -> dict[str, Any]:
+    """Return the one JSON document a ``--json`` command printed, checking its shape.
+
+    Standard output holds exactly that document on one line; the document's exit code is the
+    process's; no traceback and none of ``secrets`` appears anywhere in the output.
+    """
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output, output
+    for secret in secrets:
+        assert secret not in output
+    assert result.stdout.endswith("\n") and result.stdout.count("\n") == 1, output
+    document = json.loads(result.stdout)  # two documents would be "extra data"
+    assert list(document)[:3] == ENVELOPE_HEAD, document
+    assert isinstance(document["ok"], bool)
+    if document["ok"]:
+        assert list(document) == [*ENVELOPE_HEAD, "data"], document
+        assert result.returncode == 0, output
+    else:
+        assert document["error"]["exit_code"] == result.returncode != 0, output
+        assert {"code", "message", "exit_code"} <= set(document["error"]), document
+    return document

@@ -111,6 +111,39 @@ def test_task_chatter_leaves_the_console_only_and_only_when_not_verbose():
     assert not any(isinstance(f, TaskChatterFilter) for h in console for f in h.filters)
 
 
+def test_an_expected_outcome_is_one_console_line_and_keeps_its_traceback_for_the_api():
+    import logging
+    import sys
+
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    from prefect_ito.exceptions import IdempotencyKeyReused
+    from prefect_ito.views import OutcomeFormatter, quiet_tasks
+
+    def failed_with(error: Exception) -> logging.LogRecord:
+        try:
+            raise error
+        except Exception:
+            exc_info = sys.exc_info()
+        return logging.LogRecord(
+            "prefect.task_runs", logging.ERROR, __file__, 1, "Task run failed", None, exc_info
+        )
+
+    formatter = OutcomeFormatter(logging.Formatter("%(message)s"))
+    expected = failed_with(IdempotencyKeyReused("used for a different request"))
+    unexpected = failed_with(KeyError("bug"))
+
+    assert formatter.format(expected) == "Task run failed"
+    assert expected.exc_info is not None  # the API handler still sends the traceback
+    assert "Traceback" in logging.Formatter().format(expected)
+    assert "Traceback" in formatter.format(unexpected)  # a bug keeps its traceback
+    console = [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+    before = [h.formatter for h in console]
+    with quiet_tasks():
+        assert all(isinstance(h.formatter, OutcomeFormatter) for h in console)
+    assert [h.formatter for h in console] == before
+
+
 def test_the_decide_command_is_printed_on_one_line_to_copy(monkeypatch):
     # Before, an 80-column terminal broke it before "--reason".
     from uuid import uuid4

@@ -27,6 +27,7 @@ from prefect_ito.contract import (
 EXPECTED_CLASS = {
     ErrorCode.UNAUTHENTICATED: exc.Unauthenticated,
     ErrorCode.TOKEN_REVOKED: exc.TokenRevoked,
+    ErrorCode.INSUFFICIENT_SCOPE: exc.InsufficientScope,
     ErrorCode.VALIDATION_ERROR: exc.ValidationFailed,
     ErrorCode.NOT_FOUND: exc.NotFound,
     ErrorCode.BOOKING_NOT_FOUND: exc.BookingNotFound,

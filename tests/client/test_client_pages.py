@@ -32,6 +32,19 @@ async def test_listing_a_booking_s_runs_follows_every_page() -> None:
     assert second == {"booking_id": "bk-1", "active": "true", "cursor": "c-2"}
 
 
+async def test_listing_every_run_of_a_booking_follows_every_page() -> None:
+    # What `prefect-ito runs show --booking` reads: finished runs too, so no `active` filter.
+    script = Script(runs_page("run-1", next="c-2"), runs_page("run-2", "run-3", next=None))
+    async with mock_client(script) as client:
+        runs = await client.list_runs(booking_id="bk-1")
+
+    assert [run.run_id for run in runs] == ["run-1", "run-2", "run-3"]
+    first, second = (dict(r.url.params) for r in script.requests)
+    assert first == {"booking_id": "bk-1"}
+    assert second == {"booking_id": "bk-1", "cursor": "c-2"}
+    assert {r.method for r in script.requests} == {"GET"}
+
+
 async def test_reading_events_follows_every_page_and_keeps_the_last_seq() -> None:
     script = Script(
         ok({"events": [event(4), event(5)], "last_seq": 5, "next": "5"}),

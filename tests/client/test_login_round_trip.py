@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from device_login import approve_in_browser
 from ito_fakes import Sleeps
 from keyrings.alt.file import PlaintextKeyring
 
@@ -20,19 +20,6 @@ from prefect_ito.contract import DeviceAuthorization
 from prefect_ito.exceptions import ExitCode, TokenRevoked
 
 USER_CODE = re.compile(r"\b[A-Z]{4}-[A-Z]{4}\b")
-
-
-def approve_in_browser(verification_uri: str, user_code: str) -> None:
-    """Do what a person does: open the page, enter the code, press Approve."""
-    with httpx.Client(follow_redirects=True) as browser:
-        page = browser.get(verification_uri)
-        assert page.status_code == 200
-        assert "<form" in page.text
-        answer = browser.post(
-            verification_uri,
-            data={"user_code": user_code, "account": "ana", "decision": "approve"},
-        )
-        assert answer.status_code == 200, answer.text
 
 
 def run_cli(*args: str) -> int:
@@ -88,7 +75,7 @@ def test_cli_login_whoami_logout(
 
     assert run_cli("whoami", "--api-url", sim.url) == 0
     out = capsys.readouterr().out
-    assert "account:  ana" in out
+    assert "account:   ana" in out
     assert sim.url in out
     assert token.get_secret_value() not in out
 
@@ -124,7 +111,7 @@ def test_url_comes_from_the_environment(
     auth.store_token(sim.url, sim.mint_token("env-user"))
     monkeypatch.setenv(auth.ENV_API_URL, sim.url)
     assert run_cli("whoami") == 0
-    assert "account:  env-user" in capsys.readouterr().out
+    assert "account:   env-user" in capsys.readouterr().out
 
 
 def test_without_a_url_the_cli_says_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ ERROR_CLASSES = [
     if isinstance(getattr(exc, name), type) and issubclass(getattr(exc, name), ItoError)
 ]
 FLOWS_DOC = Path(__file__).parents[2] / "docs" / "flows.md"
+CLI_DOC = Path(__file__).parents[2] / "docs" / "cli.md"
 
 
 def test_every_subclass_of_ito_error_is_public() -> None:
@@ -56,3 +57,28 @@ def test_the_docs_table_is_the_classes_table() -> None:
     from_classes = {cls.state_name: int(cls.exit_code) for cls in ERROR_CLASSES}
     from_classes["Completed"] = int(ExitCode.SUCCESS)
     assert documented == from_classes
+
+
+def _documented_exit_codes() -> dict[int, tuple[str, set[str], set[str]]]:
+    """Return the exit-code table of docs/cli.md: code → (ExitCode name, states, error codes)."""
+    section = CLI_DOC.read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (.*) \| (.*) \|$", section, re.M)
+
+    def names(cell: str) -> set[str]:
+        return set(re.findall(r"`(\w+)`", cell))
+
+    return {int(code): (name, names(states), names(codes)) for code, name, states, codes in rows}
+
+
+def test_the_cli_docs_have_one_row_per_exit_code_with_its_states_and_error_codes() -> None:
+    expected = {
+        int(code): (
+            code.name,
+            {cls.state_name for cls in [*ERROR_CLASSES, ItoError] if cls.exit_code is code},
+            {cls.code for cls in [*ERROR_CLASSES, ItoError] if cls.exit_code is code},
+        )
+        for code in ExitCode
+    }
+    expected[int(ExitCode.SUCCESS)] = ("SUCCESS", {"Completed"}, set())
+
+    assert _documented_exit_codes() == expected

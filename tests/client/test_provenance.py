@@ -219,11 +219,11 @@ async def test_whoami_prints_whether_the_backend_is_live_and_its_notice(
 ) -> None:
     monkeypatch.setenv(ENV_TOKEN, sim.mint_token().get_secret_value())
 
-    await cli_auth._whoami(sim.url, None)
+    cli_auth._show_whoami(await cli_auth._whoami(sim.url, None))
 
     out = capsys.readouterr().out
-    assert "live api: no\n" in out
-    assert f"notice:   {NOTICE}\n" in out
+    assert "live api:  no\n" in out
+    assert f"notice:    {NOTICE}\n" in out
 
 
 async def test_train_ends_by_saying_where_the_answers_came_from(

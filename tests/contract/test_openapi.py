@@ -77,7 +77,7 @@ def test_no_route_books_buys_or_overrides():
             assert set(operations) == {"get"}
             continue
         if path == "/v0/training-quotes":
-            # Prices a training run on a booking already held (v0.2); it buys nothing, and a
+            # Prices a training run on a booking already held (v0.3); it buys nothing, and a
             # submission confirming it is the only thing that creates work.
             assert set(operations) == {"post"}
             continue

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from played_runs import play
+from rich.console import Console
 
 from prefect_ito import cards, reporting
 from prefect_ito.contract import DecisionChoice
 from prefect_ito.reporting import TrainingSummary, artifact_key
+from prefect_ito.views import print_summary
 
 
 def test_the_telemetry_card_shows_a_chart_and_no_wall_of_points():
@@ -52,6 +54,7 @@ def test_the_decisions_card_records_who_how_why_when_and_the_checkpoint():
     ) in text
     assert "| | |" not in text
     assert "| decided by | Ada |" in text
+    assert "| authenticated as | `user:acct` |" in text  # who the backend saw relay it
     assert f"| decided at | {cards.when(decision.decided_at)} |" in text
     assert "| why | bad shard 7 |" in text
     assert "| loss spike | 17.28 at step 12,000 in `pretrain` |" in text
@@ -91,6 +94,27 @@ def test_the_summary_carries_every_decision_with_its_checkpoint():
     assert decision.decision is DecisionChoice.APPROVE
     assert (decision.decided_by, decision.checkpoint_id) == ("Ada", "ckpt-pretrain-10000")
     assert decision.checkpoint_step == 10_000 and decision.step == 12_000
+    assert decision.principal == "user:acct"
+
+
+def test_a_decision_from_a_backend_that_names_no_principal_says_so_plainly():
+    run, seen = play("demo", decide="approve")
+    older = run.model_copy(
+        update={"decisions": [d.model_copy(update={"principal": None}) for d in run.decisions]}
+    )
+
+    assert "| authenticated as | — |" in cards.decisions_markdown(older, seen)
+
+
+def test_the_terminal_summary_shows_who_was_authenticated_beside_the_typed_name():
+    run, seen = play("demo", decide="approve")
+    console = Console(record=True, width=120)
+
+    print_summary(console, TrainingSummary.of(run, actions=seen))
+
+    text = console.export_text()
+    assert "decided by" in text and "Ada" in text
+    assert "authenticated as" in text and "user:acct" in text
 
 
 def test_one_card_per_concern_and_status_facts_on_the_progress_card():

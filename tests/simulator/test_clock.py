@@ -77,7 +77,7 @@ def test_a_person_s_wait_passes_in_real_time_and_later_events_follow_on():
 
     clock.now += 600  # a person takes ten minutes
     body = DecisionRequest(decision="approve", decided_by="Ada", reason="blip")
-    decided = engine.decide("acct", run.run_id, action.action_id, body, None)
+    decided = engine.decide("acct", run.run_id, action.action_id, body, None, principal="user:acct")
 
     (decision,) = decided.decisions
     assert timedelta(minutes=9) < decision.decided_at - action.proposed_at < timedelta(minutes=11)
