@@ -77,7 +77,12 @@ class ItoCredentials(CredentialsBlock):
     @field_validator("api_url")
     @classmethod
     def _normalise(cls, value: str) -> str:
-        return normalise_api_url(value)
+        # A ValueError, so that pydantic names the field: a block built from a flow run's
+        # parameters or a form then fails as invalid input naming api_url.
+        try:
+            return normalise_api_url(value)
+        except ItoError as error:
+            raise ValueError(str(error)) from None
 
     def get_client(self) -> ItoClient:
         """Return a client for the backend, with the token resolved now.
@@ -161,9 +166,10 @@ async def resolve_credentials(
         try:
             return ItoCredentials.model_validate(credentials)
         except ValidationError as exc:
-            raise InvalidParameters(
-                f"credentials: not an ItoCredentials block ({exc.errors()[0]['msg']})"
-            ) from None
+            # Imported here: parameters imports this module for ItoBooking.
+            from prefect_ito.parameters import invalid_parameters
+
+            raise InvalidParameters(f"credentials.{invalid_parameters(exc)}") from None
     try:
         return ItoCredentials(api_url=resolve_api_url(None))
     except ItoError as error:

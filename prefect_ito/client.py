@@ -67,7 +67,7 @@ from prefect_ito.contract import (
     TrainingRunRequest,
     WhoAmI,
 )
-from prefect_ito.exceptions import ItoTransportError
+from prefect_ito.exceptions import ItoProtocolError, ItoTransportError
 from prefect_ito.provenance import Provenance, ResponseNotes
 from prefect_ito.settings import ItoSettings
 
@@ -323,6 +323,9 @@ class ItoClient:
             run_id: The run to read.
             after_version: Answer as soon as the run's version exceeds this.
             wait: The most seconds to hold the request open (capped at 60 by the contract).
+
+        Raises:
+            ItoProtocolError: The run's version is older than ``after_version``.
         """
         params: dict[str, Any] = {}
         timeout = None
@@ -333,7 +336,17 @@ class ItoClient:
             timeout = self._long_poll_timeout(params["wait"])
         path = f"{API_PREFIX}/training-runs/{_segment(run_id)}"
         call = _Call("GET", "/v0/training-runs/{run_id}", path, params=params, timeout=timeout)
-        return await self._request(call, TrainingRun)
+        run = await self._request(call, TrainingRun)
+        if after_version is not None and run.version < after_version:
+            # Versions only grow: an older one is a stale copy, and reporting it would show
+            # stages going back. Stop with the contract breach rather than report it.
+            raise ItoProtocolError(
+                f"{call.endpoint} answered version {run.version}, older than version "
+                f"{after_version} already seen",
+                endpoint=call.endpoint,
+                field="data.version",
+            )
+        return run
 
     def _long_poll_timeout(self, wait: float) -> httpx.Timeout:
         read = max(self._timeout.read or 0.0, wait + LONG_POLL_MARGIN_SECONDS)

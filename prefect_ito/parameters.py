@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 import uuid
 from typing import Annotated, Any, Literal, Self
 
@@ -21,7 +22,13 @@ from cyclopts import Parameter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from prefect_ito.blocks import ItoBooking
-from prefect_ito.contract import MODEL_SIZE_PATTERN, PostTraining, TrainingRequest
+from prefect_ito.contract import (
+    ID_MAX_LENGTH,
+    MODEL_SIZE_PATTERN,
+    TEXT_MAX_LENGTH,
+    PostTraining,
+    TrainingRequest,
+)
 from prefect_ito.exceptions import InvalidParameters
 
 __all__ = [
@@ -39,6 +46,8 @@ _KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
 IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
 """A submission key a caller gives: 1–255 letters, digits or ``._:-``, starting with one of the
 first two (the contract allows any 1–255 characters; prefect-ito keeps keys shell- and log-safe)."""
+_SHOWN_LENGTH = 40
+"""The most characters of a rejected value a message repeats: a huge value stays out of it."""
 
 
 def _booking_id_token(type_: Any, tokens: Any) -> str:
@@ -89,10 +98,10 @@ class SupervisionParameters(BaseModel):
         if value is None:
             return value
         if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError(f"must be a number of seconds (got {value!r})")
+            raise ValueError(f"must be a number of seconds (got {_shown(value)})")
         seconds = _number(value)
         if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-            raise ValueError(f"must be a finite positive number of seconds (got {value!r})")
+            raise ValueError(f"must be a finite positive number of seconds (got {_shown(value)})")
         return value
 
     @classmethod
@@ -176,14 +185,16 @@ class _Request(BaseModel):
         if value is None or value == "none":
             return None
         if value not in {"sft", "dpo", "rlvr"}:
-            raise ValueError(f"must be one of sft, dpo, rlvr or none (got {value!r})")
+            raise ValueError(f"must be one of sft, dpo, rlvr or none (got {_shown(value)})")
         return value
 
     @field_validator("model_size", mode="before")
     @classmethod
     def _model_size(cls, value: Any) -> Any:
         if not isinstance(value, str) or not _MODEL_SIZE.match(value):
-            raise ValueError(f"must be a parameter count like 150M, 8B or 70B (got {value!r})")
+            raise ValueError(
+                f"must be a parameter count like 150M, 8B or 70B (got {_shown(value)})"
+            )
         return value
 
     @field_validator("data", mode="before")
@@ -191,30 +202,34 @@ class _Request(BaseModel):
     def _data(cls, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(_is_text(ref) for ref in value):
             raise ValueError("give at least one data reference, each a non-empty string")
-        return [ref.strip() for ref in value]
+        return [_clean(ref, TEXT_MAX_LENGTH, f"reference {n + 1}") for n, ref in enumerate(value)]
 
     @field_validator("target", "booking_block", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         if value is not None and not _is_text(value):
-            raise ValueError(f"must be a non-empty string (got {value!r})")
-        return value.strip() if isinstance(value, str) else value
+            raise ValueError(f"must be a non-empty string (got {_shown(value)})")
+        return _clean(value, TEXT_MAX_LENGTH) if isinstance(value, str) else value
 
     @field_validator("booking", mode="before")
     @classmethod
     def _booking(cls, value: Any) -> Any:
-        if value is None or isinstance(value, ItoBooking) or _is_text(value):
-            return value.strip() if isinstance(value, str) else value
+        if value is None or isinstance(value, ItoBooking):
+            return value
+        if _is_text(value):
+            return _clean(value, ID_MAX_LENGTH)
         if isinstance(value, dict):
             return ItoBooking.model_validate(value)
-        raise ValueError(f"must be a booking id or an ItoBooking (got {value!r})")
+        raise ValueError(f"must be a booking id or an ItoBooking (got {_shown(value)})")
 
     @field_validator("budget_usd", mode="before")
     @classmethod
     def _budget(cls, value: Any) -> Any:
         amount = None if isinstance(value, bool) else _number(value)
         if amount is None or not math.isfinite(amount) or amount <= 0:
-            raise ValueError(f"must be a finite positive amount of US dollars (got {value!r})")
+            raise ValueError(
+                f"must be a finite positive amount of US dollars (got {_shown(value)})"
+            )
         return amount
 
     @field_validator("idempotency_key", mode="before")
@@ -312,8 +327,12 @@ class BookingClaim(BaseModel):
             return cls(booking_id=booking)
         if not _is_text(booking.booking_id):
             raise InvalidParameters("booking.booking_id: must be a non-empty string")
+        try:
+            booking_id = _clean(booking.booking_id, ID_MAX_LENGTH)
+        except ValueError as exc:
+            raise InvalidParameters(f"booking.booking_id: {exc}") from None
         return cls(
-            booking_id=booking.booking_id.strip(),
+            booking_id=booking_id,
             gpu_sku=booking.gpu_sku,
             node_count=booking.node_count,
             gpus_per_node=booking.gpus_per_node,
@@ -363,3 +382,30 @@ def _number(value: Any) -> float | None:
 
 def _is_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
+
+
+def _clean(text: str, limit: int, what: str = "") -> str:
+    """Return ``text`` without surrounding blanks; refuse control characters and excess length.
+
+    Ids, references and targets reach logs, terminals and the backend: a control character in
+    one (an escape sequence, a NUL, a line break inside it) is never meant, and would garble each.
+    """
+    stripped = text.strip()
+    where = f"{what} " if what else ""
+    control = next((c for c in stripped if unicodedata.category(c) == "Cc"), None)
+    if control is not None:
+        raise ValueError(
+            f"{where}must not contain control characters (got U+{ord(control):04X} in "
+            f"{_shown(stripped)})"
+        )
+    if len(stripped) > limit:
+        raise ValueError(f"{where}must be at most {limit} characters (got {len(stripped):,})")
+    return stripped
+
+
+def _shown(value: Any) -> str:
+    """Return ``repr(value)``, cut short: a message names a bad value without repeating it all."""
+    shown = repr(value)
+    if len(shown) <= _SHOWN_LENGTH:
+        return shown
+    return f"{shown[:_SHOWN_LENGTH]}… ({len(shown):,} characters)"

@@ -2,27 +2,58 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import uvicorn
+import yaml
 from pydantic import ValidationError
 
 from prefect_ito.cli import app
 from prefect_ito.cli.errors import exit_with
 from prefect_ito.contract import Scope
 from prefect_ito.exceptions import InvalidParameters
+from prefect_ito.parameters import invalid_parameters
 from prefect_ito.simulator import Scenario, builtin_scenario, create_app, load_scenario
 from prefect_ito.simulator.builtins import BUILTIN_NAMES
 from prefect_ito.simulator.server import uvicorn_config
 
 
 def resolve_scenario(scenario: str | None) -> Scenario:
-    """Return a built-in scenario by name, or load one from a JSON or YAML file."""
+    """Return a built-in scenario by name, or load one from a JSON or YAML file.
+
+    Raises:
+        InvalidParameters: the file cannot be read, is not JSON or YAML, or is not a valid
+            scenario; the message names the file and the first broken field.
+    """
     if scenario is None:
         return builtin_scenario("default")
     if scenario in BUILTIN_NAMES:
         return builtin_scenario(scenario)
-    return load_scenario(Path(scenario))
+    if not Path(scenario).exists():
+        raise InvalidParameters(
+            f"scenario: neither a built-in scenario nor a scenario file ({scenario!r}); "
+            f"built-in: {', '.join(BUILTIN_NAMES)}",
+            field="scenario",
+        )
+    try:
+        return load_scenario(Path(scenario))
+    except ValidationError as exc:
+        reason = str(invalid_parameters(exc))
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        reason = f"not valid {'JSON' if isinstance(exc, ValueError) else 'YAML'}{_where(exc)}"
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = f"cannot be read ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    raise InvalidParameters(f"scenario {scenario}: {reason}", field="scenario")
+
+
+def _where(error: Exception) -> str:
+    """Return where in the file a JSON or YAML error is, as " (line L, column C)", if known."""
+    mark = getattr(error, "problem_mark", None)
+    line, column = (mark.line + 1, mark.column + 1) if mark else (None, None)
+    line = getattr(error, "lineno", line)
+    column = getattr(error, "colno", column)
+    return f" (line {line}, column {column})" if line is not None else ""
 
 
 @app.command
@@ -52,14 +83,8 @@ def simulator(
             time_scale=time_scale,
             login_scopes=None if login_scopes is None else _scopes(login_scopes),
         )
-    except (OSError, ValueError) as error:  # no such file, or not a scenario
-        exit_with(
-            InvalidParameters(
-                f"scenario: neither a built-in scenario nor a scenario file ({_reason(error)}); "
-                f"built-in: {', '.join(BUILTIN_NAMES)}",
-                field="scenario",
-            )
-        )
+    except InvalidParameters as error:
+        exit_with(error)
     print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")
     uvicorn.Server(uvicorn_config(create_app(chosen), host, port, log_level="info")).run()
 
@@ -76,11 +101,3 @@ def _scopes(names: list[str]) -> list[Scope]:
                 )
             )
     return [known[name] for name in names]
-
-
-def _reason(error: OSError | ValueError) -> str:
-    """Return why a scenario could not be read, in a few words."""
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
-    return getattr(error, "strerror", None) or str(error).splitlines()[0]

@@ -25,6 +25,8 @@ DEPRECATION_HEADER = "Deprecation"
 SUNSET_HEADER = "Sunset"
 ID_MAX_LENGTH = 128
 """The longest booking, run or action id, wherever it appears: body, path or query."""
+TEXT_MAX_LENGTH = 512
+"""The longest data reference, target, decider's name or reason."""
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
 IDEMPOTENCY_KEY_RETENTION_SECONDS = 86_400
 """A backend keeps an idempotency key at least this long (24 h) after its first use."""
@@ -54,7 +56,7 @@ ManifestDigest = Annotated[
     StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$"),
     Field(description="`sha256:<hex>` of the request's canonical manifest in RFC 8785 (JCS) form."),
 ]
-NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=TEXT_MAX_LENGTH)]
 QuoteId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),

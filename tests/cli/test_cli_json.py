@@ -22,7 +22,7 @@ from device_login import approve_in_browser
 from keyrings.alt.file import PlaintextKeyring
 
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.contract import Capabilities, Envelope, ErrorEnvelope
+from prefect_ito.contract import SCHEMA_VERSION, Capabilities, Envelope, ErrorEnvelope
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.jobs import ItoTrainingJob
 from prefect_ito.parameters import TrainingParameters
@@ -71,14 +71,14 @@ def test_capabilities_and_whoami_answer_in_the_contract_s_envelope(simulator):
     human = prefect_ito("capabilities", env=env)
 
     Envelope[Capabilities].model_validate(capabilities)  # the contract's own model reads it
-    assert capabilities["data"]["schema_version"] == "ito.training.v0.1"
+    assert capabilities["data"]["schema_version"] == SCHEMA_VERSION
     assert capabilities["data"]["api_url"] == simulator.url
     assert capabilities["live_api_contacted"] is False
     assert "simulator" in capabilities["notice"].lower()
     assert whoami["data"]["account"] == "cli"
     assert whoami["data"]["api_url"] == simulator.url
     assert human.returncode == ExitCode.SUCCESS, human.stderr
-    assert "schema version: ito.training.v0.1" in human.stdout
+    assert f"schema version: {SCHEMA_VERSION}" in human.stdout
     assert f"Itô backend {simulator.url}: live API contacted: no" in human.stdout
     assert methods(simulator) == {"GET"}
 

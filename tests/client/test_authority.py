@@ -153,7 +153,7 @@ async def test_whoami_prints_the_principal_and_the_scopes(
     token = sim.mint_token("acme", scopes=["training:read"], principal="service:nightly-train")
     monkeypatch.setenv(ENV_TOKEN, token.get_secret_value())
 
-    await cli_auth._whoami(sim.url, None)
+    cli_auth._show_whoami(await cli_auth._whoami(sim.url, None))
 
     out = capsys.readouterr().out
     assert "account:   acme\n" in out

@@ -1,0 +1,325 @@
+"""The reliability suite's plumbing: the ledger, the simulators, and the one way to submit or run.
+
+- ``--reliability-report PATH`` writes the figures the tests recorded in the ``ledger`` to PATH
+  (Markdown) and beside it as JSON (see ``ledger.py``).
+- :class:`Sweep` gathers, over the whole session, every canary token minted, every text a test
+  produced (pytest's captured output and logs, exception texts, console output), every request
+  log of every simulator, and every answer a person gave; ``test_sweep.py`` runs last and checks
+  them all.
+- Every submission goes through the ``submit`` fixture and every flow run through the
+  ``run_training`` fixture, so how work is authorized is decided in one place.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ledger import Ledger, Provenance, read_figures, render, write_figures
+from prefect import State
+from prefect.client.schemas.objects import FlowRun
+from pydantic import SecretStr
+from rich.console import Console
+
+from prefect_ito import desk, terminal
+from prefect_ito.approval import RestartDecision, pause_key
+from prefect_ito.auth import store_token
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.client import ItoClient
+from prefect_ito.contract import TrainingRequest, TrainingRun
+from prefect_ito.flows import ito_training
+from prefect_ito.simulator import (
+    Faults,
+    RequestLogEntry,
+    Scenario,
+    SimBooking,
+    SimulatorServer,
+    builtin_scenario,
+)
+
+FAST = 4_000_000.0
+"""Simulated seconds per real second: the default run takes about half a second."""
+BOOKING = "bk-h200-2x8-ib"
+DEBUG_LOGGERS = ("httpx", "prefect_ito")
+
+
+# --- the session's ledger and sweep --------------------------------------------------------------
+
+
+@dataclass
+class Sweep:
+    """What the whole session produced, for the checks that run last (``test_sweep.py``)."""
+
+    canaries: set[str] = field(default_factory=set)
+    texts: list[tuple[str, str]] = field(default_factory=list)
+    requests: list[RequestLogEntry] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+
+    def text(self, where: str, text: str) -> None:
+        """Keep a text some test produced, to be searched for canaries."""
+        self.texts.append((where, text))
+
+    def answer(self, action_id: str) -> None:
+        """Note that a person answered the action ``action_id``."""
+        self.answered.add(answer_key(action_id))
+
+
+def answer_key(action_id: str) -> str:
+    """Return the key a person's answer on ``action_id`` is kept under (its pause key)."""
+    return pause_key(SimpleNamespace(action_id=action_id))  # type: ignore[arg-type]
+
+
+LEDGER = Ledger()
+"""Every figure this session's tests recorded."""
+SWEEP = Sweep()
+"""What this session's tests produced, for the sweep."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability-report",
+        metavar="PATH",
+        default=None,
+        help="Write the reliability figures of this run to PATH (Markdown), and beside it as "
+        "JSON (PATH with the suffix .json); categories not measured keep their earlier figures.",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The sweep checks what every other test left behind, so it runs last.
+    items.sort(key=lambda item: item.path.name == "test_sweep.py")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # pytest's own capture of each phase: stdout, stderr and log records, searched by the sweep.
+    for name, text in report.sections:
+        SWEEP.text(f"{report.nodeid} {name}", text)
+    if report.longrepr is not None:
+        SWEEP.text(f"{report.nodeid} failure", str(report.longrepr))
+
+
+_STARTED = (time.monotonic(), os.getloadavg()[0])
+"""When this plumbing was loaded (as its session started), and how busy the machine was."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = session.config.getoption("reliability_report", default=None)
+    ledger = LEDGER
+    if not target or not ledger.categories:
+        return
+    path = Path(target)
+    json_path = path.with_suffix(".json")
+    args = " ".join(session.config.invocation_params.args)
+    started, load = _STARTED
+    took = time.monotonic() - started
+    run = f"the session took {took:.0f} s; load average {load:.1f} at its start"
+    ledger.stamp(Provenance.here(f"uv run pytest {args}", os.cpu_count(), run))
+    figures = ledger.merged_over(read_figures(json_path))
+    write_figures(json_path, figures)
+    path.write_text(render(figures, json_path.name), encoding="utf-8")
+
+
+@pytest.fixture
+def sweep() -> Sweep:
+    """The session's sweep material (see :class:`Sweep`)."""
+    return SWEEP
+
+
+class TestLedger:
+    """The ledger as one test sees it: what it records is credited to that test."""
+
+    __test__ = False
+
+    def __init__(self, ledger: Ledger, test: str) -> None:
+        self._ledger = ledger
+        self._test = test
+
+    def record(self, category: str, **figures: Any) -> None:
+        """Record figures of ``category``; see :meth:`ledger.Ledger.record`."""
+        self._ledger.record(category, self._test, **figures)
+
+
+@pytest.fixture
+def ledger(request: pytest.FixtureRequest) -> TestLedger:
+    """Record this test's figures for the reliability report."""
+    # Credited to the test function, not to each of its parameters.
+    return TestLedger(LEDGER, f"{request.node.path.name}::{request.node.originalname}")
+
+
+@pytest.fixture(autouse=True)
+def _debug_logging() -> Iterator[None]:
+    """Log the client and its HTTP stack at DEBUG, so the sweep searches everything they say."""
+    saved = [(logging.getLogger(name), logging.getLogger(name).level) for name in DEBUG_LOGGERS]
+    for logger, _ in saved:
+        logger.setLevel(logging.DEBUG)
+    yield
+    for logger, level in saved:
+        logger.setLevel(level)
+
+
+# --- simulators --------------------------------------------------------------------------------
+
+
+def completed_bookings(count: int, prefix: str = "bk-rel") -> list[SimBooking]:
+    """Return ``count`` completed bookings, so as many logical submissions can each have one."""
+    return [
+        SimBooking(booking_id=f"{prefix}-{index:03d}", status="completed") for index in range(count)
+    ]
+
+
+def request_for(booking_id: str, **changes: Any) -> TrainingRequest:
+    """Return a valid training request on ``booking_id``."""
+    fields: dict[str, Any] = {
+        "booking_id": booking_id,
+        "model_size": "8B",
+        "data_refs": ["catalog://ito/web-2026-10"],
+        "target": "code-assistant",
+        "budget_usd": 250_000.0,
+        **changes,
+    }
+    return TrainingRequest(**fields)
+
+
+class Backend:
+    """One simulator of one test, its bearer token (a canary), and clients for it."""
+
+    def __init__(self, sim: SimulatorServer, sweep: Sweep) -> None:
+        self.sim = sim
+        self.url = sim.url
+        self.token: SecretStr = sim.mint_token("reliability")
+        sweep.canaries.add(self.token.get_secret_value())
+        # Flows find the token where a login leaves it: the keyring, under the backend's URL.
+        store_token(self.url, self.token)
+
+    def client(self, **options: Any) -> ItoClient:
+        """Return a client of this backend with the canary token."""
+        return ItoClient(self.url, self.token, **options)
+
+    def credentials(self) -> ItoCredentials:
+        """Return the credentials block a flow uses for this backend (it holds no token)."""
+        return ItoCredentials(api_url=self.url)
+
+    def requests(self) -> list[RequestLogEntry]:
+        """Return the simulator's request log."""
+        return self.sim.requests()
+
+
+def scenario_with(
+    name: str = "default",
+    *,
+    faults: Faults | None = None,
+    bookings: list[SimBooking] | None = None,
+    time_scale: float = FAST,
+    **changes: Any,
+) -> Scenario:
+    """Return a builtin scenario with faults, more bookings, a time scale and other changes."""
+    base = builtin_scenario(name)
+    update: dict[str, Any] = {"time_scale": time_scale, **changes}
+    if faults is not None:
+        update["faults"] = faults
+    if bookings:
+        update["bookings"] = [*base.bookings, *bookings]
+    return Scenario.model_validate({**base.model_dump(), **update})
+
+
+@pytest.fixture
+def backend(sweep: Sweep) -> Iterator[Callable[..., Backend]]:
+    """Start simulators (``backend("loss-spike", faults=…)``); their logs go to the sweep."""
+    started: list[Backend] = []
+
+    def start(name: str | Scenario = "default", **options: Any) -> Backend:
+        scenario = name if isinstance(name, Scenario) else scenario_with(name, **options)
+        sim = SimulatorServer(scenario)
+        sim.start()
+        started.append(Backend(sim, sweep))
+        return started[-1]
+
+    yield start
+    for each in started:
+        sweep.requests += each.requests()
+        each.sim.stop()
+
+
+# --- the one way to submit, and the one way to run the flow --------------------------------------
+
+
+Submit = Callable[[ItoClient, TrainingRequest, str], Awaitable[TrainingRun]]
+
+
+@pytest.fixture
+def submit() -> Submit:
+    """Submit ``request`` once under ``key``: every submission of this suite goes through here."""
+
+    async def submit_once(client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
+        return await desk.submit(client, request, key)
+
+    return submit_once
+
+
+class Person:
+    """Answers each pause of a flow run through Prefect's resume API, as the UI does."""
+
+    def __init__(self, approve: bool, sweep: Sweep) -> None:
+        self.approve = approve
+        self.sweep = sweep
+        self.asked = 0
+
+    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
+        self.asked += 1
+        key = flow_run.state.state_details.pause_key if flow_run.state else None
+        assert key, "a pause without a key: nothing to tie the answer to"
+        self.sweep.answered.add(key)
+        choice = "approve" if self.approve else "reject"
+        return RestartDecision(decision=choice, decided_by="Ada", reason="looked at the curve")
+
+
+@dataclass
+class Training:
+    """How one flow run of ``ito-training`` ended, and what it printed."""
+
+    state: State[Any]
+    console: str
+    person: Person
+
+
+RunTraining = Callable[..., Awaitable[Training]]
+
+
+@pytest.fixture
+def run_training(prefect_server: str, sweep: Sweep) -> RunTraining:
+    """Run ``ito-training`` for a backend here, a :class:`Person` answering its pauses.
+
+    ``run_training(backend, approve=True, booking=…, model_size=…)``: the keywords replace
+    fields of the ``training`` parameter. Every flow run of this suite goes through here.
+    """
+
+    async def run(
+        target: Backend, *, approve: bool = True, credentials: Any = None, **training: Any
+    ) -> Training:
+        fields: dict[str, Any] = {
+            "booking": BOOKING,
+            "model_size": "8B",
+            "data": ["catalog://ito/web-2026-10"],
+            "target": "code-assistant",
+            "budget_usd": 250_000.0,
+            "approval_timeout": 300,
+            **training,
+        }
+        parameters = {"training": fields, "credentials": credentials or target.credentials()}
+        out = io.StringIO()
+        person = Person(approve, sweep)
+        console = Console(file=out, width=120)
+        state = await terminal.run_training(ito_training, parameters, person, console, poll=0.3)
+        sweep.text("flow console", out.getvalue())
+        sweep.text("flow state", f"{state.name}: {state.message}")
+        return Training(state=state, console=out.getvalue(), person=person)
+
+    return run

@@ -1,0 +1,275 @@
+"""The reliability ledger: what each trial measured, and the report written from it.
+
+Tests record figures through the ``ledger`` fixture (see ``conftest.py``): how many trials of a
+category ran, which faults were injected how often, the outcomes, the duplicates and leaks found
+(counted from the simulator's own state and request log, never from the client's view), and
+named measures such as how long a ``Retry-After`` was waited out. Every figure comes from a
+measurement in this run; nothing in the report is written by hand.
+
+``pytest tests/reliability --reliability-report docs/reliability.md`` renders the figures of the
+run into that Markdown file and keeps them beside it as JSON (``docs/reliability.json``). A
+category this run did not measure keeps the figures an earlier run recorded there, with that
+run's machine and command, so trials that run elsewhere (the crash and watcher trials against a
+real Prefect server and worker) add their categories to the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CATEGORIES",
+    "METHODS",
+    "Figures",
+    "Ledger",
+    "Provenance",
+    "read_figures",
+    "render",
+    "write_figures",
+]
+
+CATEGORIES: dict[str, str] = {
+    "lost-answers": "Lost answers and timeouts after sending",
+    "storms": "503 and 429 storms",
+    "crashes": "Crashes of the supervising process",
+    "watcher": "Watcher faults",
+    "revocation": "A credential revoked mid-run",
+    "bad-input": "Bad input",
+    "malformed-answers": "Malformed backend answers",
+    "secrets": "Secrets (canary tokens)",
+    "never-alone": "Never acts on its own",
+}
+"""The categories of the report, in its order."""
+METHODS: dict[str, str] = {
+    "lost-answers": "Fifty logical submissions, decisions and cancels each lose their answer after "
+    "the backend committed them, and fifty time out after sending while the backend still holds "
+    "the write in flight; flow runs lose, or time out on, their submission's answer. Duplicates "
+    "are the runs, decisions and `cancel_requested` events beyond one per logical write, counted "
+    "in the simulator.",
+    "storms": "30 % of answers are `503` and 10 % are `429` with `Retry-After: 1`. Many callers "
+    "of one process share its retry budget; callers of their own each retry alone, and the wait "
+    "after each `429` is timed; whole pipelines (a loss spike a person decides, post-training "
+    "through RLVR) run in the storm. A call that gives up in the storm ends as "
+    "`BackendUnavailable`; a final `409` is never sent again.",
+    "crashes": "The supervising process is killed mid-run on a real Prefect server and worker.",
+    "watcher": "The watcher meets faults of Prefect and of the backend.",
+    "revocation": "The token is revoked at the backend while a flow long-polls its run; the "
+    "simulator's request log shows every request after the revocation.",
+    "bad-input": "Flow parameters, command-line options, block fields and scenario files, from "
+    "tables and from hypothesis: each refusal names its field, comes with exit code 2, and no "
+    "request reaches the simulator. Unusual but valid text (shell metacharacters, any script) "
+    "reaches the backend byte for byte.",
+    "malformed-answers": "A tap between the client and the simulator rewrites answers while a "
+    "run is supervised. Fuzzed bodies are fed to the response parser by "
+    "`tests/client/test_parser_fuzz.py`.",
+    "secrets": "Every token of the suite is a canary, searched for (with anything shaped like a "
+    "simulator token) in every test's captured output and log records, command output, state and "
+    "exception texts, Prefect's API (block documents with secrets, logs, flow and task runs, "
+    "artifacts, events) and every byte of the files under the session's Prefect homes.",
+    "never-alone": "Every request any simulator of the suite answered is matched against the "
+    "endpoints of the OpenAPI document, and every restart decision posted against the answers "
+    "people gave.",
+}
+"""How each category is measured, for the report."""
+
+
+@dataclass
+class Provenance:
+    """Where and how figures were measured."""
+
+    machine: str
+    command: str
+    date: str
+    run: str = ""
+    """How long the run took, and how busy the machine was."""
+
+    @classmethod
+    def here(cls, command: str, cpus: int | None, run: str) -> Provenance:
+        """Return the provenance of figures measured now, on this machine."""
+        machine = (
+            f"{platform.system()} {platform.machine()}, {cpus or '?'} CPUs, "
+            f"Python {platform.python_version()}"
+        )
+        date = datetime.now(UTC).strftime("%Y-%m-%d")
+        return cls(machine=machine, command=command, date=date, run=run)
+
+
+@dataclass
+class Figures:
+    """The figures of one category, summed over the tests that recorded them."""
+
+    trials: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    duplicates: int = 0
+    leaks: int = 0
+    measures: dict[str, str] = field(default_factory=dict)
+    tests: list[str] = field(default_factory=list)
+    provenance: Provenance | None = None
+
+    def add(
+        self,
+        test: str,
+        *,
+        trials: int,
+        faults: dict[str, int] | None,
+        outcomes: dict[str, int] | None,
+        duplicates: int,
+        leaks: int,
+        measures: dict[str, str] | None,
+    ) -> None:
+        """Add one test's figures."""
+        self.trials += trials
+        self.faults.update(faults or {})
+        self.outcomes.update(outcomes or {})
+        self.duplicates += duplicates
+        self.leaks += leaks
+        self.measures.update(measures or {})
+        if test not in self.tests:
+            self.tests.append(test)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the figures as plain JSON."""
+        return {
+            "trials": self.trials,
+            "faults": dict(self.faults),
+            "outcomes": dict(self.outcomes),
+            "duplicates": self.duplicates,
+            "leaks": self.leaks,
+            "measures": self.measures,
+            "tests": self.tests,
+            "provenance": vars(self.provenance) if self.provenance else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Figures:
+        """Return the figures :meth:`to_json` wrote."""
+        provenance = data.get("provenance")
+        return cls(
+            trials=data["trials"],
+            faults=Counter(data["faults"]),
+            outcomes=Counter(data["outcomes"]),
+            duplicates=data["duplicates"],
+            leaks=data["leaks"],
+            measures=dict(data["measures"]),
+            tests=list(data["tests"]),
+            provenance=Provenance(**provenance) if provenance else None,
+        )
+
+
+class Ledger:
+    """Every figure the tests of one session recorded, by category."""
+
+    def __init__(self) -> None:
+        self.categories: dict[str, Figures] = {}
+
+    def record(
+        self,
+        category: str,
+        test: str,
+        *,
+        trials: int,
+        faults: dict[str, int] | None = None,
+        outcomes: dict[str, int] | None = None,
+        duplicates: int = 0,
+        leaks: int = 0,
+        measures: dict[str, str] | None = None,
+    ) -> None:
+        """Record what one test measured in ``category`` (one of :data:`CATEGORIES`)."""
+        if category not in CATEGORIES:
+            raise ValueError(f"unknown reliability category {category!r}")
+        figures = self.categories.setdefault(category, Figures())
+        figures.add(
+            test,
+            trials=trials,
+            faults=faults,
+            outcomes=outcomes,
+            duplicates=duplicates,
+            leaks=leaks,
+            measures=measures,
+        )
+
+    def stamp(self, provenance: Provenance) -> None:
+        """Say where and how every figure of this session was measured."""
+        for figures in self.categories.values():
+            figures.provenance = provenance
+
+    def merged_over(self, earlier: dict[str, Figures]) -> dict[str, Figures]:
+        """Return this session's figures, and an earlier run's for categories it did not measure."""
+        return {**earlier, **self.categories}
+
+
+def read_figures(path: Path) -> dict[str, Figures]:
+    """Return the figures kept in ``path`` (JSON), or none if there is no such file."""
+    if not path.exists():
+        return {}
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    return {name: Figures.from_json(data) for name, data in raw.items()}
+
+
+def write_figures(path: Path, figures: dict[str, Figures]) -> None:
+    """Keep ``figures`` in ``path`` as JSON, in the report's order."""
+    ordered = {name: figures[name].to_json() for name in CATEGORIES if name in figures}
+    path.write_text(json.dumps(ordered, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{kind} {count}" for kind, count in sorted(counter.items())) or "—"
+
+
+def render(figures: dict[str, Figures], json_name: str) -> str:
+    """Return the Markdown report of ``figures``."""
+    lines = [
+        "# Reliability and security, in figures",
+        "",
+        "These figures come from `tests/reliability`, a fault-injection and bad-input suite that "
+        "runs with every `uv run pytest`. Each trial drives prefect-ito against the reference "
+        "simulator (on a loopback port) and, where flows run, the test session's Prefect server. "
+        "Duplicates are counted from the simulator's own runs and request log, never from what the "
+        "client believes; leaks are searched for in every place the suite can read. This page is "
+        "generated — regenerate it, with the figures of your machine, by running:",
+        "",
+        "```sh",
+        "uv run pytest tests/reliability --reliability-report docs/reliability.md",
+        "```",
+        "",
+        f"The figures are also kept as JSON in `{json_name}`. A category a run does not measure "
+        "keeps the figures of the run that did, with that run's machine and command; tests "
+        "record figures through the suite's `ledger` fixture (see `tests/reliability/ledger.py`).",
+        "",
+        "| category | trials | faults injected | outcomes | duplicates | leaks |",
+        "|---|---:|---|---|---:|---:|",
+    ]
+    for name, title in CATEGORIES.items():
+        if name not in figures:
+            lines.append(f"| {title} | not measured | | | | |")
+            continue
+        f = figures[name]
+        lines.append(
+            f"| {title} | {f.trials} | {_counts(f.faults)} | {_counts(f.outcomes)} "
+            f"| {f.duplicates} | {f.leaks} |"
+        )
+    for name in CATEGORIES:
+        if name in figures:
+            lines += ["", *_section(name, figures[name])]
+    return "\n".join(lines) + "\n"
+
+
+def _section(name: str, figures: Figures) -> list[str]:
+    lines = [f"## {CATEGORIES[name]}", "", METHODS[name], ""]
+    if figures.measures:
+        lines += ["| measure | value |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in figures.measures.items()]
+        lines.append("")
+    lines.append("Measured by " + ", ".join(f"`{test}`" for test in figures.tests) + ".")
+    if figures.provenance is not None:
+        p = figures.provenance
+        took = f" ({p.run})" if p.run else ""
+        lines += ["", f"On {p.machine}, {p.date}, with `{p.command}`{took}."]
+    return lines

@@ -1,0 +1,214 @@
+"""Storms: 30 % of answers are 503 and 10 % are 429 with ``Retry-After``.
+
+At the client, many concurrent calls of one process share its retry budget: the tap times every
+wait after a 429 (``Retry-After`` must be waited out), the simulator's log counts every retry
+(the budget must bound them), and no call is sent again after a final 409. Whole pipelines —
+submission, gates, a loss spike a person decides, post-training — must complete in the storm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+from typing import Any
+
+from conftest import Backend, completed_bookings, request_for
+from transports import Tap
+
+from prefect_ito._retry import (
+    RETRY_BUDGET_CAPACITY,
+    RETRY_BUDGET_REFILL_PER_SECOND,
+    RetryBudget,
+)
+from prefect_ito.client import ItoClient
+from prefect_ito.exceptions import (
+    BackendUnavailable,
+    BookingBusy,
+    IdempotencyKeyReused,
+    ItoError,
+    RateLimited,
+)
+from prefect_ito.simulator import Faults
+
+RETRY_AFTER = 1
+LANES = 12
+
+
+def storm(seed: int) -> Faults:
+    return Faults(
+        seed=seed, unavailable_rate=0.3, rate_limited_rate=0.1, retry_after_seconds=RETRY_AFTER
+    )
+
+
+async def lane(client: ItoClient, submit: Any, index: int) -> Counter[str]:
+    """One caller's share of the calls: reads, a submission, and two writes that get a 409.
+
+    Every request of a lane is its own (its booking, its keys), so a resend is attributable.
+    """
+    booking = f"bk-rel-{index:03d}"
+    outcomes: Counter[str] = Counter()
+
+    async def call(name: str, coroutine: Any, final: type[ItoError] | None = None) -> None:
+        try:
+            await coroutine
+            outcomes["answered"] += 1
+        except (BackendUnavailable, RateLimited):
+            outcomes["gave up in the storm"] += 1
+        except ItoError as error:
+            if final is None or not isinstance(error, final):
+                raise
+            outcomes[f"final {error.code}"] += 1
+
+    await call("eligibility", client.get_training_eligibility(booking))
+    request = request_for(booking)
+    await call("submission", submit(client, request, f"storm-{booking}"))
+    other = request_for(booking, budget_usd=1_000.0)
+    # The same key for another request, and another request on the busy booking: both final.
+    await call("reused key", submit(client, other, f"storm-{booking}"), IdempotencyKeyReused)
+    await call("busy booking", submit(client, other, f"storm-busy-{booking}"), BookingBusy)
+    await call("active runs", client.list_active_runs(booking))
+    await call("run by key", client.find_run_by_idempotency_key(f"storm-{booking}"))
+    return outcomes
+
+
+def waits_after_429(tap: Tap) -> list[float]:
+    """Seconds between each 429 and the next send of the same request, on the tap's clock."""
+    waits = []
+    for index, (at, request, status) in enumerate(tap.timeline):
+        if status != 429:
+            continue
+        sends = (t for t, r, s in tap.timeline[index + 1 :] if r == request and s is None)
+        resent = next(sends, None)
+        if resent is not None:
+            waits.append(resent - at)
+    return waits
+
+
+def resent_after_final_409(log: list[Any]) -> list[Any]:
+    """Return the requests that answered a final 409 and whose key was sent again later."""
+    return [
+        entry
+        for index, entry in enumerate(log)
+        if entry.status == 409
+        and any(later.idempotency_key == entry.idempotency_key for later in log[index + 1 :])
+    ]
+
+
+async def test_many_callers_of_one_process_stay_within_its_retry_budget(backend, submit, ledger):
+    target: Backend = backend(bookings=completed_bookings(LANES), faults=storm(seed=5))
+    started = time.monotonic()
+    async with target.client() as client:  # one client: the process's shared retry budget
+        results = await asyncio.gather(*(lane(client, submit, i) for i in range(LANES)))
+    elapsed = time.monotonic() - started
+
+    outcomes = sum(results, Counter())
+    log = target.requests()
+    calls = sum(outcomes.values())
+    retries = len(log) - calls
+    statuses = Counter(entry.status for entry in log)
+    allowed = RETRY_BUDGET_CAPACITY + RETRY_BUDGET_REFILL_PER_SECOND * elapsed
+    resent = resent_after_final_409(log)
+    ledger.record(
+        "storms",
+        trials=calls,
+        faults={"503": statuses[503], "429": statuses[429]},
+        outcomes=dict(outcomes),
+        measures={
+            "retry budget (one process, 12 callers at once)": f"{retries} retries in "
+            f"{elapsed:.1f} s; the budget allows {allowed:.1f} ({RETRY_BUDGET_CAPACITY:g} + "
+            f"{RETRY_BUDGET_REFILL_PER_SECOND:g}/s)",
+            "requests sent again after a final 409": str(len(resent)),
+        },
+    )
+    assert statuses[429] and statuses[503] and statuses[409]
+    assert 0 < retries <= allowed
+    assert resent == []
+    assert outcomes["answered"] and outcomes["gave up in the storm"]
+
+
+async def test_every_429_is_waited_out_for_its_retry_after(backend, submit, ledger):
+    # Callers with budgets of their own, as separate processes: every 429 may be retried.
+    target: Backend = backend(bookings=completed_bookings(LANES), faults=storm(seed=11))
+    taps = [Tap() for _ in range(LANES)]
+
+    async def alone(index: int) -> Counter[str]:
+        async with target.client(transport=taps[index], retry_budget=RetryBudget()) as client:
+            return await lane(client, submit, index)
+
+    results = await asyncio.gather(*(alone(index) for index in range(LANES)))
+
+    waits = [wait for tap in taps for wait in waits_after_429(tap)]
+    log = target.requests()
+    statuses = Counter(entry.status for entry in log)
+    resent = resent_after_final_409(log)
+    ledger.record(
+        "storms",
+        trials=sum(sum(result.values()) for result in results),
+        faults={"503": statuses[503], "429": statuses[429]},
+        outcomes=dict(sum(results, Counter())),
+        measures={
+            "Retry-After honoured (client's clock)": f"{sum(w >= RETRY_AFTER for w in waits)} of "
+            f"{len(waits)} resends ≥ {RETRY_AFTER} s after the 429 (shortest "
+            f"{min(waits, default=0):.2f} s, median "
+            f"{statistics.median(waits) if waits else 0:.2f} s)",
+        },
+    )
+    assert waits and min(waits) >= RETRY_AFTER
+    assert resent == []
+
+
+STORMY_FLOWS = 2
+
+
+async def test_whole_pipelines_complete_in_a_storm(backend, run_training, ledger):
+    # A loss spike a person decides, then post-training through RLVR: every kind of call.
+    targets = [
+        backend("loss-spike", faults=storm(seed=seed), time_scale=1_000_000)
+        for seed in range(STORMY_FLOWS)
+    ]
+
+    trainings = await asyncio.gather(
+        *(run_training(target, post_training="rlvr") for target in targets)
+    )
+
+    logs = [target.requests() for target in targets]
+    statuses = Counter(entry.status for log in logs for entry in log)
+    waits = [gap for log in logs for gap in _server_gaps_after_429(log)]
+    honoured = sum(wait >= RETRY_AFTER for wait in waits)
+    outcomes = Counter(training.state.name for training in trainings)
+    runs = [len(target.sim.runs()) for target in targets]
+    ledger.record(
+        "storms",
+        trials=STORMY_FLOWS,
+        faults={"503": statuses[503], "429": statuses[429]},
+        outcomes={f"flow {name}": count for name, count in outcomes.items()},
+        duplicates=sum(count - 1 for count in runs),
+        measures={
+            "Retry-After honoured (flows, simulator's log)": f"{honoured} of {len(waits)} "
+            f"resends ≥ {RETRY_AFTER} s after the 429",
+        },
+    )
+    assert outcomes == {"Completed": STORMY_FLOWS}, [t.state.message for t in trainings]
+    assert runs == [1] * STORMY_FLOWS
+    assert all(training.person.asked == 1 for training in trainings)
+    assert statuses[503] and statuses[429]
+    assert all(wait >= RETRY_AFTER for wait in waits)
+
+
+def _server_gaps_after_429(log: list[Any]) -> list[float]:
+    """Seconds from each 429 to the next request of the same path and key, by the simulator."""
+    gaps = []
+    for index, entry in enumerate(log):
+        if entry.status != 429:
+            continue
+        later = [
+            e
+            for e in log[index + 1 :]
+            if (e.method, e.path, e.idempotency_key)
+            == (entry.method, entry.path, entry.idempotency_key)
+        ]
+        if later:
+            gaps.append((later[0].time - entry.time).total_seconds())
+    return gaps
