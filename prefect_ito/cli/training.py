@@ -97,13 +97,14 @@ def train(
     """
     output.use_json(json_output)
     parameters = training_parameters(training, data_file)
-    if confirm is None and authorization is None and not terminal.interactive():
-        _fail(_nobody_to_confirm())
     flow_parameters = {
         "training": parameters,
         "credentials": command_credentials(credentials, api_url),
         "authorization": authorization,
     }
+    # Bad options first, each named; then whether anyone here can confirm the spend.
+    if confirm is None and authorization is None and not terminal.interactive():
+        _fail(_nobody_to_confirm())
 
     def confirmer() -> terminal.Confirmer | None:
         return run_command(_spend_confirmer(parameters, confirm, name, authorization))
