@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from multiprocessing.connection import Connection
 from types import TracebackType
@@ -35,7 +35,7 @@ os.environ.update(
     }
 )
 
-from prefect_ito.blocks import ItoCredentials  # noqa: E402
+from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization  # noqa: E402
 from prefect_ito.contract import BookingStatus  # noqa: E402
 from prefect_ito.jobs import ItoTrainingJob  # noqa: E402
 from prefect_ito.parameters import TrainingParameters  # noqa: E402
@@ -180,7 +180,22 @@ def training_job(url: str, booking: str = BOOKING) -> ItoTrainingJob:
         budget_usd=250_000.0,
         post_training="rlvr",
     )
-    return ItoTrainingJob(credentials=ItoCredentials(api_url=url), training=training)
+    return ItoTrainingJob(
+        credentials=ItoCredentials(api_url=url),
+        training=training,
+        authorization=standing_authorization(),
+    )
+
+
+def standing_authorization() -> ItoSpendAuthorization:
+    """Return the standing authorization the benchmarks' runs are confirmed under (simulator)."""
+    return ItoSpendAuthorization(
+        authorized_by="prefect-ito benchmarks",
+        max_budget_usd=1e9,
+        booking_ids=["bk-*"],
+        expires_at=datetime.now(UTC) + timedelta(days=1),
+        note="benchmarks against the reference simulator, which spends nothing",
+    )
 
 
 def real_instant(at: datetime, sim: Scenario, loaded_at: float) -> float:

@@ -46,7 +46,11 @@ from prefect.states import Running, Suspended  # noqa: E402
 from prefect.types.entrypoint import EntrypointType  # noqa: E402
 
 from prefect_ito.blocks import ItoCredentials  # noqa: E402
-from prefect_ito.contract import TrainingRun  # noqa: E402
+from prefect_ito.contract import (  # noqa: E402
+    ConfirmationVia,
+    SpendConfirmation,
+    TrainingRun,
+)
 from prefect_ito.deferral import Deferral, deferral_key  # noqa: E402
 from prefect_ito.flows import ito_training  # noqa: E402
 from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402
@@ -106,8 +110,14 @@ async def submit_runs(url: str, n: int) -> list[TrainingRun]:
         runs = []
         for i in range(n):
             request = training_for(booking_id(i)).to_request(BookingClaim(booking_id=booking_id(i)))
+            quote = await client.quote_training_run(request.to_submission())
+            confirmation = SpendConfirmation(
+                quote_id=quote.quote_id,
+                confirmed_by="prefect-ito benchmarks",
+                via=ConfirmationVia.PERSON,
+            )
             submission = await client.submit_training_run(
-                request.to_submission(), idempotency_key=f"bench-{n}-{i}"
+                request.to_submission().confirmed(confirmation), idempotency_key=f"bench-{n}-{i}"
             )
             runs.append(submission.run)
         return runs

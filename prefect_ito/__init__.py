@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from prefect_ito.blocks import ItoBooking, ItoCredentials
+from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
 from prefect_ito.chaining import emit_booking_completed
 from prefect_ito.client import ItoClient
 from prefect_ito.exceptions import ItoError
@@ -19,6 +19,7 @@ __all__ = [
     "ItoClient",
     "ItoCredentials",
     "ItoError",
+    "ItoSpendAuthorization",
     "ItoTrainingJob",
     "ItoTrainingRun",
     "__version__",

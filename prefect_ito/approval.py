@@ -2,25 +2,21 @@
 
 The backend holds the run and proposes a restart; only a person decides. The main flow (never a
 subflow: Prefect cannot suspend subflows) waits for a typed :class:`RestartDecision`, which the
-Prefect UI renders as a form under the spike's context. A flow run from a deployment suspends,
-holding no infrastructure while it waits; any other flow run pauses in its process.
+Prefect UI renders as a form under the spike's context, asked through :mod:`prefect_ito.asking`: a
+flow run from a deployment suspends, holding no infrastructure while it waits; any other flow run
+pauses in its process.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any, Literal
 
 from prefect import get_run_logger
-from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
-from prefect.input.actions import aread_flow_run_input
-from prefect.input.run_input import keyset_from_base_key
 from pydantic import Field, model_validator
 
-from prefect_ito import charts
-from prefect_ito.cancellation import stop_requested
+from prefect_ito import asking, charts
 from prefect_ito.cards import when
 from prefect_ito.contract import (
     CheckpointRef,
@@ -30,12 +26,7 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.exceptions import AwaitingDecision
-from prefect_ito.flow_run import can_suspend
 from prefect_ito.settings import ItoSettings
-
-PAUSE_MARGIN_SECONDS = 5.0
-"""How long before Prefect's own pause deadline an in-process wait gives up by itself."""
-
 
 Choice = Literal["approve", "reject"]
 
@@ -144,11 +135,8 @@ async def ask_person(
 ) -> RestartDecision | None:
     """Wait for a person's decision on the run's pending action; None if the flow run was cancelled.
 
-    A flow run from a deployment (and no subflow) suspends: that ends this process, and Prefect
-    re-runs the flow from the top once resumed, where the stable pause key returns the same answer
-    without asking again. Any other flow run pauses in-process, watching for a cancellation, and
-    gives up :data:`PAUSE_MARGIN_SECONDS` before Prefect's own deadline, after which the server
-    would turn any final state into "never resumed".
+    Asked through :func:`prefect_ito.asking.ask`: a flow run from a deployment suspends, any other
+    pauses in-process; the stable pause key returns the same answer after a resumed suspension.
 
     Raises:
         AwaitingDecision: nobody decided in time; the action stays pending at the backend.
@@ -156,64 +144,33 @@ async def ask_person(
     action = run.pending_action
     if action is None:
         raise ValueError(f"run {run.run_id} waits for no decision")
-    suspending = can_suspend()
-    if suspending and (answer := await _answered_suspension(action)) is not None:
-        return answer  # resumed: asking (and logging that it waits) again would mislead
-    get_run_logger().warning(
-        "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the run. "
-        "Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
-        action.stage,
-        action.step,
-        _spike(action)[2].checkpoint_id,
-    )
-    form = RestartDecision.with_initial_data(description=describe(run, action))
-    if suspending:
-        return await asuspend_flow_run(
-            wait_for_input=form, timeout=int(timeout), key=pause_key(action)
+
+    def waiting() -> None:
+        get_run_logger().warning(
+            "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the "
+            "run. Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
+            action.stage,
+            action.step,
+            _spike(action)[2].checkpoint_id,
         )
-    pause = asyncio.ensure_future(
-        apause_flow_run(
-            wait_for_input=form,
-            timeout=int(timeout),
-            poll_interval=max(1, int(poll_interval)),
-            key=pause_key(action),
-        )
-    )
-    try:
-        return await _first_of(pause, poll_interval, max(0.0, timeout - PAUSE_MARGIN_SECONDS))
-    except TimeoutError:
-        raise AwaitingDecision(
+
+    def timed_out() -> AwaitingDecision:
+        return AwaitingDecision(
             f"nobody decided on the restart proposed for run {run.run_id} "
             f"({action.action_id}) within {timeout:g} s; it stays pending at the backend, and "
             "running the flow again re-attaches and asks again",
             run_id=run.run_id,
-        ) from None
-    finally:
-        pause.cancel()
+        )
 
-
-async def _answered_suspension(action: PendingAction) -> RestartDecision | None:
-    """Return the answer a person already gave to this action's suspension, if any.
-
-    A resumed suspension runs the flow again from the top. Prefect's own ``suspend_flow_run``
-    would hand the stored answer back too, but only after logging "Suspending flow run" and
-    proposing a suspension the server then refuses.
-    """
-    keyset = keyset_from_base_key(f"suspended-{pause_key(action)}")
-    stored = await aread_flow_run_input(key=keyset["response"])
-    return None if stored is None else RestartDecision.model_validate(stored)
-
-
-async def _first_of(
-    pause: asyncio.Future[RestartDecision], poll_interval: float, give_up_after: float
-) -> RestartDecision | None:
-    async with asyncio.timeout(give_up_after):
-        while True:
-            done, _ = await asyncio.wait({pause}, timeout=poll_interval)
-            if done:
-                return pause.result()
-            if await stop_requested(None):
-                return None
+    return await asking.ask(
+        RestartDecision,
+        key=pause_key(action),
+        description=describe(run, action),
+        timeout=timeout,
+        poll_interval=poll_interval,
+        waiting=waiting,
+        timed_out=timed_out,
+    )
 
 
 async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | None:

@@ -1,12 +1,15 @@
-"""Prefect blocks: where the Itô backend is, and which completed booking to train on.
+"""Prefect blocks: where the Itô backend is, which completed booking to train on, and who stands
+behind unattended spend.
 
-Neither block holds a secret. :class:`ItoCredentials` says which backend and which keyring entry
+No block holds a secret. :class:`ItoCredentials` says which backend and which keyring entry
 to use, and resolves the token only when :meth:`ItoCredentials.get_client` is called (see
 :mod:`prefect_ito.auth`), so the block document Prefect stores never contains it.
 """
 
 from __future__ import annotations
 
+import fnmatch
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect.blocks.abstract import CredentialsBlock
@@ -15,11 +18,19 @@ from pydantic import Field, ValidationError, field_validator
 
 from prefect_ito.auth import normalise_api_url, resolve_api_url, resolve_token
 from prefect_ito.client import ItoClient
+from prefect_ito.contract import TrainingQuote, TrainingRequest
 from prefect_ito.exceptions import InvalidParameters, ItoError
 
-__all__ = ["ItoBooking", "ItoCredentials", "resolve_credentials"]
+__all__ = [
+    "ItoBooking",
+    "ItoCredentials",
+    "ItoSpendAuthorization",
+    "resolve_authorization",
+    "resolve_credentials",
+]
 
 _DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/credentials.md"
+_FLOWS_DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/flows.md"
 
 
 class ItoCredentials(CredentialsBlock):
@@ -163,3 +174,136 @@ async def resolve_credentials(
         return ItoCredentials(api_url=resolve_api_url(None))
     except ItoError as error:
         raise InvalidParameters(f"credentials: {error}") from None
+
+
+class ItoSpendAuthorization(Block):
+    """A person's standing authorization to spend on unattended training runs, within limits.
+
+    A schedule or a trigger has nobody to confirm a spend. A person creates this block in
+    advance; a training flow run that names it confirms on that person's behalf when a request
+    is within every limit (the backend records who authorized it), and asks a person otherwise.
+
+    Example:
+        Name a saved authorization in a training flow run:
+        ```python
+        from prefect_ito.blocks import ItoSpendAuthorization
+        from prefect_ito.flows import ito_training
+
+        authorization = ItoSpendAuthorization.load("BLOCK_NAME")
+        await ito_training(training, credentials="desk", authorization=authorization)
+        ```
+    """
+
+    _block_type_name = "Itô Spend Authorization"
+    _block_type_slug = "ito-spend-authorization"
+    _logo_url = None
+    _description = (
+        "A person's standing authorization to spend on unattended Itô training runs: who, "
+        "the most per run, which bookings, targets and model sizes, and until when."
+    )
+    _documentation_url = _FLOWS_DOCS_URL  # type: ignore[assignment]
+
+    authorized_by: str = Field(
+        min_length=1,
+        description="Who authorizes the spend; the backend records this name for each run.",
+    )
+    max_budget_usd: float = Field(
+        gt=0, description="The largest budget_usd a run may have, in US dollars."
+    )
+    booking_ids: list[str] = Field(
+        min_length=1,
+        description="Bookings the authorization covers, by id or shell-style pattern (bk-h200-*).",
+    )
+    targets: list[str] = Field(
+        default_factory=list, description="Targets it covers; empty covers any target."
+    )
+    model_sizes: list[str] = Field(
+        default_factory=list, description="Model sizes it covers (8B…); empty covers any size."
+    )
+    expires_at: datetime = Field(
+        description="When the authorization ends, with a time zone (e.g. 2027-01-31T00:00:00Z)."
+    )
+    note: str | None = Field(default=None, description="Why it was given, for the record.")
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("expires_at needs a time zone, e.g. 2027-01-31T00:00:00Z")
+        return value
+
+    @property
+    def label(self) -> str:
+        """The name the backend records beside the person: the block's, once saved or loaded."""
+        return getattr(self, "_block_document_name", None) or "(unsaved)"
+
+    def not_covered(
+        self,
+        request: TrainingRequest,
+        quote: TrainingQuote | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> list[str]:
+        """Return why ``request`` (and its ``quote``) is not covered; empty when it is.
+
+        Without a quote only the request's own limits are weighed; with one, also the backend's
+        plan (a refused plan) and the booking's term (a run that may outlast it).
+        """
+        reasons = [reason for reason in self._request_limits(request, now) if reason]
+        if quote is not None:
+            if quote.plan.parallelism.refused:
+                reasons.append(f"the backend refuses the plan ({quote.plan.parallelism.reason})")
+            if not quote.ends_before_term:
+                reasons.append(
+                    f"the run may outlast the booking's term, which ends "
+                    f"{quote.term_end.isoformat()}"
+                )
+        return reasons
+
+    def _request_limits(self, request: TrainingRequest, now: datetime | None) -> list[str]:
+        moment = now or datetime.now(UTC)
+        booking = request.booking_id
+        return [
+            f"it expired at {self.expires_at.isoformat()}" if self.expires_at <= moment else "",
+            f"the budget ${request.budget_usd:,.2f} is above its ${self.max_budget_usd:,.2f} "
+            "per run"
+            if request.budget_usd > self.max_budget_usd
+            else "",
+            f"booking {booking} is not among its bookings ({', '.join(self.booking_ids)})"
+            if not any(fnmatch.fnmatchcase(booking, p) for p in self.booking_ids)
+            else "",
+            f"target {request.target!r} is not among its targets"
+            if self.targets and request.target not in self.targets
+            else "",
+            f"model size {request.model_size} is not among its sizes "
+            f"({', '.join(self.model_sizes)})"
+            if self.model_sizes and request.model_size not in self.model_sizes
+            else "",
+        ]
+
+
+async def resolve_authorization(
+    authorization: ItoSpendAuthorization | str | dict[str, Any] | None,
+) -> ItoSpendAuthorization | None:
+    """Return the standing authorization: given, loaded by name, or None.
+
+    A dict is a block's fields as Prefect stores a flow run's parameters.
+
+    Raises:
+        InvalidParameters: no block has that name, or the fields are not a block's.
+    """
+    if authorization is None or isinstance(authorization, ItoSpendAuthorization):
+        return authorization
+    if isinstance(authorization, str):
+        try:
+            return await ItoSpendAuthorization.aload(authorization)
+        except ValueError as exc:
+            raise InvalidParameters(
+                f"authorization: no ItoSpendAuthorization block named {authorization!r}"
+            ) from exc
+    try:
+        return ItoSpendAuthorization.model_validate(authorization)
+    except ValidationError as exc:
+        raise InvalidParameters(
+            f"authorization: not an ItoSpendAuthorization block ({exc.errors()[0]['msg']})"
+        ) from None

@@ -61,6 +61,7 @@ from prefect_ito.contract import (
     Submission,
     TokenGrant,
     TrainingEligibility,
+    TrainingQuote,
     TrainingRun,
     TrainingRunList,
     TrainingRunRequest,
@@ -99,6 +100,8 @@ class _Call:
     body: dict[str, Any] | None = None
     idempotency_key: str | None = None
     timeout: httpx.Timeout | None = None
+    repeatable: bool = False
+    """A POST without a key that is still safe to send again: it creates nothing."""
 
     @property
     def endpoint(self) -> str:
@@ -227,6 +230,24 @@ class ItoClient:
         return await self._request(call, TrainingEligibility)
 
     # --- training runs ------------------------------------------------------------------------
+
+    async def quote_training_run(self, request: TrainingRunRequest) -> TrainingQuote:
+        """Return the backend's quote for a submission: plan preview, estimate, quote id.
+
+        It creates no work and spends nothing, so it is retried like a read. A person confirms
+        the quote, and the submission carries the confirmation (contract v0.3).
+
+        Args:
+            request: The submission body (its ``confirmation``, if any, is not needed).
+        """
+        call = _Call(
+            "POST",
+            "/v0/training-quotes",
+            f"{API_PREFIX}/training-quotes",
+            body=request.model_dump(mode="json", exclude={"confirmation"}),
+            repeatable=True,
+        )
+        return await self._request(call, TrainingQuote)
 
     async def submit_training_run(
         self, request: TrainingRunRequest, *, idempotency_key: str
@@ -502,7 +523,7 @@ class ItoClient:
         """Return the wait before the next attempt, or None if there is to be none."""
         if not should_retry(
             method=call.method,
-            idempotent=call.idempotency_key is not None,
+            idempotent=call.idempotency_key is not None or call.repeatable,
             status_code=status_code,
             attempt=attempt,
             max_retries=self._max_retries,

@@ -2,15 +2,18 @@
 
 The demo starts the simulator on a free loopback port, mints a demo token that never leaves this
 process (it lives in an in-memory keyring, never in the environment a child process inherits),
-and runs the real ``ito-training`` flow in Prefect's ephemeral mode. When the flow asks for a
-restart decision, a person at the terminal answers; without a terminal, a scripted demo operator
-answers through the same resume API a person would use — and it refuses to answer for any backend
-but the demo's own simulator. Real runs always wait for a human.
+and runs the real ``ito-training`` flow in Prefect's ephemeral mode. At a terminal, a person
+confirms the spend and decides the restart. Without one, the demo confirms the spend under a
+standing authorization it makes in memory for its own simulator booking and budget (the simulator
+spends nothing), and a scripted demo operator answers the restart through the same resume API a
+person would use — refusing to answer for any backend but the demo's own simulator. Real runs
+always wait for a human, or an authorization a human created.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import keyring
@@ -22,7 +25,7 @@ from rich.markdown import Markdown
 from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import store_token
-from prefect_ito.blocks import ItoCredentials
+from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.flows import ito_training
 from prefect_ito.memory_keyring import MemoryKeyring
@@ -66,6 +69,20 @@ class ScriptedOperator:
         )
 
 
+def demo_authorization() -> ItoSpendAuthorization:
+    """Return the standing authorization the demo confirms under without a terminal.
+
+    It covers the demo's one simulator booking and budget, for an hour, and nothing else.
+    """
+    return ItoSpendAuthorization(
+        authorized_by="prefect-ito demo",
+        max_budget_usd=DEMO_TRAINING.budget_usd,
+        booking_ids=[DEMO_BOOKING],
+        expires_at=datetime.now(UTC) + timedelta(hours=1),
+        note="made in memory by `prefect-ito demo` for its simulator, which spends nothing",
+    )
+
+
 def run_demo(
     scenario: str = "demo", *, interactive: bool | None = None, verbose: bool = False
 ) -> State[Any]:
@@ -92,7 +109,26 @@ def run_demo(
             parameters = {
                 "training": DEMO_TRAINING,
                 "credentials": ItoCredentials(api_url=simulator.url),
+                "authorization": None if person else _announced(demo_authorization(), console),
             }
+            confirmer = terminal.confirm_at_terminal if person else None
             return asyncio.run(
-                terminal.run_training(ito_training, parameters, operator, console, verbose=verbose)
+                terminal.run_training(
+                    ito_training,
+                    parameters,
+                    operator,
+                    console,
+                    confirmer=confirmer,
+                    verbose=verbose,
+                )
             )
+
+
+def _announced(authorization: ItoSpendAuthorization, console: Console) -> ItoSpendAuthorization:
+    console.print(
+        "[bold]No terminal: the demo confirms the spend under a standing authorization it made "
+        f"in memory for its simulator booking {DEMO_BOOKING} and a budget of "
+        f"${authorization.max_budget_usd:,.0f} (the simulator spends nothing). Real runs wait "
+        "for a person, or an authorization a person created.[/]"
+    )
+    return authorization

@@ -2,7 +2,8 @@
 
 Both ways of doing the steps of :mod:`prefect_ito.supervision` — the flow's Prefect tasks and the
 job's plain calls — come down to these, so there is one way to verify, submit and follow a run.
-Nothing here trains, books, buys or overrides a gate.
+Nothing here trains, books, buys or overrides a gate, and nothing submits a request a person did
+not confirm.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from prefect_ito.contract import (
     GateStatus,
     PendingAction,
     Scope,
+    SpendConfirmation,
     Stage,
     TrainingEligibility,
+    TrainingQuote,
     TrainingRequest,
     TrainingRun,
 )
@@ -31,6 +34,7 @@ from prefect_ito.exceptions import (
     CapabilityNotAvailable,
     DeadlineExceeded,
     InsufficientScope,
+    ItoProtocolError,
     RunStalled,
 )
 from prefect_ito.parameters import BookingClaim
@@ -107,8 +111,8 @@ async def check_training_capability(client: ItoClient, request: TrainingRequest)
     """Stop unless the backend can train this request, and this token may submit it.
 
     Raises:
-        CapabilityNotAvailable: the backend cannot train (as production cannot today), or does
-            not offer the recipe.
+        CapabilityNotAvailable: the backend cannot train (as production cannot today), does
+            not offer the recipe, or takes no spend confirmation.
         InsufficientScope: the token lacks ``training:submit`` (checked before any submission,
             from ``whoami``).
     """
@@ -119,12 +123,42 @@ async def check_training_capability(client: ItoClient, request: TrainingRequest)
     recipe = request.post_training
     if recipe is not None and recipe not in capabilities.post_training_recipes:
         raise CapabilityNotAvailable(f"the backend does not offer post-training {recipe.value}")
+    if not capabilities.spend_confirmation:
+        # Fail closed: a backend that takes no confirmation could not tell a confirmed spend
+        # from an unconfirmed one, so nothing is submitted to it.
+        raise CapabilityNotAvailable(
+            "the Itô desk backend does not take spend confirmations (contract v0.3, "
+            "spend_confirmation): prefect-ito submits nothing a person has not confirmed"
+        )
     me = await client.whoami()
     if Scope.SUBMIT.value not in me.scopes:
         raise InsufficientScope(
             f"the token of {me.principal or me.account} lacks the scope {Scope.SUBMIT.value}: "
             "nothing was submitted; log in with a token that may submit training runs"
         )
+
+
+async def quote(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
+    """Return the backend's quote for the request: plan preview, estimate, expiring quote id.
+
+    Creates no work and spends nothing.
+
+    Raises:
+        ItoProtocolError: the quote is for another booking, manifest or budget.
+    """
+    found = await client.quote_training_run(request.to_submission())
+    for name, expected, quoted in (
+        ("booking_id", request.booking_id, found.booking_id),
+        ("manifest_digest", request.digest(), found.manifest_digest),
+        ("budget_usd", request.budget_usd, found.budget_usd),
+    ):
+        if expected != quoted:
+            raise ItoProtocolError(
+                f"the backend quoted {name} {quoted!r} for a request of {expected!r}",
+                endpoint="POST /v0/training-quotes",
+                field=name,
+            )
+    return found
 
 
 async def find_attachable_run(client: ItoClient, request: TrainingRequest) -> TrainingRun | None:
@@ -144,14 +178,19 @@ async def find_attachable_run(client: ItoClient, request: TrainingRequest) -> Tr
     return None
 
 
-async def submit(client: ItoClient, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
-    """Submit the request once under ``idempotency_key`` and return the backend's run.
+async def submit(
+    client: ItoClient,
+    request: TrainingRequest,
+    confirmation: SpendConfirmation,
+    idempotency_key: str,
+) -> TrainingRun:
+    """Submit the confirmed request once under ``idempotency_key``; return the backend's run.
 
     The one call that creates work. A lost answer is resolved inside the client by looking the
     run up by its key, so this is never retried blindly.
     """
     submission = await client.submit_training_run(
-        request.to_submission(), idempotency_key=idempotency_key
+        request.to_submission().confirmed(confirmation), idempotency_key=idempotency_key
     )
     return submission.run
 

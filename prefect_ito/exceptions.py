@@ -14,12 +14,17 @@ ItoError
 │   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
 │   │   ActionNotPending, DecisionConflict,
 │   │   IdempotencyKeyInFlight (retried)                       (409)
+│   ├── ConfirmationRequired                                   (428)
+│   ├── ConfirmationMismatch, ConfirmationUsed                 (409)
+│   ├── ConfirmationExpired                                    (410)
 │   ├── CapabilityNotAvailable                                 (501)
 │   ├── RateLimited                                            (429)
 │   ├── BackendUnavailable                                     (503)
 │   ├── InternalError                                          (500)
 │   └── AuthorizationPending, SlowDown, AccessDenied, ExpiredToken   (device login)
 ├── InvalidParameters                 a parameter breaks a rule; nothing was sent
+├── SpendDeclined                     a person declined the spend; nothing was submitted
+├── AwaitingConfirmation              nobody confirmed the spend in time; nothing was submitted
 ├── DeadlineExceeded                  supervision reached its deadline
 ├── Detached                          the person at the terminal detached; the run goes on
 ├── FlowRunNotFound, NothingToDecide  the Prefect flow run named is unknown, or not paused
@@ -54,6 +59,7 @@ __all__ = [
     "AccessDenied",
     "ActionNotPending",
     "AuthorizationPending",
+    "AwaitingConfirmation",
     "AwaitingDecision",
     "BackendUnavailable",
     "BookingBusy",
@@ -61,6 +67,10 @@ __all__ = [
     "BookingNotFound",
     "BudgetExhausted",
     "CapabilityNotAvailable",
+    "ConfirmationExpired",
+    "ConfirmationMismatch",
+    "ConfirmationRequired",
+    "ConfirmationUsed",
     "DeadlineExceeded",
     "DecisionConflict",
     "DecisionRequired",
@@ -95,6 +105,7 @@ __all__ = [
     "RunRefused",
     "RunStalled",
     "SlowDown",
+    "SpendDeclined",
     "TokenRevoked",
     "Unauthenticated",
     "ValidationFailed",
@@ -123,6 +134,8 @@ class ExitCode(IntEnum):
     AWAITING_DECISION = 7
     CANCELLED = 8
     NOT_FOUND = 9
+    NOT_CONFIRMED = 10
+    DECLINED = 11
     FORBIDDEN = 12
     """Authenticated, but the token may not do this (it lacks a scope)."""
     DETACHED = 130
@@ -442,6 +455,43 @@ class InternalError(ItoAPIError):
     exit_code = ExitCode.ERROR
 
 
+class ConfirmationRequired(ItoAPIError):
+    """Nobody confirmed the spend: a new run needs a person's confirmation of a quote.
+
+    Raised by the backend for a submission without one, and by prefect-ito itself before
+    anything is sent when nobody could confirm (no terminal, no ``--confirm``, no standing
+    authorization that covers the request).
+    """
+
+    code = ErrorCode.CONFIRMATION_REQUIRED.value
+    state_name = "NotConfirmed"
+    exit_code = ExitCode.NOT_CONFIRMED
+
+
+class ConfirmationMismatch(ItoAPIError):
+    """The confirmation is for another request: another quote, booking, manifest or budget."""
+
+    code = ErrorCode.CONFIRMATION_MISMATCH.value
+    state_name = "NotConfirmed"
+    exit_code = ExitCode.NOT_CONFIRMED
+
+
+class ConfirmationExpired(ItoAPIError):
+    """The confirmed quote expired before the submission reached the backend."""
+
+    code = ErrorCode.CONFIRMATION_EXPIRED.value
+    state_name = "NotConfirmed"
+    exit_code = ExitCode.NOT_CONFIRMED
+
+
+class ConfirmationUsed(ItoAPIError):
+    """The confirmed quote already made another run: one confirmation, one run."""
+
+    code = ErrorCode.CONFIRMATION_USED.value
+    state_name = "NotConfirmed"
+    exit_code = ExitCode.NOT_CONFIRMED
+
+
 _API_ERRORS: dict[str, type[ItoAPIError]] = {
     cls.code: cls
     for cls in (
@@ -466,6 +516,10 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
         AccessDenied,
         ExpiredToken,
         InternalError,
+        ConfirmationRequired,
+        ConfirmationMismatch,
+        ConfirmationExpired,
+        ConfirmationUsed,
     )
 }
 
@@ -548,6 +602,22 @@ class InvalidParameters(ItoError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class SpendDeclined(ItoError):
+    """A person declined the spend: nothing was submitted."""
+
+    code = "SPEND_DECLINED"
+    state_name = "Declined"
+    exit_code = ExitCode.DECLINED
+
+
+class AwaitingConfirmation(ItoError):
+    """Nobody confirmed or declined the spend in time: nothing was submitted."""
+
+    code = "AWAITING_CONFIRMATION"
+    state_name = "AwaitingConfirmation"
+    exit_code = ExitCode.NOT_CONFIRMED
 
 
 class DeadlineExceeded(ItoError):

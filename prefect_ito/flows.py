@@ -19,7 +19,12 @@ from prefect import State, flow, get_client, get_run_logger
 from prefect.states import Cancelled
 
 from prefect_ito import supervision
-from prefect_ito.blocks import ItoCredentials, resolve_credentials
+from prefect_ito.blocks import (
+    ItoCredentials,
+    ItoSpendAuthorization,
+    resolve_authorization,
+    resolve_credentials,
+)
 from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoError, RunNotFound
@@ -42,7 +47,7 @@ __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
 @flow(
     name="ito-training",
     description="Run ML training on a completed Itô compute booking by delegating it to the "
-    "Itô desk backend, gate by gate, with people deciding restarts.",
+    "Itô desk backend, gate by gate, with people confirming the spend and deciding restarts.",
     persist_result=True,
     validate_parameters=False,
     on_cancellation=[cancel_for_flow_run],
@@ -50,12 +55,18 @@ __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
 async def ito_training(
     training: TrainingParameters,
     credentials: ItoCredentials | str | None = None,
+    authorization: ItoSpendAuthorization | str | None = None,
 ) -> TrainingSummary | State[Any]:
     """Train on a completed Itô compute booking, supervised stage by stage.
+
+    Nothing is submitted before the spend is confirmed: by a person who sees the manifest, the
+    backend's plan and its estimate, or by a standing authorization that covers the request.
 
     Args:
         training: What to train on which booking, and how long to supervise it.
         credentials: An ``ItoCredentials`` block or its name; default: ``ITO_COMPUTE_API_URL``.
+        authorization: An ``ItoSpendAuthorization`` block or its name, for runs nobody watches
+            (schedules, triggers); a request it does not cover is put to a person.
 
     Returns:
         A :class:`TrainingSummary` on success; otherwise a Failed state named for the outcome
@@ -63,7 +74,11 @@ async def ito_training(
     """
     try:
         parameters = TrainingParameters.parse(training)
-        steps = TaskSteps(await resolve_credentials(credentials), parameters)
+        steps = TaskSteps(
+            await resolve_credentials(credentials),
+            parameters,
+            await resolve_authorization(authorization),
+        )
         claim = await resolve_booking(parameters)
         request = parameters.to_request(claim)
         run = await supervision.start(

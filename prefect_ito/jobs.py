@@ -1,7 +1,8 @@
 """Prefect's job conventions for Itô training: ``ItoTrainingJob`` → ``ItoTrainingRun``.
 
 ``trigger()`` goes through the very checks and delegating code the flow's tasks use (see
-:mod:`prefect_ito.desk`): re-attach, verify the booking, check the capability, submit once.
+:mod:`prefect_ito.desk`): re-attach, verify the booking, check the capability, quote, have the
+spend confirmed, submit once.
 The run handle adds what Prefect's abstract ``JobRun`` lacks: :meth:`ItoTrainingRun.cancel` and
 :meth:`ItoTrainingRun.attach`.
 """
@@ -12,7 +13,7 @@ from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
 from prefect_ito import desk, supervision
-from prefect_ito.blocks import ItoCredentials
+from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoRunOutcome
 from prefect_ito.flow_run import current_flow_run_id
@@ -55,20 +56,30 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
     training: TrainingParameters = Field(
         description="What to train on which booking, and how to supervise it."
     )
+    authorization: ItoSpendAuthorization | None = Field(
+        default=None,
+        description="A standing spend authorization that confirms on its creator's behalf; "
+        "without one (or outside it) a person confirms inside a flow run.",
+    )
 
     async def trigger(self) -> ItoTrainingRun:
-        """Re-attach to this request's unfinished run, or verify, check and submit it once.
+        """Re-attach to this request's unfinished run, or verify, check, quote, confirm and
+        submit it once.
 
         Raises:
             InvalidParameters: a field breaks a rule; nothing was sent.
             BookingNotEligible, BookingBusy, CapabilityNotAvailable: nothing was submitted.
+            ConfirmationRequired: outside a flow run, when no standing authorization covers the
+                spend (nobody could be asked); nothing was submitted.
+            SpendDeclined, AwaitingConfirmation: inside one, a person declined or did not
+                answer; nothing was submitted.
         """
         training = self.training
         claim = await resolve_booking(training)
         request = training.to_request(claim)
         async with self.credentials.get_client() as client:
             run = await supervision.start(
-                ClientSteps(client, training, self.logger),
+                ClientSteps(client, training, self.logger, self.authorization),
                 claim,
                 request,
                 lambda: (

@@ -3,9 +3,10 @@
 :func:`start` and :func:`supervise` say *what* happens, in which order; a :class:`Steps` says
 *how* each step is done. The ``ito-training`` flow runs every step as a Prefect task (so each shows
 in the UI, with retries where they are safe); :class:`~prefect_ito.jobs.ItoTrainingRun` calls the
-same steps plainly over one client (:class:`ClientSteps`). Both therefore verify, delegate, report,
-ask people and stop on request in exactly the same way, and only :meth:`Steps.submit` creates
-work — :func:`start` is the only caller of it, and only after nothing could be re-attached.
+same steps plainly over one client (:class:`ClientSteps`). Both therefore verify, quote, confirm,
+delegate, report, ask people and stop on request in exactly the same way, and only
+:meth:`Steps.submit` creates work — :func:`start` is the only caller of it, only after nothing
+could be re-attached, and only with a confirmation of the spend (see :mod:`prefect_ito.spend`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,23 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TypeAlias
 
-from prefect_ito import approval, desk, reporting
+from prefect_ito import approval, desk, reporting, spend
+from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
+from prefect_ito.contract import (
+    DecisionRequest,
+    SpendConfirmation,
+    TrainingEligibility,
+    TrainingQuote,
+    TrainingRequest,
+    TrainingRun,
+)
 from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import (
     BackendUnavailable,
+    ConfirmationExpired,
+    ConfirmationRequired,
     DecisionRequired,
     Detached,
     InsufficientScope,
@@ -31,6 +42,7 @@ from prefect_ito.exceptions import (
 from prefect_ito.flow_run import current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
 from prefect_ito.provenance import Provenance
+from prefect_ito.settings import ItoSettings
 
 Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
@@ -51,9 +63,15 @@ class CancelRequested(Exception):
 class Steps(ABC):
     """How each step of supervision is done; see the module docstring."""
 
-    def __init__(self, supervision: SupervisionParameters, logger: Logger) -> None:
+    def __init__(
+        self,
+        supervision: SupervisionParameters,
+        logger: Logger,
+        authorization: ItoSpendAuthorization | None = None,
+    ) -> None:
         self.supervision = supervision
         self.logger = logger
+        self.authorization = authorization
 
     @abstractmethod
     async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
@@ -68,8 +86,38 @@ class Steps(ABC):
         """Raise ``CapabilityNotAvailable`` unless the backend can train this request."""
 
     @abstractmethod
-    async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
-        """Submit the request once under ``idempotency_key``: the one step that creates work."""
+    async def quote(self, request: TrainingRequest) -> TrainingQuote:
+        """Return the backend's quote for the request: plan, estimate, digest. No work."""
+
+    async def confirm_spend(
+        self, quote: TrainingQuote, request: TrainingRequest
+    ) -> SpendConfirmation:
+        """Return the confirmation of the spend: a standing authorization's, or a person's."""
+        return await spend.confirm(
+            quote,
+            request,
+            authorization=self.authorization,
+            ask=self.ask_to_confirm,
+            logger=self.logger,
+        )
+
+    async def ask_to_confirm(
+        self, quote: TrainingQuote, request: TrainingRequest
+    ) -> SpendConfirmation:
+        """Ask a person to confirm the spend (see :func:`prefect_ito.spend.ask_person`)."""
+        return await spend.ask_person(
+            quote,
+            request,
+            timeout=self.supervision.approval_timeout,
+            poll_interval=ItoSettings().state_poll_seconds,
+        )
+
+    @abstractmethod
+    async def submit(
+        self, request: TrainingRequest, confirmation: SpendConfirmation, idempotency_key: str
+    ) -> TrainingRun:
+        """Submit the confirmed request once under ``idempotency_key``: the one step that creates
+        work."""
 
     @abstractmethod
     async def read_run(self, run_id: str) -> TrainingRun:
@@ -126,10 +174,12 @@ async def start(
     request: TrainingRequest,
     idempotency_key: Callable[[], str],
 ) -> TrainingRun:
-    """Re-attach to this request's unfinished run; otherwise verify, check and submit it once.
+    """Re-attach to this request's unfinished run; otherwise verify, check, quote, have the spend
+    confirmed, and submit it once.
 
     Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
-    backend already accepted work for; the booking's active runs are listed once.
+    backend already accepted work for, nor asks anyone again; the booking's active runs are
+    listed once.
     """
     recorded = await steps.recorded_run_id()
     if recorded is not None:
@@ -152,10 +202,39 @@ async def start(
         eligibility.fabric,
     )
     await steps.check_training_capability(request)
-    run = await steps.submit(request, idempotency_key())
-    steps.logger.info("Delegated to the Itô desk backend as run %s.", run.run_id)
+    quote = await steps.quote(request)
+    confirmation = await steps.confirm_spend(quote, request)
+    run = await _submit(steps, request, confirmation, idempotency_key())
+    steps.logger.info(
+        "Delegated to the Itô desk backend as run %s, confirmed by %s.",
+        run.run_id,
+        confirmation.confirmed_by,
+    )
     await steps.record_run(run)
     return run
+
+
+async def _submit(
+    steps: Steps, request: TrainingRequest, confirmation: SpendConfirmation, key: str
+) -> TrainingRun:
+    """Submit the confirmed request; quote it once more if the quote expired meanwhile.
+
+    The person confirmed the manifest digest, which covers booking, model, data, target and
+    budget: a new quote for the same digest carries the same confirmation, without asking again.
+    """
+    try:
+        return await steps.submit(request, confirmation, key)
+    except ConfirmationExpired:
+        quote = await steps.quote(request)  # for the same digest: desk.quote checks it
+        spend.refuse_unworkable(quote)
+        steps.logger.info(
+            "The quote expired before the submission; submitting under the new quote %s with "
+            "the same confirmation (manifest %s).",
+            quote.quote_id,
+            quote.manifest_digest,
+        )
+        renewed = confirmation.model_copy(update={"quote_id": quote.quote_id})
+        return await steps.submit(request, renewed, key)
 
 
 async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
@@ -258,14 +337,19 @@ async def _report(steps: Steps, run: TrainingRun, seen: int) -> int:
 class ClientSteps(Steps):
     """Each step as a plain call over one client, for :class:`~prefect_ito.jobs.ItoTrainingRun`.
 
-    Inside a flow run a proposed restart is put to a person exactly as the flow does; outside one
-    :class:`DecisionRequired` is raised instead, since nobody could answer a pause.
+    Inside a flow run a spend or a proposed restart is put to a person exactly as the flow does;
+    outside one :class:`ConfirmationRequired` or :class:`DecisionRequired` is raised instead, since
+    nobody could answer a pause.
     """
 
     def __init__(
-        self, client: ItoClient, supervision: SupervisionParameters, logger: Logger
+        self,
+        client: ItoClient,
+        supervision: SupervisionParameters,
+        logger: Logger,
+        authorization: ItoSpendAuthorization | None = None,
     ) -> None:
-        super().__init__(supervision, logger)
+        super().__init__(supervision, logger, authorization)
         self.client = client
 
     async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
@@ -277,8 +361,24 @@ class ClientSteps(Steps):
     async def check_training_capability(self, request: TrainingRequest) -> None:
         await desk.check_training_capability(self.client, request)
 
-    async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
-        return await desk.submit(self.client, request, idempotency_key)
+    async def quote(self, request: TrainingRequest) -> TrainingQuote:
+        return await desk.quote(self.client, request)
+
+    async def ask_to_confirm(
+        self, quote: TrainingQuote, request: TrainingRequest
+    ) -> SpendConfirmation:
+        if current_flow_run_id() is None:
+            raise ConfirmationRequired(
+                f"the spend on booking {request.booking_id} ({quote.manifest_digest}) needs a "
+                "person's confirmation, and outside a flow run nobody can be asked: give the "
+                "job a standing authorization that covers it, or trigger it in a flow run"
+            )
+        return await super().ask_to_confirm(quote, request)
+
+    async def submit(
+        self, request: TrainingRequest, confirmation: SpendConfirmation, idempotency_key: str
+    ) -> TrainingRun:
+        return await desk.submit(self.client, request, confirmation, idempotency_key)
 
     async def read_run(self, run_id: str) -> TrainingRun:
         return await self.client.get_training_run(run_id)

@@ -2,8 +2,9 @@
 
 Reads and idempotent writes may be retried by Prefect on transient failures (the client already
 retried within a call).
-:func:`delegate_training_run` is the one task that creates work on the backend, and it has no
-Prefect retries: the client resolves a lost answer by looking the run up by its idempotency key.
+:func:`delegate_training_run` is the one task that creates work on the backend; it submits only a
+request whose spend was confirmed, and it has no Prefect retries: the client resolves a lost
+answer by looking the run up by its idempotency key.
 Every task opts out of caching, so a re-entered flow never reads a stale run.
 """
 
@@ -19,9 +20,16 @@ from prefect.client.schemas.objects import TaskRun
 from prefect.context import FlowRunContext
 
 from prefect_ito import approval, deferral, desk, reporting
-from prefect_ito.blocks import ItoCredentials
+from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.cancellation import stop_requested
-from prefect_ito.contract import DecisionRequest, TrainingEligibility, TrainingRequest, TrainingRun
+from prefect_ito.contract import (
+    DecisionRequest,
+    SpendConfirmation,
+    TrainingEligibility,
+    TrainingQuote,
+    TrainingRequest,
+    TrainingRun,
+)
 from prefect_ito.deferral import Deferral
 from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import (
@@ -45,6 +53,7 @@ __all__ = [
     "cancel_training_workload",
     "check_training_capability",
     "delegate_training_run",
+    "quote_training_run",
     "read_training_run",
     "reattach_training_run",
     "relay_decision",
@@ -104,11 +113,25 @@ async def reattach_training_run(
     cache_policy=NO_CACHE,
 )
 async def delegate_training_run(
-    credentials: ItoCredentials, request: TrainingRequest, idempotency_key: str
+    credentials: ItoCredentials,
+    request: TrainingRequest,
+    confirmation: SpendConfirmation,
+    idempotency_key: str,
 ) -> TrainingRun:
-    """Submit the request under ``idempotency_key``: the one task that creates work."""
+    """Submit the confirmed request under ``idempotency_key``: the one task that creates work."""
     async with credentials.get_client() as client:
-        return await desk.submit(client, request, idempotency_key)
+        return await desk.submit(client, request, confirmation, idempotency_key)
+
+
+@_retried_task(
+    "quote_training_run", "Ask the backend for the plan and the estimate; creates no work."
+)
+async def quote_training_run(
+    credentials: ItoCredentials, request: TrainingRequest
+) -> TrainingQuote:
+    """Return the backend's quote for the request: plan preview, estimate, manifest digest."""
+    async with credentials.get_client() as client:
+        return await desk.quote(client, request)
 
 
 @_retried_task("read_training_run", "Read a backend training run by its id.")
@@ -187,8 +210,13 @@ async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_s
 class TaskSteps(Steps):
     """Each step of supervision as a Prefect task, so every one shows in the flow run."""
 
-    def __init__(self, credentials: ItoCredentials, supervision: SupervisionParameters) -> None:
-        super().__init__(supervision, get_run_logger())
+    def __init__(
+        self,
+        credentials: ItoCredentials,
+        supervision: SupervisionParameters,
+        authorization: ItoSpendAuthorization | None = None,
+    ) -> None:
+        super().__init__(supervision, get_run_logger(), authorization)
         self.credentials = credentials
         self.flow_run_id = current_flow_run_id()
         self.deferred = _defers(supervision)
@@ -202,8 +230,13 @@ class TaskSteps(Steps):
     async def check_training_capability(self, request: TrainingRequest) -> None:
         await check_training_capability(self.credentials, request)
 
-    async def submit(self, request: TrainingRequest, idempotency_key: str) -> TrainingRun:
-        return await delegate_training_run(self.credentials, request, idempotency_key)
+    async def quote(self, request: TrainingRequest) -> TrainingQuote:
+        return await quote_training_run(self.credentials, request)
+
+    async def submit(
+        self, request: TrainingRequest, confirmation: SpendConfirmation, idempotency_key: str
+    ) -> TrainingRun:
+        return await delegate_training_run(self.credentials, request, confirmation, idempotency_key)
 
     async def read_run(self, run_id: str) -> TrainingRun:
         return await read_training_run(self.credentials, run_id)

@@ -1,8 +1,9 @@
 """Running a training flow from a terminal: a live view, and a person answering at the prompt.
 
 The flow runs in this process (against ``PREFECT_API_URL`` when set, else Prefect's ephemeral
-mode). When it pauses for a restart decision, the answer goes back through Prefect's resume API —
-the same one the Prefect UI uses — so the flow cannot tell a terminal from the UI. Ctrl-C detaches:
+mode). When it pauses for a restart decision or a spend confirmation, the answer goes back through
+Prefect's resume API — the same one the Prefect UI uses — so the flow cannot tell a terminal from
+the UI. Ctrl-C detaches:
 supervision stops at its next check and the flow run ends ``Detached``, while the backend run goes
 on; a second Ctrl-C stops at once.
 """
@@ -19,7 +20,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, Literal, cast
 from uuid import UUID
 
 from prefect import Flow, State, get_client
@@ -27,6 +29,7 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_engine import run_flow_async
 from prefect.flow_runs import aresume_flow_run
+from prefect.input import RunInput
 from prefect.input.run_input import keyset_from_paused_state
 from prefect.settings import (
     PREFECT_API_URL,
@@ -39,12 +42,17 @@ from rich.markdown import Markdown
 
 from prefect_ito.approval import Choice, RestartDecision
 from prefect_ito.cancellation import request_detach
+from prefect_ito.spend import SPEND_PREFIX, SpendDecision
 from prefect_ito.views import quiet_tasks
 
 __all__ = [
     "EPHEMERAL_STARTUP_SECONDS",
+    "ConfirmDigest",
+    "Confirmer",
     "Operator",
+    "SpendPause",
     "ask_at_terminal",
+    "confirm_at_terminal",
     "has_real_server",
     "interactive",
     "leave_to_others",
@@ -53,7 +61,21 @@ __all__ = [
 ]
 
 Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
-"""Answers a paused flow run, given the markdown it shows a person; None leaves it waiting."""
+"""Answers a restart decision, given the markdown it shows a person; None leaves it waiting."""
+
+
+@dataclass(frozen=True)
+class SpendPause:
+    """A flow run waiting for its spend to be confirmed: what it shows, and the digest asked."""
+
+    flow_run: FlowRun
+    description: str
+    manifest_digest: str | None
+    """The digest the form shows filled in: the manifest the flow asks to confirm."""
+
+
+Confirmer = Callable[[SpendPause], Awaitable[SpendDecision | None]]
+"""Answers a spend confirmation; None leaves it to the Prefect UI."""
 
 EPHEMERAL_STARTUP_SECONDS = 180
 """How long Prefect's temporary server may take to start: a brand-new ``PREFECT_HOME`` migrates
@@ -120,10 +142,12 @@ async def run_training(
     operator: Operator,
     console: Console,
     *,
+    confirmer: Confirmer | None = None,
     poll: float = 1.0,
     verbose: bool = False,
 ) -> State[Any]:
-    """Run ``flow`` here with ``parameters``, answering its pauses through ``operator``.
+    """Run ``flow`` here with ``parameters``; ``operator`` answers restart decisions, and
+    ``confirmer`` spend confirmations (without one they are left to the Prefect UI).
 
     Prefect's per-task "Finished in state" lines stay off the console unless ``verbose``.
     """
@@ -135,7 +159,9 @@ async def run_training(
             cast(Any, flow), flow_run=flow_run, parameters=parameters, return_type="state"
         )
     )
-    answering = asyncio.ensure_future(_answer_pauses(flow_run.id, operator, console, poll))
+    answering = asyncio.ensure_future(
+        _answer_pauses(flow_run.id, _Answerers(operator, confirmer), console, poll)
+    )
     try:
         with _detach_on_interrupt(console), quiet_tasks(verbose):
             await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
@@ -170,26 +196,52 @@ def _detach_on_interrupt(console: Console) -> Iterator[None]:
         loop.remove_signal_handler(signal.SIGINT)
 
 
+@dataclass(frozen=True)
+class _Answerers:
+    operator: Operator
+    confirmer: Confirmer | None
+
+
+@dataclass(frozen=True)
+class _Pause:
+    flow_run: FlowRun
+    response_key: str
+    description: str
+    spend: bool
+    defaults: dict[str, Any]
+
+
 async def _answer_pauses(
-    flow_run_id: UUID, operator: Operator, console: Console, poll: float
+    flow_run_id: UUID, answerers: _Answerers, console: Console, poll: float
 ) -> None:
-    """Hand each new pause of the flow run to ``operator``, once, and relay its answer."""
+    """Hand each new pause of the flow run to whoever answers it, once, and relay the answer."""
     handled: set[str] = set()
     while True:
         await asyncio.sleep(poll)
         pause = await _waiting_pause(flow_run_id)
-        if pause is None or pause[1] in handled:
+        if pause is None or pause.response_key in handled:
             continue
-        flow_run, key, description = pause
-        handled.add(key)
-        _announce_pause(console, flow_run_id)
-        decision = await operator(flow_run, description)
-        if decision is not None:
-            await aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json"))
+        handled.add(pause.response_key)
+        _announce_pause(console, flow_run_id, spend=pause.spend)
+        answer = await _answer(pause, answerers)
+        if answer is not None:
+            await aresume_flow_run(flow_run_id, run_input=answer.model_dump(mode="json"))
 
 
-async def _waiting_pause(flow_run_id: UUID) -> tuple[FlowRun, str, str] | None:
-    """Return the flow run, its pause's key and description while it waits for input."""
+async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
+    if not pause.spend:
+        return await answerers.operator(pause.flow_run, pause.description)
+    if answerers.confirmer is None:
+        return None
+    digest = pause.defaults.get("manifest_digest")
+    asked = SpendPause(
+        pause.flow_run, pause.description, digest if isinstance(digest, str) else None
+    )
+    return await answerers.confirmer(asked)
+
+
+async def _waiting_pause(flow_run_id: UUID) -> _Pause | None:
+    """Return the flow run's pause while it waits for input: key, description, form defaults."""
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)
         state = flow_run.state
@@ -198,11 +250,19 @@ async def _waiting_pause(flow_run_id: UUID) -> tuple[FlowRun, str, str] | None:
         keyset = keyset_from_paused_state(state)
         try:
             description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+            schema = await client.read_flow_run_input(flow_run_id, keyset["schema"])
         except (ObjectNotFound, PrefectHTTPStatusError) as error:
             if _status(error) not in (None, 404):
                 raise
             return None  # Prefect saves the form just after the Paused state: look again soon
-    return flow_run, keyset["response"], json.loads(description)
+    fields = json.loads(schema).get("properties", {})
+    return _Pause(
+        flow_run=flow_run,
+        response_key=keyset["response"],
+        description=json.loads(description),
+        spend=(state.state_details.pause_key or "").startswith(SPEND_PREFIX),
+        defaults={name: spec["default"] for name, spec in fields.items() if "default" in spec},
+    )
 
 
 def _status(error: Exception) -> int | None:
@@ -210,7 +270,15 @@ def _status(error: Exception) -> int | None:
     return getattr(response, "status_code", None)
 
 
-def _announce_pause(console: Console, flow_run_id: UUID) -> None:
+def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False) -> None:
+    if spend:
+        console.print("[bold yellow]The spend needs a person's confirmation.[/]")
+        if has_real_server() and (ui := PREFECT_UI_URL.value()):
+            console.print(
+                f"Confirm or decline in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}",
+                soft_wrap=True,
+            )
+        return
     console.print("[bold yellow]A restart needs a decision.[/]")
     if has_real_server():
         ui = PREFECT_UI_URL.value()
@@ -248,6 +316,56 @@ async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecisio
     )
 
 
+async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
+    """Ask the person at this terminal to confirm or decline the spend, as the UI would.
+
+    Confirm or decline must be typed out (or ``c`` / ``d``): an empty answer asks again, and the
+    end of input leaves the confirmation to someone else instead of deciding by accident.
+    """
+    console = Console()
+    console.print(Markdown(without_images(pause.description)))
+    decision = await _read_spend_choice(console)
+    if decision is None or pause.manifest_digest is None:
+        console.print(
+            "[yellow]No answer: the spend still waits for a confirmation (the Prefect UI); "
+            "nothing is submitted until then.[/]"
+        )
+        return None
+    name = await _read_line(console, "Your name: ")
+    reason = await _read_line(console, "Why (optional): ")
+    return SpendDecision(
+        decision=decision,
+        confirmed_by=(name or "").strip() or "terminal user",
+        manifest_digest=pause.manifest_digest,
+        reason=(reason or "").strip() or None,
+    )
+
+
+@dataclass(frozen=True)
+class ConfirmDigest:
+    """Confirms, on a named person's behalf, the one manifest they confirmed (``--confirm``).
+
+    The answer carries the digest the person confirmed, whatever the flow asks: the flow refuses
+    it if its manifest is another (nothing is submitted then).
+    """
+
+    manifest_digest: str
+    confirmed_by: str
+    console: Console
+
+    async def __call__(self, pause: SpendPause) -> SpendDecision:
+        self.console.print(
+            f"Confirmed with --confirm by {self.confirmed_by}: manifest {self.manifest_digest}.",
+            soft_wrap=True,
+        )
+        return SpendDecision(
+            decision="confirm",
+            confirmed_by=self.confirmed_by,
+            manifest_digest=self.manifest_digest,
+            reason="confirmed with prefect-ito train --confirm",
+        )
+
+
 def without_images(markdown: str) -> str:
     """Return ``markdown`` with its data-URI images (the chart) named instead of shown."""
     return _DATA_IMAGE.sub(r"*(\1: a chart, shown in the Prefect UI)*", markdown)
@@ -260,6 +378,26 @@ _CHOICES: dict[str, Choice] = {
     "r": "reject",
     "reject": "reject",
 }
+
+
+_SPEND_CHOICES: dict[str, Literal["confirm", "decline"]] = {
+    "c": "confirm",
+    "confirm": "confirm",
+    "d": "decline",
+    "decline": "decline",
+}
+
+
+async def _read_spend_choice(console: Console) -> Literal["confirm", "decline"] | None:
+    """Ask until the person types confirm or decline; None at the end of input."""
+    while True:
+        answer = await _read_line(console, "Confirm or decline the spend? [confirm/decline] ")
+        if answer is None:
+            return None
+        choice = _SPEND_CHOICES.get(answer.strip().lower())
+        if choice is not None:
+            return choice
+        console.print("Type confirm or decline (c or d): there is no default.")
 
 
 async def _read_choice(console: Console) -> Choice | None:

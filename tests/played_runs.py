@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from spend_helpers import confirmed_on
+
 from prefect_ito.contract import DecisionRequest, PendingAction, TrainingRequest, TrainingRun
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.engine import Engine
@@ -36,7 +38,7 @@ def play(
         booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["s3://acme/custom/"],
         target="code-assistant", budget_usd=250_000.0, post_training=post_training,
     ).to_submission()  # fmt: skip
-    run_id = engine.submit("acct", "key-1", request).run.run_id
+    run_id = engine.submit("acct", "key-1", confirmed_on(engine, "acct", request)).run.run_id
     seen: dict[str, PendingAction] = {}
     record = engine.runs[run_id]
     while not record.state.terminal:

@@ -10,8 +10,9 @@ and ``demo`` put the flow run's final state and its run summary in its ``data``.
 
 from __future__ import annotations
 
+import getpass
 import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
@@ -20,17 +21,26 @@ from prefect import Flow, State, get_client
 from prefect.exceptions import ObjectNotFound
 from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling
-from pydantic import Field
 from rich.console import Console
 
 from prefect_ito import provenance, terminal, views
 from prefect_ito.approval import RestartDecision
-from prefect_ito.blocks import ItoCredentials, resolve_credentials
+from prefect_ito.blocks import resolve_authorization
 from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.cli import app, output
 from prefect_ito.cli.errors import exit_with, run_command
+from prefect_ito.cli.options import (
+    CommandLineTraining,
+    DataFile,
+    Verbose,
+    command_credentials,
+    training_parameters,
+)
 from prefect_ito.cli.output import JsonOption
+from prefect_ito.cli.target import ApiUrl, CredentialsName
 from prefect_ito.exceptions import (
+    ConfirmationMismatch,
+    ConfirmationRequired,
     ExitCode,
     FlowRunNotFound,
     InvalidParameters,
@@ -40,76 +50,113 @@ from prefect_ito.exceptions import (
 )
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.outcomes import exit_code, outcome_error
-from prefect_ito.parameters import SupervisionParameters, TrainingParameters
+from prefect_ito.parameters import SupervisionParameters, TrainingParameters, resolve_booking
 from prefect_ito.reporting import read_status
 
 __all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
 
 _console = Console()
 
-ApiUrl = Annotated[
+Confirm = Annotated[
     str | None,
-    Parameter(help="Root URL of the Itô backend (default: $ITO_COMPUTE_API_URL)."),
+    Parameter(
+        help="Confirm the spend of exactly this manifest digest (from `prefect-ito quote` with "
+        "the same options); another manifest is refused before anything is sent."
+    ),
 ]
-_DATA_FILE_HELP = (
-    "A file of data references, one a line (blank lines and lines starting with # are skipped); "
-    "added to any --data. Use it for more than a few hundred references."
-)
-Verbose = Annotated[
-    bool,
-    Parameter(help="Also show Prefect's line for every task run that finished."),
-]
-CredentialsName = Annotated[
+ConfirmedBy = Annotated[
     str | None,
-    Parameter(help="Name of a saved ItoCredentials block (instead of --api-url)."),
+    Parameter(help="Your name, recorded at the backend as who confirmed (default: your login)."),
 ]
-
-
-class _CommandLineTraining(TrainingParameters):
-    """The training parameters as the command line gives them: data may come from a file."""
-
-    data: Annotated[list[str], Parameter(negative=())] = Field(
-        default_factory=list,
-        kw_only=True,
-        description=TrainingParameters.model_fields["data"].description,
-    )
+AuthorizationName = Annotated[
+    str | None,
+    Parameter(
+        help="Name of a saved ItoSpendAuthorization block that confirms on its creator's "
+        "behalf when it covers the request."
+    ),
+]
 
 
 @app.command
 def train(
-    training: Annotated[_CommandLineTraining, Parameter(name="*")],
+    training: Annotated[CommandLineTraining, Parameter(name="*")],
     *,
-    data_file: Annotated[Path | None, Parameter(help=_DATA_FILE_HELP)] = None,
+    data_file: DataFile = None,
     credentials: CredentialsName = None,
     api_url: ApiUrl = None,
+    confirm: Confirm = None,
+    name: ConfirmedBy = None,
+    authorization: AuthorizationName = None,
     verbose: Verbose = False,
     json_output: JsonOption = False,
 ) -> None:
-    """Run the training flow on a completed booking: a line per stage change, then a summary."""
+    """Run the training flow on a completed booking: a line per stage change, then a summary.
+
+    Nothing is submitted before the spend is confirmed: at the terminal, with --confirm, or by a
+    standing authorization (--authorization) that covers the request.
+    """
     output.use_json(json_output)
-    fields = {name: getattr(training, name) for name in TrainingParameters.model_fields}
-    refs = [*training.data, *(_read_refs(data_file) if data_file else [])]
-    parameters = run_command(_parse(TrainingParameters, {**fields, "data": refs}))
-    _run_flow(
-        ito_training,
-        {"training": parameters, "credentials": _credentials(credentials, api_url)},
-        verbose,
+    parameters = training_parameters(training, data_file)
+    flow_parameters = {
+        "training": parameters,
+        "credentials": command_credentials(credentials, api_url),
+        "authorization": authorization,
+    }
+    # Bad options first, each named; then whether anyone here can confirm the spend.
+    if confirm is None and authorization is None and not terminal.interactive():
+        _fail(_nobody_to_confirm())
+
+    def confirmer() -> terminal.Confirmer | None:
+        return run_command(_spend_confirmer(parameters, confirm, name, authorization))
+
+    _run_flow(ito_training, flow_parameters, verbose, confirmer=confirmer)
+
+
+def _nobody_to_confirm() -> ConfirmationRequired:
+    return ConfirmationRequired(
+        "nothing was sent: without a terminal nobody can confirm the spend. Run `prefect-ito "
+        "quote` with the same options, check the plan and the estimate, then run this command "
+        "again with `--confirm sha256:…`, or name a standing authorization with --authorization"
     )
 
 
-async def _parse(model: type[TrainingParameters], fields: dict[str, Any]) -> TrainingParameters:
-    return model.parse(fields)
+async def _spend_confirmer(
+    parameters: TrainingParameters, confirm: str | None, name: str | None, authorization: str | None
+) -> terminal.Confirmer | None:
+    """Return who answers the flow's spend confirmation here; refuse before anything is sent.
+
+    Raises:
+        ConfirmationMismatch: ``--confirm`` names another manifest than these options make.
+        ConfirmationRequired: no terminal, and the standing authorization cannot cover them.
+    """
+    request = parameters.to_request(await resolve_booking(parameters))
+    digest = request.digest()
+    if confirm is not None:
+        if confirm.strip() != digest:
+            raise ConfirmationMismatch(
+                f"--confirm {confirm} is not the manifest these options make ({digest}): "
+                "nothing was sent; `prefect-ito quote` with the same options shows its digest",
+                field="confirm",
+            )
+        return terminal.ConfirmDigest(digest, name or _login_name(), _console)
+    if terminal.interactive():
+        return terminal.confirm_at_terminal
+    standing = await resolve_authorization(authorization)
+    reasons = standing.not_covered(request) if standing is not None else ["none was given"]
+    if reasons:
+        raise ConfirmationRequired(
+            f"nothing was sent: the standing authorization {authorization!r} does not cover "
+            f"this request ({'; '.join(reasons)}), and without a terminal nobody can confirm it; "
+            "run `prefect-ito quote` with the same options, then add `--confirm sha256:…`"
+        )
+    return None  # the flow confirms under the authorization, or asks in the Prefect UI
 
 
-def _read_refs(path: Path) -> list[str]:
-    """Return the data references in ``path``: one a line; blank and # lines are skipped."""
+def _login_name() -> str:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or error
-        _fail(InvalidParameters(f"data_file: cannot read {str(path)!r} ({reason})"))
-    stripped = (line.strip() for line in lines)
-    return [line for line in stripped if line and not line.startswith("#")]
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in this environment
+        return "prefect-ito user"
 
 
 @app.command
@@ -133,33 +180,34 @@ def attach(
         {
             "run_id": run_id,
             "limits": limits or SupervisionParameters(),
-            "credentials": _credentials(credentials, api_url),
+            "credentials": command_credentials(credentials, api_url),
         },
         verbose,
     )
 
 
-def _credentials(name: str | None, api_url: str | None) -> ItoCredentials | str | None:
-    """Return what the flow's ``credentials`` parameter gets; fail now if it names nothing."""
-    if name and api_url:
-        _fail(InvalidParameters("give --credentials or --api-url, not both"))
-    if api_url:
-        try:
-            return ItoCredentials(api_url=api_url)
-        except (ItoError, ValueError):
-            _fail(InvalidParameters(f"api_url: not an http(s) URL ({api_url!r})"))
-    if name is None:
-        run_command(resolve_credentials(None))  # ITO_COMPUTE_API_URL must say where, then
-    return name
+def _run_flow(
+    flow: Flow[Any, Any],
+    parameters: dict[str, Any],
+    verbose: bool,
+    *,
+    confirmer: Callable[[], terminal.Confirmer | None] | None = None,
+) -> None:
+    """Run ``flow`` here and end with its outcome's exit code.
 
-
-def _run_flow(flow: Flow[Any, Any], parameters: dict[str, Any], verbose: bool) -> None:
+    ``confirmer`` is called once Prefect's API is ready (a booking block may need it) and before
+    the flow starts; it returns who confirms the spend here, or ends the command first.
+    """
     operator = terminal.ask_at_terminal if terminal.interactive() else terminal.leave_to_others
 
-    async def run() -> Any:
-        return await terminal.run_training(flow, parameters, operator, _console, verbose=verbose)
-
     with terminal.prefect_api():
+        confirming = confirmer() if confirmer is not None else None
+
+        async def run() -> Any:
+            return await terminal.run_training(
+                flow, parameters, operator, _console, confirmer=confirming, verbose=verbose
+            )
+
         state = run_command(run())
     _report(state)
 

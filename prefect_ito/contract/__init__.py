@@ -5,8 +5,9 @@ responses into them, the reference simulator serves them, and the committed Open
 (``docs/contract/ito-training-v0.openapi.json``) is generated from them. ``docs/contract.md``
 explains the semantics in prose.
 
-There is deliberately no model for booking, reserving, quoting, purchasing or releasing capacity,
-and none for overriding an eval gate: the contract has no such endpoints.
+There is deliberately no model for booking, reserving, purchasing or releasing capacity, and none
+for overriding an eval gate: the contract has no such endpoints. A training quote
+(:class:`TrainingQuote`) prices a training run on a booking already held; it buys nothing.
 """
 
 from __future__ import annotations
@@ -59,12 +60,16 @@ from prefect_ito.contract.envelope import (
     ManifestDigest,
     ModelSize,
     NonEmptyStr,
+    QuoteId,
 )
 from prefect_ito.contract.open_enum import OpenEnum
+from prefect_ito.contract.quotes import CostRange, PlanPreview, TrainingQuote
 from prefect_ito.contract.requests import (
     CancelRequest,
+    ConfirmationVia,
     DecisionChoice,
     DecisionRequest,
+    SpendConfirmation,
     TrainingRequest,
     TrainingRunRequest,
 )
@@ -72,6 +77,7 @@ from prefect_ito.contract.runs import (
     ActionKind,
     Checkpoint,
     CheckpointRef,
+    ConfirmationRecord,
     DataPrepDetails,
     DecisionRecord,
     EvalResult,
@@ -131,6 +137,9 @@ __all__ = [
     "ChangePage",
     "Checkpoint",
     "CheckpointRef",
+    "ConfirmationRecord",
+    "ConfirmationVia",
+    "CostRange",
     "DataPrepDetails",
     "DecisionChoice",
     "DecisionRecord",
@@ -155,8 +164,10 @@ __all__ = [
     "OpenEnum",
     "ParallelismPlan",
     "PendingAction",
+    "PlanPreview",
     "PostTraining",
     "Principal",
+    "QuoteId",
     "Revocation",
     "RlvrDetails",
     "RunChange",
@@ -164,6 +175,7 @@ __all__ = [
     "RunOutcome",
     "RunState",
     "Scope",
+    "SpendConfirmation",
     "Stage",
     "StageDetails",
     "StageStatus",
@@ -171,6 +183,7 @@ __all__ = [
     "Telemetry",
     "TokenGrant",
     "TrainingEligibility",
+    "TrainingQuote",
     "TrainingRequest",
     "TrainingRun",
     "TrainingRunList",

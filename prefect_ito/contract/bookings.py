@@ -51,6 +51,11 @@ class Capabilities(_Model):
         default=False,
         description="Whether GET /v0/training-runs/changes serves the account-wide change feed.",
     )
+    spend_confirmation: bool = Field(
+        default=False,
+        description="Contract v0.3: whether POST /v0/training-quotes is served and a submission "
+        "must carry a confirmation. prefect-ito submits nothing to a live backend without it.",
+    )
 
     @field_validator("post_training_recipes", mode="before")
     @classmethod

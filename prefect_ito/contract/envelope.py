@@ -12,8 +12,8 @@ from pydantic import (
     StringConstraints,
 )
 
-SCHEMA_VERSION: Final = "ito.training.v0.2"
-"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 2."""
+SCHEMA_VERSION: Final = "ito.training.v0.3"
+"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 3."""
 SCHEMA_VERSION_PATTERN = r"^ito\.training\.v0(\.[0-9]+)?$"
 """Any minor version of v0: additive, so each reads as the other (see docs/contract.md)."""
 API_PREFIX = "/v0"
@@ -57,6 +57,11 @@ ManifestDigest = Annotated[
     Field(description="`sha256:<hex>` of the request's canonical manifest in RFC 8785 (JCS) form."),
 ]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1, max_length=TEXT_MAX_LENGTH)]
+QuoteId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
+    Field(description="A training quote's id at the Itô desk."),
+]
 BookingId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
@@ -94,6 +99,10 @@ class ErrorCode(StrEnum):
     ACCESS_DENIED = "ACCESS_DENIED"
     EXPIRED_TOKEN = "EXPIRED_TOKEN"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    CONFIRMATION_REQUIRED = "CONFIRMATION_REQUIRED"
+    CONFIRMATION_MISMATCH = "CONFIRMATION_MISMATCH"
+    CONFIRMATION_EXPIRED = "CONFIRMATION_EXPIRED"
+    CONFIRMATION_USED = "CONFIRMATION_USED"
 
 
 ERROR_STATUS: dict[ErrorCode, int] = {
@@ -118,6 +127,10 @@ ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.ACCESS_DENIED: 400,
     ErrorCode.EXPIRED_TOKEN: 400,
     ErrorCode.INTERNAL_ERROR: 500,
+    ErrorCode.CONFIRMATION_REQUIRED: 428,
+    ErrorCode.CONFIRMATION_MISMATCH: 409,
+    ErrorCode.CONFIRMATION_EXPIRED: 410,
+    ErrorCode.CONFIRMATION_USED: 409,
 }
 """The HTTP status that goes with each code."""
 

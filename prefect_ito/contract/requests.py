@@ -1,4 +1,4 @@
-"""Contract v0: what a client sends — training requests, decisions, cancels."""
+"""Contract v0: what a client sends — training requests, spend confirmations, decisions, cancels."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from prefect_ito.contract.envelope import (
     ManifestDigest,
     ModelSize,
     NonEmptyStr,
+    QuoteId,
     _Model,
 )
 from prefect_ito.contract.jcs import canonicalize
@@ -60,10 +61,54 @@ class TrainingRequest(_Model):
         return TrainingRunRequest(**self.model_dump(), manifest_digest=self.digest())
 
 
+class ConfirmationVia(StrEnum):
+    """How a spend was confirmed: by a person, or under a standing authorization one created."""
+
+    PERSON = "person"
+    STANDING_AUTHORIZATION = "standing_authorization"
+
+
+class SpendConfirmation(_Model):
+    """A confirmation that a person stands behind a submission's spend (contract v0.3).
+
+    It names the quote the person saw (:class:`~prefect_ito.contract.TrainingQuote`); the backend
+    checks the quote was made for this account, booking, manifest digest and budget, and consumes
+    it with the run it creates.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quote_id: QuoteId
+    confirmed_by: NonEmptyStr = Field(
+        description="The name the confirming person gave; under a standing authorization, the "
+        "person who created it."
+    )
+    via: ConfirmationVia = Field(
+        description="`person`: a person confirmed this quote; `standing_authorization`: a "
+        "standing authorization a person created in advance covers it."
+    )
+    authorization: NonEmptyStr | None = Field(
+        default=None,
+        description="The standing authorization's name, when `via` is `standing_authorization`.",
+    )
+
+
 class TrainingRunRequest(TrainingRequest):
-    """The body of ``POST /v0/training-runs``: the request and its manifest digest."""
+    """The body of ``POST /v0/training-runs``: the request, its manifest digest, its confirmation.
+
+    The confirmation is not part of the manifest: the digest covers the six request fields only.
+    """
 
     manifest_digest: ManifestDigest
+    confirmation: SpendConfirmation | None = Field(
+        default=None,
+        description="Contract v0.3: a new run needs one (`CONFIRMATION_REQUIRED` without it); a "
+        "replay of an earlier submission does not.",
+    )
+
+    def confirmed(self, confirmation: SpendConfirmation) -> TrainingRunRequest:
+        """Return this submission carrying ``confirmation``."""
+        return self.model_copy(update={"confirmation": confirmation})
 
 
 class DecisionChoice(StrEnum):

@@ -218,6 +218,19 @@ class DecisionRecord(_Model):
     )
 
 
+class ConfirmationRecord(_Model):
+    """Who confirmed a run's spend, and how, as the backend recorded it (contract v0.3)."""
+
+    quote_id: str
+    confirmed_by: str
+    via: str = Field(
+        description="`person` or `standing_authorization` (a client keeps a value it does not "
+        "know as it is)."
+    )
+    authorization: str | None = None
+    confirmed_at: datetime
+
+
 class Interruption(_Model):
     stage: str
     at: datetime
@@ -286,6 +299,10 @@ class TrainingRun(_Model):
     fault_tolerance: FaultTolerance = Field(default_factory=FaultTolerance)
     telemetry: Telemetry
     outcome: RunOutcome | None = None
+    confirmation: ConfirmationRecord | None = Field(
+        default=None,
+        description="Contract v0.3: who confirmed the spend, and how (absent from older runs).",
+    )
     terminal: bool | None = Field(
         default=None,
         description="Whether the run has ended (contract v0.1; absent from v0 backends). A "

@@ -14,8 +14,8 @@ from starlette.exceptions import HTTPException
 from prefect_ito.contract import SCHEMA_VERSION, ErrorCode
 from prefect_ito.simulator import admin, auth_routes, routes
 from prefect_ito.simulator.builtins import builtin_scenario
-from prefect_ito.simulator.engine import SimError
 from prefect_ito.simulator.envelopes import error_response
+from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.faults import FaultMiddleware
 from prefect_ito.simulator.middleware import RequestLogMiddleware
 from prefect_ito.simulator.scenario import Scenario

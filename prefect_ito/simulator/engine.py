@@ -33,32 +33,16 @@ from prefect_ito.contract import (
     RunState,
     StageStatus,
     TrainingEligibility,
+    TrainingQuote,
     TrainingRun,
     TrainingRunList,
     TrainingRunRequest,
 )
+from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
+from prefect_ito.simulator.quotes import QuoteBook
 from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.scenario import Scenario, SimBooking
-
-
-class SimError(Exception):
-    """A contract error the simulator answers with: code, safe message, offending field."""
-
-    def __init__(
-        self,
-        code: ErrorCode,
-        message: str,
-        *,
-        field: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.field = field
-        self.headers = headers or {}
-
 
 IN_FLIGHT_RETRY_AFTER_SECONDS = 1
 """The ``Retry-After`` of a 409 ``IDEMPOTENCY_KEY_IN_FLIGHT``."""
@@ -102,6 +86,7 @@ class Engine:
         self._feed_versions: dict[str, int] = {}
         self._changed_at: dict[str, int] = {}
         self._in_flight: set[tuple[str, str]] = set()
+        self.quotes = QuoteBook(scenario.quote_ttl_seconds)
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -117,6 +102,10 @@ class Engine:
         """
         real_seconds = self._clock() - self._started
         return self._anchor + timedelta(seconds=real_seconds - self.now())
+
+    def wall_now(self) -> datetime:
+        """Return the timestamp of this real moment (from ``start_at``, at the real rate)."""
+        return self._anchor + timedelta(seconds=self._clock() - self._started)
 
     def revision(self) -> int:
         """Return a number that grows whenever any run changes (for waking long-polls)."""
@@ -227,6 +216,7 @@ class Engine:
             post_training_recipes=list(PostTraining),
             long_poll=True,
             change_feed=self.scenario.change_feed,
+            spend_confirmation=self.scenario.spend_confirmation,
         )
 
     def changes(self, account: str, after: int | None) -> ChangePage:
@@ -375,8 +365,8 @@ class Engine:
             )
         return claim
 
-    def submit(self, account: str, key: str, request: TrainingRunRequest) -> Submitted:
-        """Create a run, or return the one this key (or this manifest) already made."""
+    def _check_request(self, request: TrainingRunRequest) -> None:
+        """Refuse a request this backend cannot train, or whose digest is not its manifest's."""
         if self.scenario.scaffold:
             raise SimError(
                 ErrorCode.CAPABILITY_NOT_AVAILABLE, "training runs are not live on this backend"
@@ -387,6 +377,26 @@ class Engine:
                 "manifest_digest does not match the request's canonical manifest",
                 field="manifest_digest",
             )
+
+    def quote(self, account: str, request: TrainingRunRequest) -> TrainingQuote:
+        """Return a quote for ``request``: the plan, the estimate, a confirmable id. No work."""
+        self._check_request(request)
+        booking = self.booking(account, request.booking_id)
+        eligibility = booking.eligibility(account)
+        if not eligibility.eligible:
+            raise SimError(ErrorCode.BOOKING_NOT_ELIGIBLE, eligibility.reason or "not eligible")
+        script = self.scenario.script_for(booking.booking_id)
+        return self.quotes.issue(
+            account, request, booking, script, now=self.wall_now(), real_now=self._clock()
+        )
+
+    def submit(self, account: str, key: str, request: TrainingRunRequest) -> Submitted:
+        """Create a run, or return the one this key (or this manifest) already made.
+
+        A new run needs a confirmation of a quote made for this account, booking, digest and
+        budget; the quote is used up in the same step that creates the run.
+        """
+        self._check_request(request)
         self.advance()
         fingerprint = f"submit:{request.manifest_digest}"
         claim = self._check_key(account, key, fingerprint)
@@ -407,7 +417,18 @@ class Engine:
             # The same manifest on the same booking is the same logical submission.
             self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
-        rec = self._create(account, key, request, booking)
+        # An older backend (spend_confirmation false) takes no confirmation.
+        held = (
+            self.quotes.check(account, request, self._clock())
+            if self.scenario.spend_confirmation
+            else None
+        )
+        # The run keeps the manifest it was asked for; the confirmation is recorded beside it.
+        rec = self._create(account, key, request.model_copy(update={"confirmation": None}), booking)
+        if held is not None and request.confirmation is not None:
+            rec.confirmation = self.quotes.use(
+                held, request.confirmation, rec.run_id, self.wall_now()
+            )
         self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)
 

@@ -16,7 +16,7 @@ from enum import Enum
 from pydantic import SecretStr
 
 from prefect_ito.contract import ALL_SCOPES, DeviceAuthorization, ErrorCode, Scope, TokenGrant
-from prefect_ito.simulator.engine import SimError
+from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.scenario import Scenario
 
 TOKEN_TTL = timedelta(days=30)

@@ -40,6 +40,7 @@ from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.scenario import (
     InterruptionSpec,
     RunScript,
+    SimBooking,
     SpikeSpec,
     StageSpec,
 )
@@ -158,10 +159,15 @@ def _data_prep(rec: RunRecord) -> Generator[Step, None, bool]:
 
 
 def choose_parallelism(rec: RunRecord) -> ParallelismPlan:
-    """Return the plan the backend picks for the model size and the booking's GPUs."""
-    params = parameters(rec.request.model_size)
-    per_node, nodes = rec.booking.gpus_per_node, rec.booking.node_count
-    reason = rec.script.parallelism_refusal
+    """Return the plan the backend picks for the run's model size and its booking's GPUs."""
+    return plan_parallelism(rec.request.model_size, rec.booking, rec.script)
+
+
+def plan_parallelism(model_size: str, booking: SimBooking, script: RunScript) -> ParallelismPlan:
+    """Return the plan the backend picks for a model size and a booking's GPUs."""
+    params = parameters(model_size)
+    per_node, nodes = booking.gpus_per_node, booking.node_count
+    reason = script.parallelism_refusal
     if reason is not None:
         # The wasteful combination: every GPU split across tensor and pipeline, no data parallel.
         return ParallelismPlan(
@@ -170,10 +176,27 @@ def choose_parallelism(rec: RunRecord) -> ParallelismPlan:
         )  # fmt: skip
     tensor = min(per_node, 1 if params < 3e9 else 2 if params < 15e9 else 4 if params < 40e9 else 8)
     pipeline = min(nodes, 1 if params < 40e9 else 4)
-    data = max(1, rec.booking.gpus // (tensor * pipeline))
+    data = max(1, booking.gpus // (tensor * pipeline))
     return ParallelismPlan(
         data=data, tensor=tensor, pipeline=pipeline, expert=1, context=1, precision="bf16"
     )
+
+
+def planned_hours(request: TrainingRunRequest, script: RunScript) -> float:
+    """Return the simulated hours a run of ``request`` takes without restarts.
+
+    Data preparation (and the ladder for custom data), planning, every training stage, and the
+    detection and resumption of each scripted interruption.
+    """
+    ladder = script.ladder_hours if is_custom_data(request.data_refs) else 0.0
+    stages = sum(spec.hours for spec in training_specs(request, script))
+    names = {spec.name for spec in training_specs(request, script)}
+    outages = sum(
+        (i.detect_seconds + i.resume_seconds) / 3600
+        for i in script.interruptions
+        if i.stage in names
+    )
+    return script.data_prep_hours + ladder + script.parallelism_hours + stages + outages
 
 
 def _parallelism(rec: RunRecord) -> Generator[Step, None, bool]:

@@ -1,4 +1,4 @@
-"""The contract's training routes: capabilities, eligibility, runs, events, decisions, cancel."""
+"""The contract's training routes: capabilities, eligibility, quotes, runs, events, decisions."""
 
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ from prefect_ito.contract import (
     EventPage,
     Submission,
     TrainingEligibility,
+    TrainingQuote,
     TrainingRun,
     TrainingRunList,
     TrainingRunRequest,
 )
-from prefect_ito.simulator.engine import SimError
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented, ok
+from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.state import (
     Canceller,
     Decider,
@@ -104,6 +105,26 @@ async def get_training_eligibility(
 
 
 @router.post(
+    "/training-quotes",
+    status_code=201,
+    responses=_errors(
+        ErrorCode.BOOKING_NOT_FOUND,
+        ErrorCode.BOOKING_NOT_ELIGIBLE,
+        ErrorCode.CAPABILITY_NOT_AVAILABLE,
+        status=201,
+    ),
+)
+async def create_training_quote(
+    state: SimStateDep, account: Reader, body: TrainingRunRequest
+) -> Envelope[TrainingQuote]:
+    """Preview the plan and estimate the cost of a request; creates no work and spends nothing.
+
+    The quote's id, confirmed by a person, goes with the submission until the quote expires.
+    """
+    return ok(state.engine.quote(account, body))
+
+
+@router.post(
     "/training-runs",
     status_code=201,
     responses=_errors(
@@ -113,6 +134,10 @@ async def get_training_eligibility(
         ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT,
         ErrorCode.BOOKING_BUSY,
         ErrorCode.CAPABILITY_NOT_AVAILABLE,
+        ErrorCode.CONFIRMATION_REQUIRED,
+        ErrorCode.CONFIRMATION_MISMATCH,
+        ErrorCode.CONFIRMATION_EXPIRED,
+        ErrorCode.CONFIRMATION_USED,
         status=201,
         replay=Envelope[Submission],
     ),
@@ -125,7 +150,7 @@ async def create_training_run(
     request: Request,
     response: Response,
 ) -> Envelope[Submission]:
-    """Submit a training run; the same key and body replay the existing run."""
+    """Submit a training run with a confirmed quote; the same key and body replay the run."""
     with state.engine.keyed_write(account, key):
         await _commit_delay(state)
         submitted = state.engine.submit(account, key, body)

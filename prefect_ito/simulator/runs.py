@@ -13,6 +13,7 @@ from typing import Any
 
 from prefect_ito.contract import (
     Checkpoint,
+    ConfirmationRecord,
     DecisionChoice,
     DecisionRecord,
     EventType,
@@ -81,6 +82,7 @@ class RunRecord:
     recovering: bool = False
     stalled: bool = False
     cancel_reason: str | None = None
+    confirmation: ConfirmationRecord | None = None
 
     def __post_init__(self) -> None:
         self.clock = self.updated = self.heartbeat = self.created
@@ -197,5 +199,6 @@ class RunRecord:
             ),
             telemetry=self.telemetry,
             outcome=self.outcome,
+            confirmation=self.confirmation,
             terminal=self.state.terminal,
         )

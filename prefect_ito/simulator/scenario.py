@@ -9,7 +9,7 @@ the faults the HTTP layer injects. ``docs/simulator.md`` documents every field w
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,10 @@ CURRICULUM_STAGES = ("pretrain", "mid_train", "long_context")
 POST_TRAINING_STAGES = ("post_training.sft", "post_training.dpo", "post_training.rlvr")
 DEFAULT_TIME_SCALE = 400_000.0
 """Simulated seconds per real second: the default run (about three weeks) takes about 5 s."""
+DEFAULT_TERM_DAYS = 120
+"""A booking's default term: long enough for the default run's estimate, from any date."""
+DEFAULT_QUOTE_TTL_SECONDS = 900.0
+"""How long a training quote stays confirmable, in real seconds (15 minutes)."""
 
 
 class _Spec(BaseModel):
@@ -47,7 +51,11 @@ class SimBooking(_Spec):
     gpus_per_node: int = Field(default=8, ge=1)
     fabric: str = "InfiniBand"
     region: str = "eu-north-1"
-    term_end: datetime = datetime.fromisoformat("2026-06-30T00:00:00+00:00")
+    term_end: datetime = Field(
+        default_factory=lambda: datetime.now(UTC) + timedelta(days=DEFAULT_TERM_DAYS),
+        description=f"When the booking's term ends; default: {DEFAULT_TERM_DAYS} days after "
+        "the scenario is made.",
+    )
     account: str | None = Field(
         default=None,
         min_length=1,
@@ -241,6 +249,16 @@ class Scenario(_Spec):
         default=IDEMPOTENCY_KEY_RETENTION_SECONDS,
         gt=0,
         description="Real seconds an idempotency key is kept after its first use.",
+    )
+    spend_confirmation: bool = Field(
+        default=True,
+        description="Advertise and require spend confirmations (contract v0.3); false answers "
+        "like an older backend that takes none, which prefect-ito submits nothing to.",
+    )
+    quote_ttl_seconds: float = Field(
+        default=DEFAULT_QUOTE_TTL_SECONDS,
+        gt=0,
+        description="Real seconds a training quote can be confirmed after it was made.",
     )
     bookings: list[SimBooking]
     run: RunScript

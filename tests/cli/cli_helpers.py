@@ -9,13 +9,27 @@ import subprocess
 import sys
 from typing import Any
 
+from prefect.utilities.asyncutils import run_coro_as_sync
+from spend_helpers import covering_authorization
+
+from prefect_ito.contract import TrainingRequest
 from prefect_ito.simulator import SimulatorServer
 
+AUTHORIZATION = "cli-tests"
+"""The standing spend authorization the CLI tests' ``train`` names (saved by :func:`worker_env`)."""
 TRAIN = [
-    "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B",
+    "train", "--authorization", AUTHORIZATION, "--booking", "bk-h200-2x8-ib", "--model-size", "8B",
     "--data", "catalog://ito/web-2026-10", "--data", "s3://acme/custom/",
     "--target", "code-assistant", "--budget-usd", "250000",
 ]  # fmt: skip
+CONFIRMED = TrainingRequest(
+    booking_id="bk-h200-2x8-ib", model_size="8B",
+    data_refs=["catalog://ito/web-2026-10", "s3://acme/custom/"],
+    target="code-assistant", budget_usd=250_000,
+).digest()  # fmt: skip
+"""The manifest digest of :data:`TRAIN`'s request."""
+TRAIN_CONFIRMED = [TRAIN[0], *TRAIN[3:], "--confirm", CONFIRMED]
+""":data:`TRAIN` confirmed with ``--confirm`` instead of the authorization (needs no block)."""
 FLOW_RUN_LINE = re.compile(r"Flow run \S+ \(([0-9a-f-]{36})\)")  # what train prints first
 
 
@@ -30,6 +44,13 @@ def prefect_ito(
 
 
 def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:
+    """Return the environment of a CLI run against the simulator and the session's Prefect.
+
+    The standing authorization ``train`` names is saved to that Prefect server here, if any.
+    """
+    if prefect_server:
+        save = covering_authorization().asave(AUTHORIZATION, overwrite=True)
+        run_coro_as_sync(save)  # also from an async test
     token = simulator.mint_token("cli").get_secret_value()
     return {
         **os.environ,

@@ -14,7 +14,17 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
-from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
+from cli_helpers import (
+    AUTHORIZATION,
+    FLOW_RUN_LINE,
+    TRAIN,
+    TRAIN_CONFIRMED,
+    prefect_ito,
+    read_flow_run_id,
+    start_train,
+    worker_env,
+)
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
@@ -42,7 +52,11 @@ async def start_run(simulator: SimulatorServer) -> str:
         booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
         target="chat", budget_usd=1e5,
     )  # fmt: skip
-    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
     return (await job.trigger()).run_id
 
 
@@ -132,6 +146,7 @@ def test_train_takes_the_backend_and_data_from_options(simulator_default, prefec
     args = [
         "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B", "--target", "t",
         "--budget-usd", "9e4", "--data-file", str(refs), "--api-url", simulator_default.url,
+        "--authorization", AUTHORIZATION,
     ]  # fmt: skip
 
     result = prefect_ito(*args, env=env)
@@ -198,7 +213,7 @@ def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_unavailable
         del env["PREFECT_API_URL"]
         env["PREFECT_HOME"] = str(Path(home) / "new")
         Path(env["PREFECT_HOME"]).mkdir()
-        result = prefect_ito(*TRAIN, env=env, timeout=600)
+        result = prefect_ito(*TRAIN_CONFIRMED, env=env, timeout=600)
 
     output = no_traceback(result)
     assert result.returncode == ExitCode.UNAVAILABLE, output
@@ -214,7 +229,7 @@ def test_ctrl_c_at_a_terminal_detaches_in_ephemeral_mode(tmp_path):
         del env["PREFECT_API_URL"]
         env["PREFECT_HOME"] = str(tmp_path)
         train = subprocess.Popen(
-            [sys.executable, "-m", "prefect_ito.cli", *TRAIN],
+            [sys.executable, "-m", "prefect_ito.cli", *TRAIN_CONFIRMED],
             env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,  # its own group, as a terminal's foreground job

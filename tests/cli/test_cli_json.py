@@ -20,6 +20,7 @@ import pytest
 from cli_helpers import FLOW_RUN_LINE, TRAIN, one_document, prefect_ito, worker_env
 from device_login import approve_in_browser
 from keyrings.alt.file import PlaintextKeyring
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import SCHEMA_VERSION, Capabilities, Envelope, ErrorEnvelope
@@ -125,7 +126,11 @@ async def finished_runs(simulator: SimulatorServer, targets: list[str]) -> list[
             booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
             target=target, budget_usd=1e5, idempotency_key=f"key-{target}",
         )  # fmt: skip
-        job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+        job = ItoTrainingJob(
+            credentials=ItoCredentials(api_url=simulator.url),
+            training=training,
+            authorization=covering_authorization(),
+        )
         run_ids.append((await job.trigger()).run_id)
         while not simulator.runs()[-1].run.state.terminal:
             await asyncio.sleep(0.2)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
+from spend_helpers import covering_authorization
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -111,7 +112,11 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
             booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
             target="chat", budget_usd=1e5,
         )  # fmt: skip
-        job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+        job = ItoTrainingJob(
+            credentials=ItoCredentials(api_url=simulator.url),
+            training=training,
+            authorization=covering_authorization(),
+        )
         run = await job.trigger()
         result = prefect_ito("attach", run.run_id, "--verbose", env=env)
 
@@ -131,7 +136,7 @@ def test_prefect_registers_the_blocks_from_the_collection(prefect_server):
     )  # fmt: skip
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Successfully registered 3 blocks" in " ".join(result.stdout.split())
+    assert "Successfully registered 4 blocks" in " ".join(result.stdout.split())
 
 
 async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_server):

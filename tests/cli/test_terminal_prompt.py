@@ -44,6 +44,30 @@ async def test_the_end_of_input_leaves_the_decision_to_someone_else(typed):
     assert await terminal.ask_at_terminal(None, "### Loss spike") is None  # type: ignore[arg-type]
 
 
+async def test_the_spend_is_confirmed_only_by_typing_it_out(typed):
+    typed += ["", "yes", "c", "Grace", ""]
+    pause = terminal.SpendPause(None, "### Confirm the spend", "sha256:" + "0" * 64)  # type: ignore[arg-type]
+
+    decision = await terminal.confirm_at_terminal(pause)
+
+    assert decision is not None
+    assert (decision.decision, decision.confirmed_by, decision.reason) == ("confirm", "Grace", None)
+    assert decision.manifest_digest == pause.manifest_digest
+    assert typed == []
+
+
+async def test_declining_at_the_terminal_and_the_end_of_input(typed):
+    pause = terminal.SpendPause(None, "### Confirm the spend", "sha256:" + "0" * 64)  # type: ignore[arg-type]
+    typed += ["decline", "Grace", "too dear", None]
+
+    declined = await terminal.confirm_at_terminal(pause)
+    unanswered = await terminal.confirm_at_terminal(pause)
+
+    assert declined is not None and declined.decision == "decline"
+    assert declined.reason == "too dear"
+    assert unanswered is None
+
+
 def test_the_chart_is_named_not_dumped_as_base64_at_the_terminal():
     markdown = "before\n\n![Training loss by step](data:image/svg+xml;base64,PHN2Zz4=)\n\nafter"
 

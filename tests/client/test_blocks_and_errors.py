@@ -12,8 +12,8 @@ from pydantic import SecretStr
 
 from prefect_ito import exceptions as exc
 from prefect_ito.auth import ENV_TOKEN, store_token
-from prefect_ito.blocks import ItoBooking, ItoCredentials
-from prefect_ito.contract import CheckpointRef, PendingAction
+from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
+from prefect_ito.contract import CheckpointRef, PendingAction, TrainingRequest
 from prefect_ito.memory_keyring import MemoryKeyring
 
 
@@ -27,6 +27,44 @@ class TestItoBookingStandards(BlockStandardTestSuite):
     @pytest.fixture
     def block(self) -> type[Block]:
         return ItoBooking
+
+
+class TestItoSpendAuthorizationStandards(BlockStandardTestSuite):
+    @pytest.fixture
+    def block(self) -> type[Block]:
+        return ItoSpendAuthorization
+
+
+def test_a_standing_authorization_says_each_reason_a_request_is_not_covered() -> None:
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
+        target="chat", budget_usd=5_000,
+    )  # fmt: skip
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    covering = ItoSpendAuthorization(
+        authorized_by="Ada", max_budget_usd=5_000, booking_ids=["bk-h200-*"],
+        targets=["chat"], model_sizes=["8B"], expires_at=datetime(2026, 7, 1, tzinfo=UTC),
+    )  # fmt: skip
+    narrow = covering.model_copy(
+        update={
+            "max_budget_usd": 4_999, "booking_ids": ["bk-h100-1x8-ib"], "targets": ["code"],
+            "model_sizes": ["70B"], "expires_at": now,
+        }
+    )  # fmt: skip
+
+    assert covering.not_covered(request, now=now) == []
+    reasons = narrow.not_covered(request, now=now)
+    assert len(reasons) == 5
+    for part in ("expired", "$4,999.00", "bk-h100-1x8-ib", "'chat'", "70B"):
+        assert any(part in reason for reason in reasons), part
+
+
+def test_a_standing_authorization_needs_a_time_zone_and_a_booking() -> None:
+    fields = {"authorized_by": "Ada", "max_budget_usd": 1.0, "booking_ids": ["bk-1"]}
+    with pytest.raises(ValueError, match="time zone"):
+        ItoSpendAuthorization(**fields, expires_at=datetime(2027, 1, 1))
+    with pytest.raises(ValueError, match="booking_ids"):
+        ItoSpendAuthorization(**{**fields, "booking_ids": []}, expires_at=datetime.now(UTC))
 
 
 def test_credentials_block_has_no_secret_field() -> None:

@@ -46,6 +46,10 @@ EXPECTED_CLASS = {
     ErrorCode.ACCESS_DENIED: exc.AccessDenied,
     ErrorCode.EXPIRED_TOKEN: exc.ExpiredToken,
     ErrorCode.INTERNAL_ERROR: exc.InternalError,
+    ErrorCode.CONFIRMATION_REQUIRED: exc.ConfirmationRequired,
+    ErrorCode.CONFIRMATION_MISMATCH: exc.ConfirmationMismatch,
+    ErrorCode.CONFIRMATION_EXPIRED: exc.ConfirmationExpired,
+    ErrorCode.CONFIRMATION_USED: exc.ConfirmationUsed,
 }
 
 

@@ -14,9 +14,11 @@ from prefect_ito import exceptions as exc
 from prefect_ito._retry import RetryBudget
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
+    ConfirmationVia,
     DecisionChoice,
     DecisionRequest,
     RunState,
+    SpendConfirmation,
     TrainingRequest,
     TrainingRunRequest,
 )
@@ -36,14 +38,29 @@ def _with_faults(**faults: Any) -> Any:
 
 
 def _v0(sim: Any) -> list[Any]:
-    return [entry for entry in sim.requests() if entry.path.startswith("/v0/")]
+    """Return the contract requests the simulator answered, but for quotes (which create none)."""
+    return [
+        entry
+        for entry in sim.requests()
+        if entry.path.startswith("/v0/") and entry.path != "/v0/training-quotes"
+    ]
+
+
+async def _confirmed(client: ItoClient, request: TrainingRunRequest) -> TrainingRunRequest:
+    """Return ``request`` with a person's confirmation of a fresh quote for it."""
+    quote = await client.quote_training_run(request)
+    return request.confirmed(
+        SpendConfirmation(quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON)
+    )
 
 
 async def test_happy_path_reads_and_submission(sim: Any) -> None:
     async with _client(sim) as client:
         capabilities = await client.get_capabilities()
         eligibility = await client.get_training_eligibility(COMPLETED)
-        first = await client.submit_training_run(sample_request(COMPLETED), idempotency_key="k-a")
+        confirmed = await _confirmed(client, sample_request(COMPLETED))
+        first = await client.submit_training_run(confirmed, idempotency_key="k-a")
+        # A replay needs no confirmation: the run exists.
         again = await client.submit_training_run(sample_request(COMPLETED), idempotency_key="k-a")
         found = await client.find_run_by_idempotency_key("k-a")
         active = await client.list_active_runs(COMPLETED)
@@ -68,9 +85,8 @@ async def _find_missing(sim: Any, key: str) -> Any:
 
 async def test_long_poll_returns_a_newer_version(sim: Any) -> None:
     async with _client(sim) as client:
-        run = (
-            await client.submit_training_run(sample_request(COMPLETED), idempotency_key="k-lp")
-        ).run
+        confirmed = await _confirmed(client, sample_request(COMPLETED))
+        run = (await client.submit_training_run(confirmed, idempotency_key="k-lp")).run
         newer = await client.get_training_run(run.run_id, after_version=run.version, wait=30)
     assert newer.version > run.version
 
@@ -121,7 +137,8 @@ async def test_key_reuse_and_busy_booking_are_final(sim: Any) -> None:
         booking_id=COMPLETED, model_size="8B", data_refs=["s3://x"], target="t", budget_usd=5.0
     ).to_submission()
     async with _client(sim) as client:
-        await client.submit_training_run(sample_request(COMPLETED), idempotency_key="k-1")
+        confirmed = await _confirmed(client, sample_request(COMPLETED))
+        await client.submit_training_run(confirmed, idempotency_key="k-1")
         with pytest.raises(exc.IdempotencyKeyReused):
             await client.submit_training_run(other, idempotency_key="k-1")
         with pytest.raises(exc.BookingBusy):
@@ -178,7 +195,8 @@ async def test_flaky_backend_is_ridden_out(sim: Any) -> None:
     )
     budget = RetryBudget(capacity=100)
     async with _client(sim, max_retries=8, retry_budget=budget) as client:
-        await client.submit_training_run(sample_request(COMPLETED), idempotency_key="k-same")
+        confirmed = await _confirmed(client, sample_request(COMPLETED))
+        await client.submit_training_run(confirmed, idempotency_key="k-same")
         for _ in range(10):
             await client.get_capabilities()
     statuses = [e.status for e in _v0(sim)]
@@ -195,12 +213,13 @@ async def test_dropped_answers_never_duplicate_a_run() -> None:
     )
     with SimulatorServer(scenario=scenario) as sim:
         async with _client(sim, max_retries=3) as client:
+            confirmed = [
+                await _confirmed(client, sample_request(f"bk-drop-{n}")) for n in range(50)
+            ]
             submissions = await asyncio.gather(
                 *(
-                    client.submit_training_run(
-                        sample_request(f"bk-drop-{n}"), idempotency_key=f"k-drop-{n}"
-                    )
-                    for n in range(50)
+                    client.submit_training_run(request, idempotency_key=f"k-drop-{n}")
+                    for n, request in enumerate(confirmed)
                 )
             )
         runs = sim.runs()
@@ -216,7 +235,7 @@ async def test_dropped_answers_never_duplicate_a_run() -> None:
 async def test_decision_conflict_and_cancel(sim: Any) -> None:
     sim.load_scenario(builtin_scenario("loss-spike"))
     async with _client(sim) as client:
-        request = sample_request(COMPLETED, budget_usd=1e9)
+        request = await _confirmed(client, sample_request(COMPLETED, budget_usd=1e9))
         run = (await client.submit_training_run(request, idempotency_key="k-s")).run
         with pytest.raises(exc.ActionNotPending):
             await client.decide(

@@ -40,6 +40,7 @@ def test_document_is_openapi_31_with_the_contract_routes_only():
     assert set(document["paths"]) == {
         "/v0/capabilities",
         "/v0/bookings/{booking_id}/training-eligibility",
+        "/v0/training-quotes",
         "/v0/training-runs",
         "/v0/training-runs/changes",
         "/v0/training-runs/{run_id}",
@@ -74,6 +75,11 @@ def test_no_route_books_buys_or_overrides():
     for path, operations in document["paths"].items():
         if path == "/v0/bookings/{booking_id}/training-eligibility":
             assert set(operations) == {"get"}
+            continue
+        if path == "/v0/training-quotes":
+            # Prices a training run on a booking already held (v0.3); it buys nothing, and a
+            # submission confirming it is the only thing that creates work.
+            assert set(operations) == {"post"}
             continue
         assert not any(word in path for word in words), path
 

@@ -12,11 +12,13 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from e2e_stack import (
+    AUTHORIZATION_BLOCK,
     BOOKING_BLOCK,
     CHECKOUT,
     CREDENTIALS_BLOCK,
@@ -41,7 +43,7 @@ from prefect.events.worker import EventsWorker
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.workers.process import ProcessWorker
 
-from prefect_ito.blocks import ItoBooking, ItoCredentials
+from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
 from prefect_ito.simulator import SimulatorServer
 
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
@@ -182,6 +184,10 @@ def _save_blocks(api_url: str) -> None:
         booking_id=PLAIN_BOOKING, gpu_sku="H200", node_count=2, gpus_per_node=8,
         fabric="InfiniBand", region="eu-north-1",
     ).save(BOOKING_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
+    ItoSpendAuthorization(
+        authorized_by="Ada (e2e)", max_budget_usd=1e6, booking_ids=["bk-*"],
+        expires_at=datetime.now(UTC) + timedelta(days=1), note="end-to-end tests",
+    ).save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
 
 
 def _create_work_pool() -> None:

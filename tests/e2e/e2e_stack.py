@@ -35,6 +35,7 @@ POOL = "ito-process"
 PLAIN_BOOKING = "bk-h200-2x8-ib"
 CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships with
 BOOKING_BLOCK = "ito-booking"
+AUTHORIZATION_BLOCK = "ito-spend"
 APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
 BROWSER_BOOKING = "bk-e2e-spike-browser"
@@ -42,6 +43,8 @@ STALLED_BOOKING = "bk-e2e-stalled"
 DEFER_BOOKING = "bk-e2e-deferred"
 LOST_BOOKING = "bk-e2e-lost"
 LOST_MACHINE_BOOKING = "bk-e2e-lost-machine"
+CONFIRM_BOOKING = "bk-e2e-confirm"
+"""A booking whose run nobody's standing authorization covers: a person confirms it."""
 NIGHTLY = "ito-training/nightly"
 AFTER_BOOKING = "ito-training/after-booking"
 CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
@@ -57,7 +60,7 @@ def e2e_scenario() -> Scenario:
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [
         {"booking_id": b, "status": "completed", "gpu_sku": "H100"}
-        for b in [*spiky, STALLED_BOOKING, *slow]
+        for b in [*spiky, STALLED_BOOKING, *slow, CONFIRM_BOOKING]
     ]
     spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.6}]}
     stall = {"stall": {"stage": "pretrain", "at_fraction": 0.5}}

@@ -15,6 +15,7 @@ from e2e_stack import (
     BOOKING_BLOCK,
     CANCEL_BOOKING,
     CANCEL_ON_CANCELLED,
+    CONFIRM_BOOKING,
     CREDENTIALS_BLOCK,
     NIGHTLY,
     PLAIN_BOOKING,
@@ -23,7 +24,9 @@ from e2e_stack import (
     backend_runs,
     completed,
     flow_run_log_messages,
+    flow_run_processes,
     named,
+    on_booking,
     suspend_on_spike,
     train_until_stalled,
     wait_for,
@@ -32,11 +35,13 @@ from e2e_stack import (
 )
 from prefect import get_client
 from prefect.deployments import run_deployment
+from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling
 
 from prefect_ito.blocks import ItoBooking
 from prefect_ito.chaining import emit_booking_completed
 from prefect_ito.contract import DecisionChoice, RunState
+from prefect_ito.parameters import BookingClaim, TrainingParameters
 
 pytestmark = pytest.mark.e2e
 
@@ -146,3 +151,29 @@ async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
     assert len(read_back) >= 3 + 5 and rows  # the runs above are all there
     assert not [text for text in read_back if canary in text]
     assert not [row for row in rows if canary in row]
+
+
+async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(stack: Stack):
+    params = {**on_booking(CONFIRM_BOOKING), "authorization": None}
+    digest = (
+        TrainingParameters.model_validate(params["training"])
+        .to_request(BookingClaim(booking_id=CONFIRM_BOOKING))
+        .digest()
+    )
+
+    flow_run = await run_deployment(NIGHTLY, parameters=params, timeout=0)
+    suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
+    assert suspended.state is not None
+    assert (suspended.state.state_details.pause_key or "").startswith("spend-")
+    await wait_for(lambda: not flow_run_processes(flow_run.id))  # holds no process meanwhile
+    assert backend_runs(stack, CONFIRM_BOOKING) == []
+    answer = {"decision": "confirm", "confirmed_by": "Grace", "manifest_digest": digest}
+    await aresume_flow_run(flow_run.id, run_input=answer)
+    await wait_for_flow_run(flow_run.id, completed)
+
+    (run,) = backend_runs(stack, CONFIRM_BOOKING)
+    assert run.confirmation is not None
+    assert (run.confirmation.confirmed_by, run.confirmation.via) == ("Grace", "person")
+    logs = await flow_run_log_messages(flow_run.id, until="succeeded through")
+    assert len([m for m in logs if "Waiting for a person to confirm" in m]) == 1, logs
+    assert any("Grace confirmed the spend" in m for m in logs), logs

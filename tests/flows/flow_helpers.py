@@ -8,6 +8,7 @@ from typing import Any
 from prefect import Flow, State, get_client
 from prefect.client.schemas.objects import FlowRun
 from rich.console import Console
+from spend_helpers import covering_authorization
 
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials
@@ -26,9 +27,11 @@ REQUEST: dict[str, Any] = {
 def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
     """Return ``ito-training`` parameters for the simulator's completed booking.
 
-    ``changes`` replace fields of the ``training`` parameter, except ``credentials``.
+    ``changes`` replace fields of the ``training`` parameter, except ``credentials`` and
+    ``authorization`` (default: a standing authorization that covers every test request).
     """
     credentials = changes.pop("credentials", ItoCredentials(api_url=simulator.url))
+    authorization = changes.pop("authorization", covering_authorization())
     training = {
         **REQUEST,
         "booking": BOOKING,
@@ -36,7 +39,7 @@ def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
         "approval_timeout": 300,
         **changes,
     }
-    return {"training": training, "credentials": credentials}
+    return {"training": training, "credentials": credentials, "authorization": authorization}
 
 
 async def wait_for_pause(flow_run_id: Any, timeout: float = 60) -> Any:

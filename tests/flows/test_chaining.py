@@ -10,6 +10,7 @@ from flow_helpers import BOOKING, REQUEST
 from prefect import flow, get_client
 from prefect.context import FlowRunContext
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.chaining import BOOKING_COMPLETED, booking_resource, emit_booking_completed
@@ -65,7 +66,11 @@ async def test_training_runs_as_a_subflow_of_a_booking_flow(start_simulator):
     async def book_then_train() -> TrainingSummary:
         booked = booking()  # what an ito-compute booking flow would return
         credentials = ItoCredentials(api_url=simulator.url)
-        return await ito_training({**REQUEST, "booking": booked}, credentials=credentials)
+        return await ito_training(
+            {**REQUEST, "booking": booked},
+            credentials=credentials,
+            authorization=covering_authorization(),
+        )
 
     summary = await book_then_train()
 

@@ -166,13 +166,13 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
     from prefect.input import create_flow_run_input
     from prefect.input.run_input import keyset_from_base_key
 
-    from prefect_ito import approval
+    from prefect_ito import approval, asking
 
     async def no_second_suspension(**_: Any) -> None:
         raise AssertionError("suspended again")
 
-    monkeypatch.setattr(approval, "can_suspend", lambda: True)
-    monkeypatch.setattr(approval, "asuspend_flow_run", no_second_suspension)
+    monkeypatch.setattr(asking, "can_suspend", lambda: True)
+    monkeypatch.setattr(asking, "asuspend_flow_run", no_second_suspension)
     run = spiked_run()
     keyset = keyset_from_base_key(f"suspended-{approval.pause_key(run.pending_action)}")
 
@@ -192,6 +192,8 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
 
 def spiked_run() -> Any:
     """Return a backend run that waits for a decision, as the simulator reports one."""
+    from spend_helpers import confirmed_on
+
     from prefect_ito.simulator.engine import Engine
 
     class Clock:
@@ -206,7 +208,7 @@ def spiked_run() -> Any:
         booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
         target="chat", budget_usd=1e5,
     ).to_submission()  # fmt: skip
-    run_id = engine.submit("acct", "k", request).run.run_id
+    run_id = engine.submit("acct", "k", confirmed_on(engine, "acct", request)).run.run_id
     while engine.runs[run_id].pending_action is None:
         clock.now += 0.1
         engine.advance()

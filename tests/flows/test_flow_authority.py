@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from flow_helpers import BOOKING, REQUEST, Person, parameters
 from rich.console import Console
+from spend_helpers import covering_authorization
 
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials
@@ -37,7 +38,11 @@ async def test_a_read_only_token_attaches_but_a_decision_it_cannot_relay_stops_c
 ):
     simulator = start_simulator("loss-spike")
     training = TrainingParameters(**REQUEST, booking=BOOKING)
-    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
     run_id = (await job.trigger()).run_id
     person = Person(approve=True)
 

@@ -1,7 +1,8 @@
 """What the flow must never do, checked against what really happened.
 
 The demo's flow runs in this process; afterwards no ML framework is in ``sys.modules``, every
-request the simulator saw is a contract v0 endpoint (nothing books, buys or overrides a gate),
+request the simulator saw is a contract v0 endpoint (nothing books, buys or overrides a gate; the
+one quote prices training on the booking already held),
 and every Prefect event the flow sent can be read back through the API.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from flow_helpers import Person
 from prefect import get_client
 from rich.console import Console
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.demo import DEMO_TRAINING
@@ -26,7 +28,7 @@ from prefect_ito.terminal import run_training
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = {"torch", "transformers", "accelerate", "deepspeed", "jax", "vllm", "trl", "lightning"}
 FORBIDDEN = re.compile(
-    r"book(?!ings/[^/]+/training-eligibility)|reserv|purchas|quote|release|overrid"
+    r"book(?!ings/[^/]+/training-eligibility)|reserv|purchas|(?<!training-)quote|release|overrid"
 )
 
 
@@ -41,7 +43,11 @@ def contract_routes() -> list[tuple[str, re.Pattern[str]]]:
 
 async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
     simulator = start_simulator("demo")
-    params = {"training": DEMO_TRAINING, "credentials": ItoCredentials(api_url=simulator.url)}
+    params = {
+        "training": DEMO_TRAINING,
+        "credentials": ItoCredentials(api_url=simulator.url),
+        "authorization": covering_authorization(),
+    }
     state = await run_training(
         ito_training, params, Person(approve=True), Console(quiet=True), poll=0.3
     )
@@ -58,6 +64,7 @@ async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
     posts = [(entry.method, re.sub(r"run_\w+|act_\w+", "*", entry.path)) for entry in requests
              if entry.method == "POST"]  # fmt: skip
     assert posts == [
+        ("POST", "/v0/training-quotes"),  # a price for training on the booking held; buys nothing
         ("POST", "/v0/training-runs"),
         ("POST", "/v0/training-runs/*/actions/*/decision"),
     ]

@@ -14,6 +14,7 @@ from flow_helpers import BOOKING, REQUEST, parameters, wait_for_pause
 from prefect import get_client
 from prefect.flow_engine import run_flow_async
 from prefect.states import Cancelling
+from spend_helpers import covering_authorization
 
 from prefect_ito.contract import RunState
 from prefect_ito.flows import ito_training
@@ -75,11 +76,12 @@ async def test_cancelling_a_paused_flow_cancels_the_backend_workload(start_simul
 _CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from prefect_ito.blocks import ItoCredentials
+    from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
     from prefect_ito.flows import ito_training
 
     asyncio.run(ito_training(
-        {**REQUEST, "booking": sys.argv[2]}, credentials=ItoCredentials(api_url=sys.argv[1])))
+        {**REQUEST, "booking": sys.argv[2]}, credentials=ItoCredentials(api_url=sys.argv[1]),
+        authorization=ItoSpendAuthorization.model_validate_json(sys.argv[3])))
     """
 )
 
@@ -88,7 +90,8 @@ async def test_a_killed_flow_run_is_reattached_by_the_next_run(start_simulator, 
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=40_000))
     token = simulator.mint_token("flow-tests")  # the same account as the fixture's token
     child = subprocess.Popen(
-        [sys.executable, "-c", f"REQUEST = {REQUEST!r}\n{_CHILD}", simulator.url, BOOKING],
+        [sys.executable, "-c", f"REQUEST = {REQUEST!r}\n{_CHILD}", simulator.url, BOOKING,
+         covering_authorization().model_dump_json()],
         env={**os.environ, "PREFECT_API_URL": prefect_server,
              "ITO_COMPUTE_TOKEN": token.get_secret_value()},
     )  # fmt: skip

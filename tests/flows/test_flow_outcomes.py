@@ -131,10 +131,21 @@ async def test_gate_failure_names_the_eval_and_leaves_later_stages_unstarted(sta
     assert later and all(stage.status is StageStatus.PENDING for stage in later)
 
 
+async def test_a_plan_the_backend_refuses_stops_before_anyone_is_asked(start_simulator):
+    # Before spend confirmation the run was submitted and refused at its parallelism stage; the
+    # quote now shows the refusal, so nothing is submitted and nobody is asked to confirm.
+    simulator = start_simulator("refused")
+    state = await run_flow(parameters(simulator, authorization=None))
+
+    assert state.is_failed() and state.name == "Refused", state.message
+    assert "nothing was submitted" in state.message and "idle" in state.message
+    assert [entry.path for entry in posts(simulator)] == ["/v0/training-quotes"]
+    assert simulator.runs() == []
+
+
 @pytest.mark.parametrize(
     ("scenario", "name", "data"),
     [
-        ("refused", "Refused", ["catalog://ito/web-2026-10"]),
         ("ladder-rejection", "Refused", ["s3://acme/custom-corpus/"]),
         ("budget-exhausted", "BudgetExhausted", ["catalog://ito/web-2026-10"]),
     ],

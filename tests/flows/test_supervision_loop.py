@@ -10,6 +10,7 @@ from flow_helpers import BOOKING, REQUEST, Person, parameters
 from prefect.client.orchestration import PrefectClient
 from prefect.exceptions import PrefectHTTPStatusError
 from rich.console import Console
+from spend_helpers import covering_authorization
 
 from prefect_ito import supervision
 from prefect_ito.blocks import ItoCredentials
@@ -60,7 +61,11 @@ class FlakyReports(ClientSteps):
 async def test_a_failing_report_never_stops_supervision(start_simulator):
     simulator = start_simulator("default")
     training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
-    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
     handle = await job.trigger()
     async with job.credentials.get_client() as client:
         steps = FlakyReports(client, training, logging.getLogger("test"), failures=3)

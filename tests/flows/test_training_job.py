@@ -8,6 +8,7 @@ from prefect import flow
 from prefect.blocks.core import Block
 from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from rich.console import Console
+from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
@@ -25,7 +26,11 @@ class TestItoTrainingJobStandards(BlockStandardTestSuite):
 
 def make_job(simulator, **changes) -> ItoTrainingJob:
     training = TrainingParameters(**{**REQUEST, "booking": BOOKING, **changes})
-    return ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    return ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
 
 
 async def test_trigger_wait_and_fetch_result(start_simulator):

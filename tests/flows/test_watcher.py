@@ -13,7 +13,9 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.states import Running, Suspended
 from prefect.types.entrypoint import EntrypointType
+from spend_helpers import covering_authorization
 
+from prefect_ito import spend
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.deferral import Deferral, deferral_key
 from prefect_ito.flows import ito_training
@@ -26,7 +28,11 @@ from prefect_ito.watcher import Watcher
 async def deferred_flow_run(simulator, *, key: str | None = None):
     """Submit a backend run and leave a flow run suspended on it, as a deferring flow does."""
     training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
-    job = ItoTrainingJob(credentials=ItoCredentials(api_url=simulator.url), training=training)
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(),
+    )
     run = (await job.trigger()).run
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         while run.current_stage is None:
@@ -85,9 +91,12 @@ async def test_a_deferred_run_is_resumed_when_its_backend_run_ends(start_simulat
     assert ("/v0/training-runs/changes" in paths) is feed
 
 
-async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator):
+@pytest.mark.parametrize(
+    "key", ["restart-act-1", spend.pause_key("sha256:" + "0" * 64)], ids=["restart", "spend"]
+)
+async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator, key):
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
-    flow_run, run = await deferred_flow_run(simulator, key="restart-act-1")
+    flow_run, run = await deferred_flow_run(simulator, key=key)
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
     watcher = Watcher(wait=0.5, lost_after=None)

@@ -28,13 +28,19 @@ from prefect import State
 from prefect.client.schemas.objects import FlowRun
 from pydantic import SecretStr
 from rich.console import Console
+from spend_helpers import covering_authorization
 
 from prefect_ito import desk, terminal
 from prefect_ito.approval import RestartDecision, pause_key
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import TrainingRequest, TrainingRun
+from prefect_ito.contract import (
+    ConfirmationVia,
+    SpendConfirmation,
+    TrainingRequest,
+    TrainingRun,
+)
 from prefect_ito.flows import ito_training
 from prefect_ito.simulator import (
     Faults,
@@ -251,17 +257,30 @@ def backend(sweep: Sweep) -> Iterator[Callable[..., Backend]]:
 # --- the one way to submit, and the one way to run the flow --------------------------------------
 
 
-Submit = Callable[[ItoClient, TrainingRequest, str], Awaitable[TrainingRun]]
+class Submit:
+    """Submits ``request`` once under ``key``, confirmed by a person on a fresh quote.
+
+    Every submission of this suite goes through here. ``calls`` counts the logical calls it made
+    to the backend (a quote, then a submission), for the tests that weigh retries against calls.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
+        self.calls += 1
+        quote = await desk.quote(client, request)  # no new run is made without a confirmation
+        confirmation = SpendConfirmation(
+            quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON
+        )
+        self.calls += 1
+        return await desk.submit(client, request, confirmation, key)
 
 
 @pytest.fixture
 def submit() -> Submit:
-    """Submit ``request`` once under ``key``: every submission of this suite goes through here."""
-
-    async def submit_once(client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
-        return await desk.submit(client, request, key)
-
-    return submit_once
+    """The suite's one way to submit (see :class:`Submit`)."""
+    return Submit()
 
 
 class Person:
@@ -313,7 +332,11 @@ def run_training(prefect_server: str, sweep: Sweep) -> RunTraining:
             "approval_timeout": 300,
             **training,
         }
-        parameters = {"training": fields, "credentials": credentials or target.credentials()}
+        parameters = {
+            "training": fields,
+            "credentials": credentials or target.credentials(),
+            "authorization": covering_authorization(),
+        }
         out = io.StringIO()
         person = Person(approve, sweep)
         console = Console(file=out, width=120)

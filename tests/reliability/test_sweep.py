@@ -27,6 +27,7 @@ from conftest import SWEEP, Sweep, answer_key
 from prefect.client.orchestration import get_client
 
 from prefect_ito import demo
+from prefect_ito.outcomes import exit_code
 from prefect_ito.simulator import SimulatorServer
 
 TOKEN_SHAPE = re.compile(r"itosim_[A-Za-z0-9_-]{32}")
@@ -41,7 +42,7 @@ def test_the_demo_runs_with_its_token_as_a_canary(
     minted, answered = _spy_on_the_demo(monkeypatch, sweep)
     saved = keyring.get_keyring()
     try:
-        code = demo.run_demo("demo", interactive=False)
+        code = int(exit_code(demo.run_demo("demo", interactive=False)))
     finally:
         keyring.set_keyring(saved)  # the demo keeps its token in a keyring of its own
     out, err = capfd.readouterr()

@@ -41,11 +41,30 @@ class Desk:
             base_url=sim.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
         )
 
-    def submit(self, body: dict[str, Any] | None = None, key: str = "key-1") -> httpx.Response:
-        """POST a submission with an idempotency key."""
-        return self.http.post(
-            "/v0/training-runs", json=body or submission(), headers={IDEMPOTENCY_HEADER: key}
-        )
+    def quote(self, body: dict[str, Any] | None = None) -> httpx.Response:
+        """POST a request for a training quote."""
+        return self.http.post("/v0/training-quotes", json=body or submission())
+
+    def confirmed(self, body: dict[str, Any], by: str = "Ada") -> dict[str, Any]:
+        """Return ``body`` carrying a person's confirmation of a fresh quote for it.
+
+        When the backend gives no quote (a booking it cannot train, say), ``body`` is returned
+        as it is: its submission then meets the same refusal.
+        """
+        quoted = self.quote(body)
+        if quoted.status_code != 201:
+            return body
+        quote_id = quoted.json()["data"]["quote_id"]
+        return {**body, "confirmation": {"quote_id": quote_id, "confirmed_by": by, "via": "person"}}
+
+    def submit(
+        self, body: dict[str, Any] | None = None, key: str = "key-1", *, confirm: bool = True
+    ) -> httpx.Response:
+        """POST a submission with an idempotency key, confirmed by a person if ``confirm``."""
+        body = body or submission()
+        if confirm and body.get("confirmation") is None:
+            body = self.confirmed(body)
+        return self.http.post("/v0/training-runs", json=body, headers={IDEMPOTENCY_HEADER: key})
 
     def start(self, body: dict[str, Any] | None = None, key: str = "key-1") -> dict[str, Any]:
         """Submit and return the new run."""

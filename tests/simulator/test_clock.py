@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from spend_helpers import confirmed_on
+
 from prefect_ito.contract import DecisionRequest, RunState, TrainingRequest
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.engine import Engine
@@ -26,7 +28,7 @@ def submit(engine: Engine):
         booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
         target="chat", budget_usd=250_000.0,
     ).to_submission()  # fmt: skip
-    return engine.submit("acct", "key-1", request).run
+    return engine.submit("acct", "key-1", confirmed_on(engine, "acct", request)).run
 
 
 def test_a_run_submitted_long_after_the_load_is_dated_when_it_was_submitted():

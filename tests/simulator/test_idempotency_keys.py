@@ -18,11 +18,12 @@ def _scenario(**changes) -> Scenario:
 async def test_a_second_request_while_the_first_is_in_flight_gets_409_with_retry_after(desk_for):
     desk = desk_for(_scenario(faults=Faults(commit_delay_seconds=0.5)))
     headers = {**desk.http.headers, IDEMPOTENCY_HEADER: "k-fly"}
+    body = desk.confirmed(desk.body())
 
     async def submit(after: float) -> httpx.Response:
         await asyncio.sleep(after)
         async with httpx.AsyncClient(base_url=desk.sim.url, headers=headers) as client:
-            return await client.post("/v0/training-runs", json=desk.body(), timeout=30)
+            return await client.post("/v0/training-runs", json=body, timeout=30)
 
     first, second = await asyncio.gather(submit(0), submit(0.15))
     third = await submit(0)

@@ -22,6 +22,7 @@ ENDPOINTS = [
     (Scope.READ, "GET", "/v0/training-runs/changes", None),
     (Scope.READ, "GET", "/v0/training-runs/{run_id}", None),
     (Scope.READ, "GET", "/v0/training-runs/{run_id}/events", None),
+    (Scope.READ, "POST", "/v0/training-quotes", "quote"),  # creates nothing (v0.3)
     (Scope.SUBMIT, "POST", "/v0/training-runs", "submission"),
     (Scope.DECIDE, "POST", "/v0/training-runs/{run_id}/actions/{action_id}/decision", DECISION),
     (Scope.CANCEL, "POST", "/v0/training-runs/{run_id}/cancel", {"reason": "test"}),
@@ -30,9 +31,10 @@ ENDPOINTS = [
 
 def _call(desk, token: str, method: str, template: str, body: Any, run: dict[str, Any]):
     path = template.format(run_id=run["run_id"], action_id=run["pending_action"]["action_id"])
-    if body == "submission":
+    if body in ("submission", "quote"):
         # Another booking, so that a new run could be created (the spiked one holds its own).
-        body = desk.body(booking_id="bk-h100-1x8-ib", target="another")
+        request = desk.body(booking_id="bk-h100-1x8-ib", target="another")
+        body = desk.confirmed(request) if body == "submission" else request
     return httpx.request(
         method,
         f"{desk.sim.url}{path}",

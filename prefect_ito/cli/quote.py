@@ -1,0 +1,96 @@
+"""``prefect-ito quote``: what ``train`` with the same options would run and may cost, read-only.
+
+It verifies the booking, checks the backend can train, and asks the backend for a quote: the
+plan, the estimate, the budget, the booking's term, when the quote expires, and the manifest
+digest — with the exact ``prefect-ito train … --confirm sha256:…`` that confirms that manifest and
+nothing else. A quote creates no work and spends nothing.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+from rich.console import Console
+from rich.markdown import Markdown
+
+from prefect_ito import desk, terminal
+from prefect_ito.blocks import ItoCredentials, resolve_credentials
+from prefect_ito.cli import app, output
+from prefect_ito.cli.options import (
+    CommandLineTraining,
+    DataFile,
+    command_credentials,
+    training_parameters,
+)
+from prefect_ito.cli.output import JsonOption
+from prefect_ito.cli.target import ApiUrl, CredentialsName
+from prefect_ito.contract import TrainingQuote, TrainingRequest
+from prefect_ito.parameters import TrainingParameters, resolve_booking
+from prefect_ito.spend import describe
+
+__all__ = ["quote"]
+
+_console = Console()
+
+
+@app.command
+def quote(
+    training: Annotated[CommandLineTraining, Parameter(name="*")],
+    *,
+    data_file: DataFile = None,
+    credentials: CredentialsName = None,
+    api_url: ApiUrl = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show the plan, the estimate and the manifest digest `train` with these options would run.
+
+    Read-only: nothing is submitted and nothing is spent. Confirm that exact manifest with the
+    printed `prefect-ito train … --confirm sha256:…`.
+    """
+    output.use_json(json_output)
+    parameters = training_parameters(training, data_file)
+    where = command_credentials(credentials, api_url)
+    if isinstance(where, str) or parameters.booking_block is not None:
+        with terminal.prefect_api():  # a block is read from Prefect
+            output.respond(json_output, _quote(parameters, where), _show)
+    else:
+        output.respond(json_output, _quote(parameters, where), _show)
+
+
+async def _quote(
+    parameters: TrainingParameters, credentials: ItoCredentials | str | None
+) -> dict[str, Any]:
+    """Return the quote, the request it prices, and the command that confirms its manifest."""
+    claim = await resolve_booking(parameters)
+    request = parameters.to_request(claim)
+    async with (await resolve_credentials(credentials)).get_client() as client:
+        await desk.verify_booking(client, claim)
+        await desk.check_training_capability(client, request)
+        found = await desk.quote(client, request)
+    return {
+        "quote": found.model_dump(mode="json"),
+        "request": request.model_dump(mode="json"),
+        "confirm_command": _train_command(found.manifest_digest),
+    }
+
+
+def _show(result: dict[str, Any]) -> None:
+    found = TrainingQuote.model_validate(result["quote"])
+    request = TrainingRequest.model_validate(result["request"])
+    _console.print(Markdown(describe(found, request, choices=False)))
+    _console.print(f"Quote {found.quote_id}; nothing was submitted and nothing was spent.")
+    _console.print(f"Manifest digest: {found.manifest_digest}", soft_wrap=True)
+    _console.print("To confirm this manifest, and nothing else, run:")
+    _console.print(  # a command to copy: never broken across lines
+        result["confirm_command"], markup=False, highlight=False, soft_wrap=True
+    )
+
+
+def _train_command(digest: str) -> str:
+    """Return this very command as ``train``, confirming ``digest`` (``--json`` left out)."""
+    arguments = sys.argv[sys.argv.index("quote") + 1 :] if "quote" in sys.argv else []
+    kept = [argument for argument in arguments if argument != "--json"]
+    return shlex.join(["prefect-ito", "train", *kept, "--confirm", digest])

@@ -1,0 +1,78 @@
+"""Contract v0.3: what a training request would do and cost, before anyone confirms the spend.
+
+``POST /v0/training-quotes`` takes the submission body and answers a :class:`TrainingQuote`: the
+backend's plan preview, its estimate and a quote id that expires. It creates no work and spends
+nothing; a submission then carries a confirmation naming the quote (see
+:class:`~prefect_ito.contract.SpendConfirmation`).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Self
+
+from pydantic import Field, field_validator, model_validator
+
+from prefect_ito.contract.envelope import ManifestDigest, QuoteId, _Model
+from prefect_ito.contract.runs import ParallelismPlan
+
+
+class CostRange(_Model):
+    """An estimate as a range: ``low`` ≤ ``high``, both finite and not negative."""
+
+    low: float = Field(ge=0)
+    high: float = Field(ge=0)
+
+    @field_validator("low", "high")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("an estimate must be finite")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        return self
+
+
+class PlanPreview(_Model):
+    """The plan the backend would follow for a request, and what it expects it to take."""
+
+    parallelism: ParallelismPlan = Field(
+        description="The parallelism and precision the backend would choose, or its refusal "
+        "(`refused` with a `reason`): a refused plan is never worth submitting."
+    )
+    stages: list[str] = Field(description="The planned stage names, in order.")
+    custom_data: bool = Field(description="Whether any data reference is outside `catalog://`.")
+    ladder_check: bool = Field(
+        description="Whether the data goes through the 150M ladder decision job first (custom "
+        "data does; a rejection stops the run as `LADDER_REJECTED`)."
+    )
+    gpu_hours: CostRange = Field(description="Estimated GPU hours (GPUs × wall-clock hours).")
+    cost_usd: CostRange = Field(description="Estimated spend in US dollars.")
+    duration_hours: CostRange = Field(description="Estimated wall-clock hours to the end.")
+
+
+class TrainingQuote(_Model):
+    """The answer to ``POST /v0/training-quotes``: a plan, an estimate, a quote id to confirm."""
+
+    quote_id: QuoteId
+    booking_id: str
+    manifest_digest: ManifestDigest
+    budget_usd: float = Field(gt=0, description="The request's spend ceiling.")
+    plan: PlanPreview
+    within_budget: bool = Field(description="Whether `plan.cost_usd.high` ≤ `budget_usd`.")
+    term_end: datetime = Field(description="When the booking's term ends.")
+    ends_before_term: bool = Field(
+        description="Whether now + `plan.duration_hours.high` ≤ `term_end`: the run is expected "
+        "to end before the booking does."
+    )
+    expires_at: datetime = Field(
+        description="After this, a submission confirming this quote gets `CONFIRMATION_EXPIRED`."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="What a person should know before confirming."
+    )

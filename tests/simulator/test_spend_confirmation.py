@@ -1,0 +1,179 @@
+"""Training quotes and spend confirmations: no new run without a confirmed quote."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from prefect_ito.contract import IDEMPOTENCY_HEADER, TrainingRunRequest
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator.pipeline import planned_hours
+
+
+def error(response):
+    return response.status_code, response.json()["error"]["code"], response.json()["error"]["field"]
+
+
+def test_a_quote_previews_the_plan_and_estimate_and_creates_no_work(desk):
+    body = desk.body(post_training="sft")
+
+    response = desk.quote(body)
+
+    assert response.status_code == 201, response.text
+    quote = response.json()["data"]
+    assert quote["manifest_digest"] == body["manifest_digest"]
+    assert quote["booking_id"] == body["booking_id"]
+    assert quote["budget_usd"] == body["budget_usd"]
+    plan = quote["plan"]
+    stages = ["data_prep", "parallelism", "pretrain", "mid_train", "long_context"]
+    assert plan["stages"] == [*stages, "post_training.sft"]
+    assert (plan["custom_data"], plan["ladder_check"]) == (False, False)
+    assert plan["parallelism"]["refused"] is False
+    assert plan["parallelism"]["precision"] == "bf16"
+    for estimate in ("gpu_hours", "cost_usd", "duration_hours"):
+        assert 0 < plan[estimate]["low"] < plan[estimate]["high"]
+    # The estimate follows the scenario's own script: 16 GPUs at the script's hourly rate.
+    script = builtin_scenario("default").run
+    hours = planned_hours(TrainingRunRequest.model_validate(body), script)
+    assert plan["duration_hours"]["low"] <= hours <= plan["duration_hours"]["high"]
+    assert plan["cost_usd"]["high"] == pytest.approx(
+        plan["gpu_hours"]["high"] * script.gpu_hour_usd
+    )
+    assert quote["within_budget"] is True
+    assert quote["ends_before_term"] is True
+    assert quote["warnings"] == []
+    assert desk.sim.runs() == []
+
+
+def test_a_quote_says_custom_data_goes_through_the_ladder(desk):
+    quote = desk.quote(desk.body(data_refs=["catalog://x", "s3://acme/corpus"])).json()["data"]
+
+    assert (quote["plan"]["custom_data"], quote["plan"]["ladder_check"]) == (True, True)
+    assert any("150M ladder" in warning for warning in quote["warnings"])
+
+
+def test_a_quote_shows_the_backends_refusal_before_anything_runs(desk_for):
+    desk = desk_for("refused")
+
+    quote = desk.quote().json()["data"]
+
+    assert quote["plan"]["parallelism"]["refused"] is True
+    assert "idle" in quote["plan"]["parallelism"]["reason"]
+    assert desk.sim.runs() == []
+
+
+def test_a_quote_weighs_the_budget_and_the_bookings_term(desk_for):
+    scenario = builtin_scenario("budget-exhausted")
+    ended = datetime(2026, 1, 1, tzinfo=UTC)
+    booking = scenario.bookings[0].model_copy(update={"term_end": ended})
+    desk = desk_for(scenario.model_copy(update={"bookings": [booking]}))
+
+    quote = desk.quote().json()["data"]
+
+    assert quote["within_budget"] is False
+    assert quote["ends_before_term"] is False
+    assert len(quote["warnings"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"booking_id": "bk-unknown"}, (404, "BOOKING_NOT_FOUND", None)),
+        ({"booking_id": "bk-h200-pending"}, (409, "BOOKING_NOT_ELIGIBLE", None)),
+    ],
+)
+def test_a_quote_needs_a_booking_that_may_train(desk, changes, expected):
+    assert error(desk.quote(desk.body(**changes))) == expected
+
+
+def test_a_quote_checks_the_digest_and_the_fields(desk):
+    wrong_digest = {**desk.body(), "manifest_digest": "sha256:" + "0" * 64}
+    bad_budget = {**desk.body(), "budget_usd": -1}
+
+    assert error(desk.quote(wrong_digest)) == (422, "VALIDATION_ERROR", "manifest_digest")
+    assert error(desk.quote(bad_budget))[1:] == ("VALIDATION_ERROR", "budget_usd")
+
+
+def test_a_backend_that_cannot_train_quotes_nothing(desk_for):
+    desk = desk_for("unavailable")
+
+    assert error(desk.quote()) == (501, "CAPABILITY_NOT_AVAILABLE", None)
+
+
+def test_a_new_run_without_a_confirmation_is_refused(desk):
+    response = desk.submit(confirm=False)
+
+    assert error(response) == (428, "CONFIRMATION_REQUIRED", "confirmation")
+    assert desk.sim.runs() == []
+
+
+def test_a_confirmation_must_be_of_a_quote_for_this_very_request(desk):
+    other = desk.confirmed(desk.body(budget_usd=1_000.0))["confirmation"]
+    unknown = {**other, "quote_id": "quote_never_made"}
+
+    for confirmation, field in ((other, "manifest_digest"), (unknown, "confirmation.quote_id")):
+        response = desk.submit({**desk.body(), "confirmation": confirmation})
+        assert error(response) == (409, "CONFIRMATION_MISMATCH", field)
+    assert desk.sim.runs() == []
+
+
+def test_another_accounts_quote_confirms_nothing(desk):
+    stranger = desk.sim.mint_token("stranger").get_secret_value()
+    quoted = desk.http.post(
+        "/v0/training-quotes", json=desk.body(), headers={"Authorization": f"Bearer {stranger}"}
+    ).json()["data"]
+    confirmation = {"quote_id": quoted["quote_id"], "confirmed_by": "Eve", "via": "person"}
+
+    response = desk.submit({**desk.body(), "confirmation": confirmation})
+
+    assert error(response) == (409, "CONFIRMATION_MISMATCH", "confirmation.quote_id")
+
+
+def test_an_expired_quote_confirms_nothing(desk_for):
+    desk = desk_for(builtin_scenario("default").model_copy(update={"quote_ttl_seconds": 0.2}))
+    body = desk.confirmed(desk.body())
+    time.sleep(0.5)
+
+    response = desk.submit(body)
+
+    assert error(response) == (410, "CONFIRMATION_EXPIRED", None)
+    assert desk.sim.runs() == []
+
+
+def test_the_run_records_who_confirmed_and_keeps_the_manifest_it_was_asked_for(desk):
+    body = desk.confirmed(desk.body(), by="Grace")
+
+    run = desk.start(body)
+
+    assert run["confirmation"]["quote_id"] == body["confirmation"]["quote_id"]
+    assert (run["confirmation"]["confirmed_by"], run["confirmation"]["via"]) == ("Grace", "person")
+    assert run["confirmation"]["confirmed_at"]
+    assert run["request"]["confirmation"] is None
+
+
+def test_one_quote_makes_at_most_one_run_and_the_same_key_still_replays_it(desk):
+    body = desk.confirmed(desk.body())
+    first = desk.start(body, key="first")
+    desk.http.post(f"/v0/training-runs/{first['run_id']}/cancel", json={})
+
+    again = desk.submit(body, key="second")
+    replay = desk.submit(body, key="first")
+
+    assert error(again) == (409, "CONFIRMATION_USED", None)
+    assert replay.status_code == 200, replay.text
+    assert replay.json()["data"]["run"]["run_id"] == first["run_id"]
+    assert [run.run_id for run in desk.sim.runs()] == [first["run_id"]]
+
+
+def test_the_same_manifest_on_a_busy_booking_stays_the_same_submission(desk_for):
+    desk = desk_for("loss-spike")  # holds at a decision, so the run stays unfinished
+    body = desk.confirmed(desk.body())
+    first = desk.start(body, key="first")
+
+    again = desk.http.post("/v0/training-runs", json=body, headers={IDEMPOTENCY_HEADER: "second"})
+
+    assert again.status_code == 200, again.text
+    assert again.json()["data"]["run"]["run_id"] == first["run_id"]
+    assert len(desk.sim.runs()) == 1
