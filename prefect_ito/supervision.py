@@ -205,10 +205,13 @@ async def start(
     quote = await steps.quote(request)
     confirmation = await steps.confirm_spend(quote, request)
     run = await _submit(steps, request, confirmation, idempotency_key())
+    on_record = run.confirmation
+    principal = on_record.principal if on_record is not None else None
     steps.logger.info(
-        "Delegated to the Itô desk backend as run %s, confirmed by %s.",
+        "Delegated to the Itô desk backend as run %s, confirmed by %s%s.",
         run.run_id,
         confirmation.confirmed_by,
+        f" (authenticated as {principal})" if principal else "",
     )
     await steps.record_run(run)
     return run

@@ -229,6 +229,11 @@ class ConfirmationRecord(_Model):
     )
     authorization: str | None = None
     confirmed_at: datetime
+    principal: Principal | None = Field(
+        default=None,
+        description="The authenticated principal whose token submitted the confirmed run, "
+        "beside the name in `confirmed_by` (v0.3; a backend of this version always sends it).",
+    )
 
 
 class Interruption(_Model):

@@ -390,11 +390,14 @@ class Engine:
             account, request, booking, script, now=self.wall_now(), real_now=self._clock()
         )
 
-    def submit(self, account: str, key: str, request: TrainingRunRequest) -> Submitted:
+    def submit(
+        self, account: str, key: str, request: TrainingRunRequest, principal: str | None = None
+    ) -> Submitted:
         """Create a run, or return the one this key (or this manifest) already made.
 
         A new run needs a confirmation of a quote made for this account, booking, digest and
-        budget; the quote is used up in the same step that creates the run.
+        budget; the quote is used up in the same step that creates the run. The run's record of
+        the confirmation keeps ``principal``, whose token submitted it.
         """
         self._check_request(request)
         self.advance()
@@ -427,7 +430,7 @@ class Engine:
         rec = self._create(account, key, request.model_copy(update={"confirmation": None}), booking)
         if held is not None and request.confirmation is not None:
             rec.confirmation = self.quotes.use(
-                held, request.confirmation, rec.run_id, self.wall_now()
+                held, request.confirmation, rec.run_id, self.wall_now(), principal
             )
         self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)

@@ -165,8 +165,14 @@ class QuoteBook:
 
     @staticmethod
     def use(
-        held: _Held, confirmation: SpendConfirmation, run_id: str, at: datetime
+        held: _Held,
+        confirmation: SpendConfirmation,
+        run_id: str,
+        at: datetime,
+        principal: str | None = None,
     ) -> ConfirmationRecord:
         """Mark the quote used by ``run_id`` and return the record the run keeps."""
         held.used_by = run_id
-        return ConfirmationRecord(**confirmation.model_dump(mode="json"), confirmed_at=at)
+        return ConfirmationRecord(
+            **confirmation.model_dump(mode="json"), confirmed_at=at, principal=principal
+        )

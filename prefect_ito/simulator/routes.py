@@ -40,7 +40,7 @@ from prefect_ito.simulator.state import (
     Reader,
     SimState,
     SimStateDep,
-    Submitter,
+    SubmittingToken,
 )
 
 router = APIRouter(prefix="/v0", tags=["training"])
@@ -144,16 +144,16 @@ async def create_training_quote(
 )
 async def create_training_run(
     state: SimStateDep,
-    account: Submitter,
+    token: SubmittingToken,
     key: IdempotencyKey,
     body: TrainingRunRequest,
     request: Request,
     response: Response,
 ) -> Envelope[Submission]:
     """Submit a training run with a confirmed quote; the same key and body replay the run."""
-    with state.engine.keyed_write(account, key):
+    with state.engine.keyed_write(token.account, key):
         await _commit_delay(state)
-        submitted = state.engine.submit(account, key, body)
+        submitted = state.engine.submit(token.account, key, body, principal=token.principal)
     if submitted.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"

@@ -98,6 +98,12 @@ def submitter(info: Info) -> str:
     return info.account
 
 
+def submitting_token(info: Info) -> TokenInfo:
+    """Return a token that may submit runs (``training:submit``), else 403."""
+    info.require(Scope.SUBMIT)
+    return info
+
+
 def canceller(info: Info) -> str:
     """Return the account of a token that may cancel runs (``training:cancel``), else 403."""
     info.require(Scope.CANCEL)
@@ -113,6 +119,8 @@ def decider(info: Info) -> TokenInfo:
 Token = Annotated[str, Depends(bearer_token)]
 Reader = Annotated[str, Depends(reader)]
 Submitter = Annotated[str, Depends(submitter)]
+SubmittingToken = Annotated[TokenInfo, Depends(submitting_token)]
+"""A token that may submit; its principal goes on record beside who confirmed the spend."""
 Canceller = Annotated[str, Depends(canceller)]
 Decider = Annotated[TokenInfo, Depends(decider)]
 """A token that may relay decisions; its principal goes on record beside the typed name."""

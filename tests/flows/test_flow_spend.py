@@ -79,6 +79,8 @@ async def test_a_person_confirms_the_form_and_the_backend_records_them(start_sim
     assert run.confirmation is not None
     assert (run.confirmation.confirmed_by, run.confirmation.via) == ("Grace", "person")
     assert run.confirmation.authorization is None
+    # Beside the name the person typed, the backend keeps whose token submitted it.
+    assert run.confirmation.principal == "user:flow-tests"
     assert len(submissions(simulator)) == 1
 
 
