@@ -11,7 +11,7 @@ import pytest
 from flow_helpers import BOOKING, REQUEST
 from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
-from prefect.states import Running, Suspended
+from prefect.states import Crashed, Running, Suspended
 from prefect.types.entrypoint import EntrypointType
 
 from prefect_ito.blocks import ItoCredentials
@@ -144,3 +144,27 @@ async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(cap
 
     assert "A sweep failed" in caplog.records[0].getMessage()
     assert all(record.exc_info is None for record in caplog.records)
+
+
+async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
+    # Two watchers (or one whose list of lost runs is a moment old) find the same crash: the
+    # second used to reschedule again, under the run its first re-entry had started.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Crashed(), force=True)
+        lost = await client.read_flow_run(flow_run.id)  # what both watchers saw
+    first, second = Watcher(lost_after=None), Watcher(lost_after=None)
+
+    await first._reenter(lost)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # a worker ran it
+    await second._reenter(lost)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+        claims = await client.filter_flow_run_input(
+            flow_run.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
+        )
+    assert (first.recovered, second.recovered) == ([flow_run.id], [])
+    assert now.state_name == "Running" and len(claims) == 1
