@@ -102,8 +102,8 @@ class Watcher:
     Attributes:
         wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
         max_concurrency: Per-run long-polls at once, for a backend without a change feed.
-        lost_after: Seconds without a heartbeat after which a running flow run counts as lost;
-            None never counts a running one lost (crashed ones are still re-entered).
+        lost_after: Seconds without a heartbeat after which a running (or starting) flow run
+            counts as lost; None never counts one lost (crashed ones are still re-entered).
     """
 
     wait: float = 30.0
@@ -298,12 +298,15 @@ class Watcher:
             if run.state and run.state.timestamp and run.state.timestamp < settled
         ]
         if self.lost_after is not None:
-            lost += await self._silent(await _flow_runs(StateType.RUNNING))
+            # A run whose worker died while starting it stays Pending (or Submitting) for good:
+            # it never beat, and nobody is left to report it crashed.
+            starting = await _flow_runs(StateType.PENDING)
+            lost += await self._silent(await _flow_runs(StateType.RUNNING) + starting)
         for flow_run in lost:
             await self._reenter(flow_run)
 
     async def _silent(self, running: list[FlowRun]) -> list[FlowRun]:
-        """Return the running flow runs that sent no heartbeat for ``lost_after`` seconds."""
+        """Return the flow runs in their state, and without a heartbeat, for ``lost_after`` s."""
         assert self.lost_after is not None
         since = datetime.now(UTC) - timedelta(seconds=self.lost_after)
         candidates = [

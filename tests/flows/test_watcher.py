@@ -11,7 +11,7 @@ import pytest
 from flow_helpers import BOOKING, REQUEST
 from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
-from prefect.states import Crashed, Running, Suspended
+from prefect.states import Crashed, Pending, Running, Suspended
 from prefect.types.entrypoint import EntrypointType
 
 from prefect_ito.blocks import ItoCredentials
@@ -168,3 +168,20 @@ async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
         )
     assert (first.recovered, second.recovered) == ([flow_run.id], [])
     assert now.state_name == "Running" and len(claims) == 1
+
+
+async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulator):
+    # A worker killed while it started a flow run leaves it Pending: it never beats, and nobody
+    # reports a crash. Found by the crash trials: such runs waited forever.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+    watcher = Watcher(lost_after=1)
+    await asyncio.sleep(2)  # longer than lost_after: no heartbeat came
+
+    await watcher._recover_lost()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
