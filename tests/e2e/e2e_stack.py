@@ -277,15 +277,19 @@ def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
 
 
 async def start_training(
-    parameters: dict[str, Any] | None = None, deployment: str = NIGHTLY
+    parameters: dict[str, Any] | None = None,
+    deployment: str = NIGHTLY,
+    idempotency_key: str | None = None,
 ) -> FlowRun:
     """Create a flow run of a training deployment, as a person or a schedule does; return it.
 
     Every end-to-end training flow run starts here, so what each one must carry (beyond its
     deployment's parameters) is added in one place. Without ``parameters`` the deployment's own
-    are used.
+    are used; with ``idempotency_key``, Prefect creates one flow run however often it is asked.
     """
-    return await run_deployment(deployment, parameters=parameters, timeout=0)
+    return await run_deployment(
+        deployment, parameters=parameters, timeout=0, idempotency_key=idempotency_key
+    )
 
 
 async def suspend_on_spike(booking_id: str) -> FlowRun:
