@@ -64,6 +64,8 @@ MAX_RECOVERIES = 5
 
 _RECOVERY_PREFIX = "ito-recovery-"
 _CRASH_SETTLE_SECONDS = 15.0
+_START_GRACE = 2
+"""A starting (Pending) run is lost after this many times ``lost_after`` without a heartbeat."""
 _CLAIM_STALE_SECONDS = 300.0
 """Longer than a claim's holder can take to reschedule, Prefect's own retries included."""
 _PAGE = 200
@@ -298,21 +300,20 @@ class Watcher:
             if run.state and run.state.timestamp and run.state.timestamp < settled
         ]
         if self.lost_after is not None:
+            lost += await self._silent(await _flow_runs(StateType.RUNNING), self.lost_after)
             # A run whose worker died while starting it stays Pending (or Submitting) for good:
-            # it never beat, and nobody is left to report it crashed.
+            # it never beats, and nobody is left to report it crashed. A start on a busy machine
+            # may take longer than a heartbeat interval, so it gets twice the time.
             starting = await _flow_runs(StateType.PENDING)
-            lost += await self._silent(await _flow_runs(StateType.RUNNING) + starting)
+            lost += await self._silent(starting, _START_GRACE * self.lost_after)
         for flow_run in lost:
             await self._reenter(flow_run)
 
-    async def _silent(self, running: list[FlowRun]) -> list[FlowRun]:
-        """Return the flow runs in their state, and without a heartbeat, for ``lost_after`` s."""
-        assert self.lost_after is not None
-        since = datetime.now(UTC) - timedelta(seconds=self.lost_after)
+    async def _silent(self, runs: list[FlowRun], seconds: float) -> list[FlowRun]:
+        """Return the flow runs in their state, and without a heartbeat, for ``seconds``."""
+        since = datetime.now(UTC) - timedelta(seconds=seconds)
         candidates = [
-            run
-            for run in running
-            if run.state and run.state.timestamp and run.state.timestamp < since
+            run for run in runs if run.state and run.state.timestamp and run.state.timestamp < since
         ]
         if not candidates:
             return []
@@ -333,6 +334,11 @@ class Watcher:
         if lost is None:
             return
         async with get_client() as client:
+            # What was seen may be a while old (a sweep on a busy server is slow): a run that has
+            # moved on since — started, beaten, resumed — is no longer lost.
+            now = (await client.read_flow_run(flow_run.id)).state
+            if now is None or now.id != lost.id:
+                return
             claims = await client.filter_flow_run_input(
                 flow_run.id, key_prefix=_RECOVERY_PREFIX, limit=100, exclude_keys=set()
             )

@@ -178,10 +178,29 @@ async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulato
     async with get_client() as client:
         await client.set_flow_run_state(flow_run.id, Pending(), force=True)
     watcher = Watcher(lost_after=1)
-    await asyncio.sleep(2)  # longer than lost_after: no heartbeat came
+    await asyncio.sleep(3)  # longer than a start may take (twice lost_after): no heartbeat came
 
     await watcher._recover_lost()
 
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
     assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def test_a_run_seen_lost_that_moved_on_since_is_left_alone(start_simulator):
+    # A sweep on a busy server is slow: a run seen starting (and silent) a minute ago may run by
+    # the time the watcher acts. Found by the crash trials: such a live run was rescheduled, and
+    # its flow process failed ("Flow run cannot be suspended").
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+        seen = await client.read_flow_run(flow_run.id)
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # it started since
+    watcher = Watcher(lost_after=1)
+
+    await watcher._reenter(seen)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert watcher.recovered == [] and now.state_name == "Running"
