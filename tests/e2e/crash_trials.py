@@ -58,8 +58,10 @@ SPIKY = ("awaiting-person", "relaying")
 DELAYS = {"mid-gate": (3.5, 8.0), "deferred": (1.0, 5.0)}
 """Seeded seconds into a phase before the strike (for ``deferred``: how long a watcher is down)."""
 STAGE_HOURS = 1_500
-"""Two curriculum stages of this many simulated hours: about 13.5 s each at the default scale."""
+"""Two curriculum stages of this many simulated hours: about 13.5 s each at the default scale
+(three times that for a deferred trial)."""
 DEFER_AFTER = 2
+BUDGET = 2_000_000
 POLL = 1.0
 
 
@@ -114,7 +116,8 @@ class Trial:
         # Only the deferred trials defer: every resume starts a flow process, which costs two
         # cores seconds each. A person's answer is waited for suspended in any mode.
         mode = "auto" if self.phase == "deferred" else "in-process"
-        return on_booking(self.booking, mode=mode, defer_after=DEFER_AFTER)
+        # A budget well above what even a deferred trial's long stages spend.
+        return on_booking(self.booking, mode=mode, defer_after=DEFER_AFTER, budget_usd=BUDGET)
 
 
 def plan(n: int, seed: int) -> list[Trial]:
@@ -131,18 +134,23 @@ def plan(n: int, seed: int) -> list[Trial]:
 def trial_scenario(trials: list[Trial]) -> Scenario:
     """Return the default scenario with one completed booking per trial, its stages long."""
     base = builtin_scenario("default")
-    stages = [{**s.model_dump(), "hours": STAGE_HOURS} for s in base.run.curriculum[:2]]
-    long = {"curriculum": stages, "post_training": []}
-    spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.5}]}
     return Scenario.model_validate(
         {
             **base.model_dump(),
             "bookings": [{"booking_id": t.booking, "status": "completed"} for t in trials],
-            "booking_overrides": {
-                t.booking: {**long, **(spike if t.spiky else {})} for t in trials
-            },
+            "booking_overrides": {t.booking: _script(base, t) for t in trials},
         }
     )
+
+
+def _script(base: Scenario, trial: Trial) -> dict[str, Any]:
+    """Return a trial's run: two long stages, and a loss spike when a person must decide."""
+    # A deferred trial's stages outlast a flow process's start on a busy machine (up to a
+    # minute and a half here), or its run could end before it ever defers.
+    hours = STAGE_HOURS * (3 if trial.phase == "deferred" else 1)
+    stages = [{**s.model_dump(), "hours": hours} for s in base.run.curriculum[:2]]
+    spike = [{"stage": "pretrain", "at_fraction": 0.5}] if trial.spiky else []
+    return {"curriculum": stages, "post_training": [], "loss_spikes": spike}
 
 
 # --- running the trials --------------------------------------------------------------------------
