@@ -261,12 +261,8 @@ def recovery() -> dict[str, float]:
     """Play the crash trials (``tests/e2e/crash_trials.py``) and return their figures."""
     sys.path.insert(0, str(E2E))
     # The harness is test code (type-checked as tests are), found on sys.path at run time.
-    from crash_trials import (  # type: ignore[import-not-found]
-        plan,
-        record_figures,
-        run_trials,
-        trial_scenario,
-    )
+    from crash_tally import record_figures  # type: ignore[import-not-found]
+    from crash_trials import plan, run_trials, trial_scenario  # type: ignore[import-not-found]
     from trial_stack import trial_stack  # type: ignore[import-not-found]
 
     from prefect_ito.simulator import SimulatorServer

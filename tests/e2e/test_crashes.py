@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from crash_trials import plan, record_figures, run_trials, trial_scenario
+from crash_tally import record_figures
+from crash_trials import plan, run_trials, trial_scenario
 from trial_stack import TrialStack, trial_stack
 
 from prefect_ito.simulator import SimulatorServer
