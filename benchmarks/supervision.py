@@ -13,14 +13,23 @@ For N = 10, 100 and 500, on a real ``prefect server start`` and the simulator (i
 4. Resume latency: 10 backend runs are cancelled at the backend, one by one (a change the flow
    must handle), and the time until their flow runs leave ``Suspended`` is taken.
 
-Writes ``benchmarks/results.json``; figures go to ``docs/benchmarks.md``. In-process supervision
-at scale is ``supervision_scale.py``; long-poll against fixed-interval polling is
-``longpoll_latency.py``.
-Run: ``uv run python benchmarks/supervision.py`` (about ten minutes on 2 cores).
+Recovery (``--only recovery``): the crash trials of ``tests/e2e/test_crashes.py`` — N training
+flow runs on a real server, worker and two watchers, each struck at a seeded point (its flow
+process or a watcher SIGKILLed), the machine lost once (worker and every flow process), the
+server restarted once — counted from the simulator's and Prefect's own records: trials,
+runs completed, duplicates (runs, decisions, events, resumes), and the p95 time from a lost flow
+process to its flow run running again.
+
+Writes its sections into ``benchmarks/results.json`` (the other sections are kept); figures go to
+``docs/benchmarks.md``. In-process supervision at scale is ``supervision_scale.py``; long-poll
+against fixed-interval polling is ``longpoll_latency.py``.
+Run: ``uv run python benchmarks/supervision.py`` (about twenty minutes on 2 cores), or one section:
+``--only deferred`` or ``--only recovery`` (``BENCH_TRIALS``, default 20; ``BENCH_SEED``).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -58,7 +67,11 @@ from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E40
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "10,100,500").split(","))
 IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
 LATENCY_TRIALS = 10
+TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
+SEED = int(os.environ.get("BENCH_SEED", "20261201"))
 RESULTS = Path(__file__).with_name("results.json")
+E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
+"""Where the crash trials' harness lives, shared with the end-to-end test."""
 WATCHER_LOG = Path(tempfile.gettempdir()) / "prefect-ito-bench-watcher.log"
 
 
@@ -233,25 +246,62 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
     }
 
 
-def main() -> None:
+def deferred() -> dict[str, dict[str, float]]:
+    """Measure deferred supervision at every size of ``BENCH_SIZES``; see the docstring."""
     home = Path(tempfile.mkdtemp(prefix="prefect-ito-bench-server-"))
     server = start_server(home)
-    results: dict[str, dict[str, dict[str, float]]] = {"deferred": {}}
+    figures: dict[str, dict[str, float]] = {}
     try:
         deployment = asyncio.run(deployment_id())
         for n in SIZES:
             with RemoteSimulator(scenario(time_scale=1.0, bookings=n)) as sim:
                 token = sim.mint_token()
                 os.environ["ITO_COMPUTE_TOKEN"] = token
-                results["deferred"][str(n)] = measure(n, deployment, token, sim)
-                print(f"N={n}: {results['deferred'][str(n)]}", flush=True)
+                figures[str(n)] = measure(n, deployment, token, sim)
+                print(f"N={n}: {figures[str(n)]}", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=60)
+    rows = [[n, *values.values()] for n, values in figures.items()]
+    print(table(["N", *next(iter(figures.values())).keys()], rows))
+    return figures
+
+
+def recovery() -> dict[str, float]:
+    """Play the crash trials (``tests/e2e/crash_trials.py``) and return their figures."""
+    sys.path.insert(0, str(E2E))
+    # The harness is test code (type-checked as tests are), found on sys.path at run time.
+    from crash_tally import record_figures  # type: ignore[import-not-found]
+    from crash_trials import plan, run_trials, trial_scenario  # type: ignore[import-not-found]
+    from trial_stack import trial_stack  # type: ignore[import-not-found]
+
+    from prefect_ito.simulator import SimulatorServer
+
+    with (
+        SimulatorServer(trial_scenario(plan(TRIALS, SEED))) as sim,
+        trial_stack(sim) as stack,
+    ):
+        tally = asyncio.run(run_trials(stack, TRIALS, SEED, timeout=1800))
+    print(f"tally: {tally}")
+    print(f"wrote {record_figures(tally)}")
+    figures: dict[str, float] = tally.figures()
+    print(table(list(figures), [list(figures.values())]))
+    return figures
+
+
+SECTIONS = {"deferred": deferred, "recovery": recovery}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=sorted(SECTIONS), action="append")
+    chosen = parser.parse_args().only or list(SECTIONS)
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for name in chosen:
+        results[name] = SECTIONS[name]()
+        # Written after each section, so a long run keeps what it measured.
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(machine())
-    rows = [[n, *values.values()] for n, values in results["deferred"].items()]
-    print(table(["N", *next(iter(results["deferred"].values())).keys()], rows))
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
 

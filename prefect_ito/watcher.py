@@ -17,7 +17,6 @@ anything, and never submits: a re-entered flow run re-attaches to the run it rec
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from uuid import UUID
 
 import httpx
 from prefect import get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import (
     FlowFilter,
     FlowFilterName,
@@ -33,7 +33,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
-from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.objects import FlowRun, FlowRunInput, StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.events.filters import (
     EventFilter,
@@ -64,6 +64,10 @@ MAX_RECOVERIES = 5
 
 _RECOVERY_PREFIX = "ito-recovery-"
 _CRASH_SETTLE_SECONDS = 15.0
+_START_GRACE = 2
+"""A starting (Pending) run is lost after this many times ``lost_after`` without a heartbeat."""
+_CLAIM_STALE_SECONDS = 300.0
+"""Longer than a claim's holder can take to reschedule, Prefect's own retries included."""
 _PAGE = 200
 _HEARTBEAT = "prefect.flow-run.heartbeat"
 
@@ -100,8 +104,8 @@ class Watcher:
     Attributes:
         wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
         max_concurrency: Per-run long-polls at once, for a backend without a change feed.
-        lost_after: Seconds without a heartbeat after which a running flow run counts as lost;
-            None never counts a running one lost (crashed ones are still re-entered).
+        lost_after: Seconds without a heartbeat after which a running (or starting) flow run
+            counts as lost; None never counts one lost (crashed ones are still re-entered).
     """
 
     wait: float = 30.0
@@ -296,18 +300,20 @@ class Watcher:
             if run.state and run.state.timestamp and run.state.timestamp < settled
         ]
         if self.lost_after is not None:
-            lost += await self._silent(await _flow_runs(StateType.RUNNING))
+            lost += await self._silent(await _flow_runs(StateType.RUNNING), self.lost_after)
+            # A run whose worker died while starting it stays Pending (or Submitting) for good:
+            # it never beats, and nobody is left to report it crashed. A start on a busy machine
+            # may take longer than a heartbeat interval, so it gets twice the time.
+            starting = await _flow_runs(StateType.PENDING)
+            lost += await self._silent(starting, _START_GRACE * self.lost_after)
         for flow_run in lost:
             await self._reenter(flow_run)
 
-    async def _silent(self, running: list[FlowRun]) -> list[FlowRun]:
-        """Return the running flow runs that sent no heartbeat for ``lost_after`` seconds."""
-        assert self.lost_after is not None
-        since = datetime.now(UTC) - timedelta(seconds=self.lost_after)
+    async def _silent(self, runs: list[FlowRun], seconds: float) -> list[FlowRun]:
+        """Return the flow runs in their state, and without a heartbeat, for ``seconds``."""
+        since = datetime.now(UTC) - timedelta(seconds=seconds)
         candidates = [
-            run
-            for run in running
-            if run.state and run.state.timestamp and run.state.timestamp < since
+            run for run in runs if run.state and run.state.timestamp and run.state.timestamp < since
         ]
         if not candidates:
             return []
@@ -315,30 +321,63 @@ class Watcher:
         return [run for run in candidates if run.id not in alive]
 
     async def _reenter(self, flow_run: FlowRun) -> None:
+        """Reschedule a lost flow run, once for each loss, whoever else found the same loss.
+
+        Two watchers — or one whose view is a moment old — may find the same loss. Each first
+        claims the re-entry with a flow-run input keyed by the lost *state*; Prefect stores one
+        input per key, so only one watcher goes on, and a run that was re-entered already (its
+        lost state is past) is never rescheduled under its new process. A claim whose run still
+        shows the same lost state after :data:`_CLAIM_STALE_SECONDS` belonged to a watcher that
+        died before rescheduling; a new claim on that state is then made.
+        """
+        lost = flow_run.state
+        if lost is None:
+            return
         async with get_client() as client:
-            inputs = await client.filter_flow_run_input(
-                flow_run.id,
-                key_prefix=_RECOVERY_PREFIX,
-                limit=MAX_RECOVERIES + 1,
-                exclude_keys=set(),
+            # What was seen may be a while old (a sweep on a busy server is slow): a run that has
+            # moved on since — started, beaten, resumed — is no longer lost.
+            now = (await client.read_flow_run(flow_run.id)).state
+            if now is None or now.id != lost.id:
+                return
+            claims = await client.filter_flow_run_input(
+                flow_run.id, key_prefix=_RECOVERY_PREFIX, limit=100, exclude_keys=set()
             )
-            if len(inputs) >= MAX_RECOVERIES:
+            if len(claims) >= MAX_RECOVERIES:
                 logger.warning(
-                    "Flow run %s was lost %d times; left to a person.", flow_run.id, len(inputs)
+                    "Flow run %s was lost %d times; left to a person.", flow_run.id, len(claims)
                 )
                 return
-            key = f"{_RECOVERY_PREFIX}{len(inputs) + 1}"
-            with contextlib.suppress(Exception):  # another watcher took this one
-                await client.create_flow_run_input(flow_run.id, key, flow_run.state_name or "")
-                await client.set_flow_run_state(
-                    flow_run.id,
-                    Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
-                    force=True,
-                )
-                self.recovered.append(flow_run.id)
-                logger.info(
-                    "Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name
-                )
+            on_this = [c for c in claims if c.key.startswith(f"{_RECOVERY_PREFIX}{lost.id}-")]
+            if on_this and not _stale(on_this):
+                return  # another watcher re-enters it
+            key = f"{_RECOVERY_PREFIX}{lost.id}-{len(on_this) + 1}"
+            if not await _claim(client, flow_run.id, key, flow_run.state_name or ""):
+                return
+            await client.set_flow_run_state(
+                flow_run.id,
+                Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
+                force=True,
+            )
+        self.recovered.append(flow_run.id)
+        logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
+
+
+async def _claim(client: PrefectClient, flow_run_id: UUID, key: str, value: str) -> bool:
+    """Store the input ``key`` on the flow run; tell whether this call stored it (not another)."""
+    try:
+        await client.create_flow_run_input(flow_run_id, key, value)
+    except PrefectHTTPStatusError as error:
+        if error.response.status_code != 409:
+            raise
+        return False
+    return True
+
+
+def _stale(claims: list[FlowRunInput]) -> bool:
+    """Tell whether the newest of these claims is older than :data:`_CLAIM_STALE_SECONDS`."""
+    newest = max((claim.created for claim in claims if claim.created), default=None)
+    cutoff = datetime.now(UTC) - timedelta(seconds=_CLAIM_STALE_SECONDS)
+    return newest is not None and newest < cutoff
 
 
 def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) -> bool:

@@ -30,8 +30,8 @@ def watch(
     lost_after: Annotated[
         float | None,
         Parameter(
-            help="Seconds without a flow-run heartbeat before a running flow run counts as lost "
-            "and is re-entered (default: three heartbeat intervals, "
+            help="Seconds without a flow-run heartbeat before a running (or starting) flow run "
+            "counts as lost and is re-entered (default: three heartbeat intervals, "
             "PREFECT_FLOWS_HEARTBEAT_FREQUENCY)."
         ),
     ] = None,

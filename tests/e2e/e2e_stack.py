@@ -56,11 +56,11 @@ def e2e_scenario() -> Scenario:
     """Return the default scenario plus bookings whose runs hit a loss spike, or stall."""
     base = builtin_scenario("default")
     spiky = [APPROVE_BOOKING, CANCEL_BOOKING, BROWSER_BOOKING]
-    slow = [DEFER_BOOKING, LOST_BOOKING, LOST_MACHINE_BOOKING]
+    slow = [LOST_BOOKING, LOST_MACHINE_BOOKING]
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [
         {"booking_id": b, "status": "completed", "gpu_sku": "H100"}
-        for b in [*spiky, STALLED_BOOKING, *slow, CONFIRM_BOOKING]
+        for b in [*spiky, STALLED_BOOKING, *slow, CONFIRM_BOOKING, DEFER_BOOKING]
     ]
     spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.6}]}
     stall = {"stall": {"stage": "pretrain", "at_fraction": 0.5}}
@@ -78,6 +78,11 @@ def e2e_scenario() -> Scenario:
                 **{b: spike for b in spiky},
                 STALLED_BOOKING: stall,
                 **{b: long_stages for b in slow},
+                # Deferred first, then a person decides: a spike half-way through mid_train.
+                DEFER_BOOKING: {
+                    **long_stages,
+                    "loss_spikes": [{"stage": "mid_train", "at_fraction": 0.5}],
+                },
             },
         }
     )
@@ -150,8 +155,13 @@ def start_watcher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 def flow_run_processes(flow_run_id: Any) -> list[int]:
     """Return the PIDs of processes running the flow run (the worker sets this variable)."""
-    marker = f"PREFECT__FLOW_RUN_ID={flow_run_id}".encode()
-    pids = []
+    return flow_processes().get(str(flow_run_id), [])
+
+
+def flow_processes() -> dict[str, list[int]]:
+    """Return the PIDs of every flow run's processes on this machine, by flow run id."""
+    marker = b"PREFECT__FLOW_RUN_ID="
+    found: dict[str, list[int]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -159,9 +169,10 @@ def flow_run_processes(flow_run_id: Any) -> list[int]:
             environ = (proc / "environ").read_bytes()
         except OSError:  # gone, or not ours
             continue
-        if marker in environ.split(b"\0"):
-            pids.append(int(proc.name))
-    return pids
+        for variable in environ.split(b"\0"):
+            if variable.startswith(marker):
+                found.setdefault(variable[len(marker) :].decode(), []).append(int(proc.name))
+    return found
 
 
 @dataclass
@@ -268,9 +279,25 @@ def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
     return [r.run for r in stack.simulator.runs() if r.run.booking_id == booking_id]
 
 
+async def start_training(
+    parameters: dict[str, Any] | None = None,
+    deployment: str = NIGHTLY,
+    idempotency_key: str | None = None,
+) -> FlowRun:
+    """Create a flow run of a training deployment, as a person or a schedule does; return it.
+
+    Every end-to-end training flow run starts here, so what each one must carry (beyond its
+    deployment's parameters) is added in one place. Without ``parameters`` the deployment's own
+    are used; with ``idempotency_key``, Prefect creates one flow run however often it is asked.
+    """
+    return await run_deployment(
+        deployment, parameters=parameters, timeout=0, idempotency_key=idempotency_key
+    )
+
+
 async def suspend_on_spike(booking_id: str) -> FlowRun:
     """Run the nightly deployment on a booking whose run hits a loss spike; wait for Suspended."""
-    flow_run = await run_deployment(NIGHTLY, parameters=on_booking(booking_id), timeout=0)
+    flow_run = await start_training(on_booking(booking_id))
     suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
     # Suspended holds no infrastructure: the worker's flow process for it ends.
     await wait_for(lambda: not flow_run_processes(flow_run.id))
@@ -281,7 +308,7 @@ async def train_until_stalled(stack: Stack, booking_id: str = STALLED_BOOKING) -
     """Run the nightly deployment on a booking whose backend run stalls; return once it trains."""
     # In-process, so that a worker's process runs it while the test cancels (nothing defers).
     params = on_booking(booking_id, mode="in-process")
-    flow_run = await run_deployment(NIGHTLY, parameters=params, timeout=0)
+    flow_run = await start_training(params)
     await wait_for(lambda: [r for r in backend_runs(stack, booking_id) if not r.state.terminal])
     return flow_run
 

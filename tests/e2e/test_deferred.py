@@ -16,35 +16,42 @@ from e2e_stack import (
     DEFER_BOOKING,
     LOST_BOOKING,
     LOST_MACHINE_BOOKING,
-    NIGHTLY,
     Stack,
     backend_runs,
     completed,
     flow_run_processes,
     on_booking,
+    start_training,
     start_watcher,
     start_worker,
     wait_for,
     wait_for_flow_run,
 )
 from prefect import get_client
-from prefect.deployments import run_deployment
 
-from prefect_ito.contract import RunState
+from prefect_ito.contract import DecisionChoice, RunState
 
 SUBMIT = ("POST", "/v0/training-runs")
 
 
 def deferred(flow_run) -> bool:
+    return paused_under(flow_run, "defer-")
+
+
+def awaiting_person(flow_run) -> bool:
+    return paused_under(flow_run, "restart-")
+
+
+def paused_under(flow_run, prefix: str) -> bool:
     state = flow_run.state
     key = state.state_details.pause_key if state else None
-    return bool(state and state.is_paused() and key and key.startswith("defer-"))
+    return bool(state and state.is_paused() and key and key.startswith(prefix))
 
 
-async def test_a_deferred_run_holds_no_process_and_ends_with_one_backend_run(stack: Stack):
-    flow_run = await run_deployment(
-        NIGHTLY, parameters=on_booking(DEFER_BOOKING, defer_after=1), timeout=0
-    )
+async def test_a_deferred_run_holds_no_process_goes_through_an_approval_and_ends_with_one_run(
+    stack: Stack,
+):
+    flow_run = await start_training(on_booking(DEFER_BOOKING, defer_after=1))
 
     waiting = await wait_for_flow_run(flow_run.id, deferred)
     await wait_for(lambda: not flow_run_processes(flow_run.id))  # nobody holds a process
@@ -54,22 +61,38 @@ async def test_a_deferred_run_holds_no_process_and_ends_with_one_backend_run(sta
     assert stack.watcher_env is not None and stack.watcher_log is not None
     stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
 
+    # Resumed by the watcher at the loss spike, the flow run asks a person: the form's answer
+    # goes in through Prefect's API, as the UI sends it.
+    asking = await wait_for_flow_run(flow_run.id, awaiting_person, timeout=300)
+    async with get_client() as client:
+        answer = {"decision": "approve", "decided_by": "Ada", "reason": "a bad data shard"}
+        result = await client.resume_flow_run(asking.id, run_input=answer)
+    assert result.status.value == "ACCEPT", result.details
+
     done = await wait_for_flow_run(flow_run.id, completed, timeout=300)
 
     (run,) = backend_runs(stack, DEFER_BOOKING)
     assert run.state is RunState.SUCCEEDED
+    assert [(d.decision, d.decided_by) for d in run.decisions] == [(DecisionChoice.APPROVE, "Ada")]
+    assert len(decisions_relayed(stack, run.run_id)) == 1
     async with get_client() as client:
         history = [state.name for state in await client.read_flow_run_states(done.id)]
+        keys = [
+            state.state_details.pause_key or ""
+            for state in await client.read_flow_run_states(done.id)
+            if state.name == "Suspended"
+        ]
     assert waiting.state_name == "Suspended"
     assert "Running" in history[history.index("Suspended") :]  # resumed, by the new watcher
+    # Deferred before the person was asked: the approval came to a deferred run.
+    asked = [i for i, key in enumerate(keys) if key.startswith("restart-")]
+    assert asked and any(key.startswith("defer-") for key in keys[: asked[0]]), keys
     assert f"Resumed flow run {done.id}" in stack.watcher_log.read_text()
     assert submitted_once(stack, DEFER_BOOKING)
 
 
 async def test_a_lost_flow_process_is_reentered_and_never_submits_again(stack: Stack):
-    flow_run = await run_deployment(
-        NIGHTLY, parameters=on_booking(LOST_BOOKING, mode="in-process"), timeout=0
-    )
+    flow_run = await start_training(on_booking(LOST_BOOKING, mode="in-process"))
     await wait_for(lambda: backend_runs(stack, LOST_BOOKING))
     pids = await wait_for(lambda: flow_run_processes(flow_run.id))
 
@@ -92,9 +115,7 @@ async def test_a_lost_machine_is_noticed_by_its_silence_and_its_run_ends_as_the_
 ):
     if stack.database != "sqlite":
         pytest.skip("one database is enough for a wait of two heartbeat windows")
-    flow_run = await run_deployment(
-        NIGHTLY, parameters=on_booking(LOST_MACHINE_BOOKING, mode="in-process"), timeout=0
-    )
+    flow_run = await start_training(on_booking(LOST_MACHINE_BOOKING, mode="in-process"))
     await wait_for(lambda: backend_runs(stack, LOST_MACHINE_BOOKING))
     pids = await wait_for(lambda: flow_run_processes(flow_run.id))
 
@@ -136,6 +157,17 @@ def submitted_once(stack: Stack, booking_id: str) -> bool:
         if (r.method, r.path) == SUBMIT and r.status < 300
     ]
     return keys.count(admin.idempotency_key) == 1
+
+
+def decisions_relayed(stack: Stack, run_id: str) -> list[str]:
+    """Return the paths of the decisions the backend accepted for ``run_id``, from its log."""
+    return [
+        r.path
+        for r in stack.simulator.requests()
+        if r.method == "POST"
+        and r.path.startswith(f"/v0/training-runs/{run_id}/actions/")
+        and r.status < 300
+    ]
 
 
 def stop(process) -> None:

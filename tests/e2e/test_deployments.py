@@ -27,6 +27,7 @@ from e2e_stack import (
     flow_run_processes,
     named,
     on_booking,
+    start_training,
     suspend_on_spike,
     train_until_stalled,
     wait_for,
@@ -51,7 +52,7 @@ async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
         deployment = await client.read_deployment_by_name(NIGHTLY)
     assert [s.schedule.cron for s in deployment.schedules] == ["0 2 * * *"]  # type: ignore[union-attr]
 
-    flow_run = await run_deployment(NIGHTLY, timeout=0)
+    flow_run = await start_training()
     done = await wait_for_flow_run(flow_run.id, completed)
 
     assert done.parameters["training"]["booking_block"] == BOOKING_BLOCK

@@ -28,13 +28,13 @@ from e2e_stack import (
     flow_run_processes,
     named,
     shipped_parameters,
+    start_training,
     train_until_stalled,
     wait_for,
     wait_for_flow_run,
 )
 from prefect import get_client
 from prefect.client.schemas.responses import DeploymentResponse
-from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 from prefect.types.entrypoint import EntrypointType
 
@@ -84,7 +84,7 @@ async def test_prefect_deploy_stores_module_entrypoints_and_no_pull_step(install
 
 
 async def test_a_module_entrypoint_deployment_runs_to_completion(installed_stack: Stack):
-    flow_run = await run_deployment(NIGHTLY, timeout=0)
+    flow_run = await start_training()
     await wait_for_flow_run(flow_run.id, completed)
 
     (run,) = backend_runs(installed_stack, PLAIN_BOOKING)

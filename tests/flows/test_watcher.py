@@ -11,7 +11,7 @@ import pytest
 from flow_helpers import BOOKING, REQUEST
 from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
-from prefect.states import Running, Suspended
+from prefect.states import Crashed, Pending, Running, Suspended
 from prefect.types.entrypoint import EntrypointType
 from spend_helpers import covering_authorization
 
@@ -153,3 +153,63 @@ async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(cap
 
     assert "A sweep failed" in caplog.records[0].getMessage()
     assert all(record.exc_info is None for record in caplog.records)
+
+
+async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
+    # Two watchers (or one whose list of lost runs is a moment old) find the same crash: the
+    # second used to reschedule again, under the run its first re-entry had started.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Crashed(), force=True)
+        lost = await client.read_flow_run(flow_run.id)  # what both watchers saw
+    first, second = Watcher(lost_after=None), Watcher(lost_after=None)
+
+    await first._reenter(lost)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # a worker ran it
+    await second._reenter(lost)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+        claims = await client.filter_flow_run_input(
+            flow_run.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
+        )
+    assert (first.recovered, second.recovered) == ([flow_run.id], [])
+    assert now.state_name == "Running" and len(claims) == 1
+
+
+async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulator):
+    # A worker killed while it started a flow run leaves it Pending: it never beats, and nobody
+    # reports a crash. Found by the crash trials: such runs waited forever.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+    watcher = Watcher(lost_after=1)
+    await asyncio.sleep(3)  # longer than a start may take (twice lost_after): no heartbeat came
+
+    await watcher._recover_lost()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def test_a_run_seen_lost_that_moved_on_since_is_left_alone(start_simulator):
+    # A sweep on a busy server is slow: a run seen starting (and silent) a minute ago may run by
+    # the time the watcher acts. Found by the crash trials: such a live run was rescheduled, and
+    # its flow process failed ("Flow run cannot be suspended").
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+        seen = await client.read_flow_run(flow_run.id)
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # it started since
+    watcher = Watcher(lost_after=1)
+
+    await watcher._reenter(seen)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert watcher.recovered == [] and now.state_name == "Running"

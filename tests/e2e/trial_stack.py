@@ -1,0 +1,277 @@
+"""The crash trials' stack: a Prefect server of its own, a worker, two watchers, a simulator.
+
+Its own server, so that a trial can restart it on the same port. Its database is a fresh one on
+the suite's PostgreSQL cluster when ``PREFECT_ITO_POSTGRES_URL`` names one (as under ``.ci/run``:
+two dozen flow runs at once are what PostgreSQL is for), else SQLite in a scratch directory.
+Every process it starts is stopped by its own PID. See ``crash_trials.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+from uuid import uuid4
+
+import httpx
+from e2e_stack import (
+    AUTHORIZATION_BLOCK,
+    CREDENTIALS_BLOCK,
+    POOL,
+    SHIPPED_YAML,
+    deploy,
+    deployment_file,
+    environment,
+    start_watcher,
+    start_worker,
+)
+from prefect import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.workers.process import ProcessWorker
+from pydantic import SecretStr
+
+from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
+from prefect_ito.simulator import AdminRun, RequestLogEntry
+
+POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
+HEARTBEAT_SECONDS = "30"
+"""Flow runs beat every 30 s (Prefect's least); a watcher counts 65 s of silence as lost."""
+
+
+class Simulator(Protocol):
+    """What the trials need of a simulator: a thread in this process, or a child process."""
+
+    @property
+    def url(self) -> str: ...
+
+    def mint_token(self, account: str = ...) -> SecretStr: ...
+
+    def runs(self) -> list[AdminRun]: ...
+
+    def requests(self) -> list[RequestLogEntry]: ...
+
+
+@dataclass
+class TrialStack:
+    """A Prefect server of its own, a worker, two watchers and a simulator; see the docstring."""
+
+    scratch: Path
+    simulator: Simulator
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    server: subprocess.Popen[bytes] | None = None
+    worker: subprocess.Popen[bytes] | None = None
+    watchers: list[subprocess.Popen[bytes] | None] = field(default_factory=lambda: [None, None])
+    database: dict[str, str] = field(default_factory=dict)
+    """The server's database settings; empty for SQLite in its home."""
+    workers_started: int = 0
+    worker_started_at: float = 0.0
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def start_server(self) -> None:
+        """Start ``prefect server start`` on this stack's port and home; wait until it answers."""
+        home = self.scratch / "server"
+        home.mkdir(exist_ok=True)
+        env = {
+            **os.environ,
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            **self.database,
+        }
+        command = ["server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"]
+        with (home / "server.log").open("ab") as log:
+            self.server = subprocess.Popen(
+                [sys.executable, "-m", "prefect", *command],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and self.server.poll() is None:
+            try:
+                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"prefect server did not start: see {home / 'server.log'}")
+
+    def restart_server(self) -> None:
+        """Stop the Prefect server (as an operator does) and start it again on the same port."""
+        stop(self.server)
+        self.start_server()
+
+    def start_worker(self) -> None:
+        self.workers_started += 1
+        self.worker = start_worker(self.env, self.worker_log)
+        self.worker_started_at = time.time()
+
+    @property
+    def worker_log(self) -> Path:
+        return self.scratch / f"worker-{self.workers_started}.log"
+
+    def check_worker(self) -> None:
+        """Raise if the worker exited: the trials need one throughout."""
+        if self.worker is not None and self.worker.poll() is not None:
+            tail = self.worker_log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the worker exited ({self.worker.returncode}): {tail}")
+
+    def lose_machine(self) -> None:
+        """SIGKILL the worker and every process under it at once, then start another worker."""
+        assert self.worker is not None
+        for pid in [self.worker.pid, *descendants(self.worker.pid)]:
+            kill(pid)
+        self.worker.wait(timeout=30)
+        self.start_worker()
+
+    def start_watcher(self, index: int) -> None:
+        self.watchers[index] = start_watcher(self.env, self.scratch / f"watcher-{index}.log")
+
+    def kill_watcher(self, index: int) -> bool:
+        """SIGKILL one watcher; tell whether it was running."""
+        watcher = self.watchers[index]
+        if watcher is None or watcher.poll() is not None:
+            return False
+        kill(watcher.pid)
+        watcher.wait(timeout=30)
+        return True
+
+    def log_text(self, pattern: str) -> str:
+        return "".join(path.read_text(errors="replace") for path in self.scratch.glob(pattern))
+
+    def close(self) -> None:
+        """Stop everything this stack started, each by its own PID."""
+        if self.worker is not None:
+            for pid in descendants(self.worker.pid):
+                kill(pid)
+        for process in [self.worker, *self.watchers, self.server]:
+            stop(process)
+
+
+@contextmanager
+def trial_stack(simulator: Simulator, scratch: Path | None = None) -> Iterator[TrialStack]:
+    """Start a stack for ``simulator``, deploy the shipped deployments; point this process at it."""
+    scratch = scratch or Path(tempfile.mkdtemp(prefix="prefect-ito-trials-"))
+    stack = TrialStack(scratch, simulator, free_port(), database=_database())
+    try:
+        stack.start_server()
+        with temporary_settings({PREFECT_API_URL: stack.api_url}):
+            _prepare(stack)
+            yield stack
+    finally:
+        stack.close()
+
+
+def _prepare(stack: TrialStack) -> None:
+    """Save the credentials block, create the pool, deploy, start a worker and two watchers."""
+    ItoCredentials(api_url=stack.simulator.url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    # The shipped deployments name this standing authorization: the trials' spend is covered.
+    ItoSpendAuthorization(
+        authorized_by="Ada (crash trials)", max_budget_usd=1e7, booking_ids=["bk-*"],
+        expires_at=datetime.now(UTC) + timedelta(days=1), note="crash trials",
+    ).save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
+    template = ProcessWorker.get_default_base_job_template()
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(
+            WorkPoolCreate(name=POOL, type="process", base_job_template=template), overwrite=True
+        )
+    deployer = environment(stack.api_url, stack.scratch / "deployer")
+    deploy(deployment_file(stack.scratch, SHIPPED_YAML), deployer, stack.scratch / "deploy.log")
+    # The token reaches flow runs and watchers through their own environment, nothing else.
+    stack.env = environment(
+        stack.api_url,
+        stack.scratch / "worker",
+        ITO_COMPUTE_TOKEN=stack.simulator.mint_token("trials").get_secret_value(),
+        XDG_DATA_HOME=str(stack.scratch / "worker-keyring"),
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY=HEARTBEAT_SECONDS,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        # Long-polls return at a change whatever their wait; waits of a few seconds keep two
+        # cores from answering idle polls of two dozen flow runs every second.
+        PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS="5",
+        PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS="5",
+    )
+    # The worker starts once the trials' flow runs exist (TrialStack.start_worker).
+    for index in range(len(stack.watchers)):
+        stack.start_watcher(index)
+
+
+def _database() -> dict[str, str]:
+    """Return a fresh PostgreSQL database's settings on the suite's cluster, if it has one."""
+    url = os.environ.get(POSTGRES_URL)
+    if not url:
+        return {}
+    name = f"prefect_trials_{uuid4().hex[:12]}"
+    asyncio.run(_create_database(url, name))
+    return {"PREFECT_SERVER_DATABASE_CONNECTION_URL": f"{url.rsplit('/', 1)[0]}/{name}"}
+
+
+async def _create_database(url: str, name: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Return the PIDs of every process under ``pid`` (whatever its process group)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            # The parent is the 4th field after the command, which may hold spaces: split after it.
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill(pid: int) -> None:
+    """SIGKILL a process this harness started (or one under it), if it is still there."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def stop(process: subprocess.Popen[bytes] | None) -> None:
+    """Stop a process this harness started: SIGTERM, then SIGKILL, by its own PID."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
