@@ -1,21 +1,15 @@
 """Deferred supervision end to end: a real server, a process worker and `prefect-ito watch`.
 
 A deployment run waits on the backend with no process of its own, is resumed by the watcher when
-its run moves, survives the watcher's restart and the loss of its flow process, and ends with
-exactly one backend run.
+its run moves, survives the watcher's restart, goes through a person's approval, and ends with
+exactly one backend run. Lost flow processes and lost machines are the crash trials'
+(``test_crashes.py``): twenty at once on one stack, where one test of each took as long.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-
-import pytest
 from e2e_stack import (
     DEFER_BOOKING,
-    LOST_BOOKING,
-    LOST_MACHINE_BOOKING,
     Stack,
     backend_runs,
     completed,
@@ -23,7 +17,6 @@ from e2e_stack import (
     on_booking,
     start_training,
     start_watcher,
-    start_worker,
     wait_for,
     wait_for_flow_run,
 )
@@ -89,60 +82,6 @@ async def test_a_deferred_run_holds_no_process_goes_through_an_approval_and_ends
     assert asked and any(key.startswith("defer-") for key in keys[: asked[0]]), keys
     assert f"Resumed flow run {done.id}" in stack.watcher_log.read_text()
     assert submitted_once(stack, DEFER_BOOKING)
-
-
-async def test_a_lost_flow_process_is_reentered_and_never_submits_again(stack: Stack):
-    flow_run = await start_training(on_booking(LOST_BOOKING, mode="in-process"))
-    await wait_for(lambda: backend_runs(stack, LOST_BOOKING))
-    pids = await wait_for(lambda: flow_run_processes(flow_run.id))
-
-    for pid in pids:  # the machine's flow process is lost
-        os.kill(pid, signal.SIGKILL)
-
-    done = await wait_for_flow_run(flow_run.id, completed, timeout=300, crashes_recover=True)
-
-    (run,) = backend_runs(stack, LOST_BOOKING)
-    assert run.state is RunState.SUCCEEDED
-    async with get_client() as client:
-        inputs = await client.filter_flow_run_input(
-            done.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
-        )
-    assert len(inputs) >= 1  # the watcher re-entered it
-
-
-async def test_a_lost_machine_is_noticed_by_its_silence_and_its_run_ends_as_the_backend_says(
-    stack: Stack,
-):
-    if stack.database != "sqlite":
-        pytest.skip("one database is enough for a wait of two heartbeat windows")
-    flow_run = await start_training(on_booking(LOST_MACHINE_BOOKING, mode="in-process"))
-    await wait_for(lambda: backend_runs(stack, LOST_MACHINE_BOOKING))
-    pids = await wait_for(lambda: flow_run_processes(flow_run.id))
-
-    # The machine is lost: its worker and every flow process under it, at once. Nobody is
-    # left to report a crash, so Prefect goes on showing the flow run as Running.
-    os.kill(stack.worker.pid, signal.SIGKILL)
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    stack.worker.wait(timeout=30)
-    await asyncio.sleep(5)
-    async with get_client() as client:
-        assert (await client.read_flow_run(flow_run.id)).state_name == "Running"
-
-    # Another machine's worker; the watcher notices the silence (no heartbeat for 65 s).
-    assert stack.watcher_env is not None and stack.watcher_log is not None
-    stack.worker = start_worker(stack.watcher_env, stack.watcher_log.with_name("worker-2.log"))
-    done = await wait_for_flow_run(flow_run.id, completed, timeout=420, crashes_recover=True)
-
-    # The backend run finished while nobody watched; the re-entered flow reports its outcome.
-    (run,) = backend_runs(stack, LOST_MACHINE_BOOKING)
-    assert run.state is RunState.SUCCEEDED
-    assert submitted_once(stack, LOST_MACHINE_BOOKING)
-    async with get_client() as client:
-        inputs = await client.filter_flow_run_input(
-            done.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
-        )
-    assert len(inputs) >= 1
 
 
 def submitted_once(stack: Stack, booking_id: str) -> bool:
