@@ -32,6 +32,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -56,6 +57,8 @@ STAGE_HOURS = 1_500
 (three times that for a deferred trial)."""
 DEFER_AFTER = 2
 BUDGET = 2_000_000
+TERM_END = (datetime.now(UTC) + timedelta(days=3_650)).isoformat()
+"""Ten years ahead: even a deferred trial's stages end well within the booking's term."""
 POLL = 1.0
 
 
@@ -131,7 +134,12 @@ def trial_scenario(trials: list[Trial]) -> Scenario:
     return Scenario.model_validate(
         {
             **base.model_dump(),
-            "bookings": [{"booking_id": t.booking, "status": "completed"} for t in trials],
+            # The trials' stages are long (simulated months): a term far ahead keeps every run
+            # within it, so the standing authorization the deployments name covers them all.
+            "bookings": [
+                {"booking_id": t.booking, "status": "completed", "term_end": TERM_END}
+                for t in trials
+            ],
             "booking_overrides": {t.booking: _script(base, t) for t in trials},
         }
     )
