@@ -1,7 +1,8 @@
 """Crashes and lost machines, as trials on one real stack: nothing runs, decides or resumes twice.
 
-20 training flow runs at once, each struck at a point a seeded RNG chose (before submission, right
-after it, mid-gate, while deferred, while waiting for a person, while a decision is relayed); the
+22 training flow runs at once, at least 20 of them struck at a point a seeded RNG chose (before
+submission, right after it, mid-gate, while deferred, while waiting for a person, while a decision
+is relayed); the
 machine is lost once (worker and every flow process SIGKILLed), the Prefect server restarted once,
 a watcher killed now and then while another runs beside it. See ``crash_trials.py``. SQLite only:
 the stack is its own, and one database is enough for the longest test of the suite.
@@ -22,7 +23,9 @@ from prefect_ito.simulator import SimulatorServer
 
 pytestmark = pytest.mark.e2e
 
-TRIALS = 20
+TRIALS = 22
+AT_LEAST_STRUCK = 20
+"""A run may end or move on before its fault lands: two spare trials keep twenty struck."""
 SEED = int(os.environ.get("PREFECT_ITO_TRIAL_SEED", "20261201"))
 TIMEOUT = 600.0
 
@@ -41,7 +44,7 @@ async def test_crashes_and_a_lost_machine_never_run_decide_or_report_twice(
     tally = await run_trials(trials_stack, TRIALS, SEED, TIMEOUT)
     print(f"figures: {record_figures(tally)}: {tally}")
 
-    assert tally.struck == TRIALS, tally.phases
+    assert tally.struck >= AT_LEAST_STRUCK, tally.phases
     assert tally.machine_losses == 1 and tally.server_restarts == 1 and tally.watcher_kills >= 1
     # Every phase was caught at least once, by one fault or another.
     assert {"before-submit", "mid-gate", "deferred", "awaiting-person", "relaying"} <= set(
