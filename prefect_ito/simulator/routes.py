@@ -40,7 +40,7 @@ from prefect_ito.simulator.state import (
     Reader,
     SimState,
     SimStateDep,
-    SubmittingToken,
+    Submitter,
 )
 
 router = APIRouter(prefix="/v0", tags=["training"])
@@ -144,7 +144,7 @@ async def create_training_quote(
 )
 async def create_training_run(
     state: SimStateDep,
-    token: SubmittingToken,
+    token: Submitter,
     key: IdempotencyKey,
     body: TrainingRunRequest,
     request: Request,

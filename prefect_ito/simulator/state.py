@@ -92,13 +92,7 @@ def reader(info: Info) -> str:
     return info.account
 
 
-def submitter(info: Info) -> str:
-    """Return the account of a token that may submit runs (``training:submit``), else 403."""
-    info.require(Scope.SUBMIT)
-    return info.account
-
-
-def submitting_token(info: Info) -> TokenInfo:
+def submitter(info: Info) -> TokenInfo:
     """Return a token that may submit runs (``training:submit``), else 403."""
     info.require(Scope.SUBMIT)
     return info
@@ -118,8 +112,7 @@ def decider(info: Info) -> TokenInfo:
 
 Token = Annotated[str, Depends(bearer_token)]
 Reader = Annotated[str, Depends(reader)]
-Submitter = Annotated[str, Depends(submitter)]
-SubmittingToken = Annotated[TokenInfo, Depends(submitting_token)]
+Submitter = Annotated[TokenInfo, Depends(submitter)]
 """A token that may submit; its principal goes on record beside who confirmed the spend."""
 Canceller = Annotated[str, Depends(canceller)]
 Decider = Annotated[TokenInfo, Depends(decider)]
