@@ -57,6 +57,12 @@ def tap_for(kind: str, path: str) -> Tap:
     return Tap(time_out_first=path)
 
 
+def faults_injected(taps: list[Tap]) -> int:
+    """Return how many answers the taps lost after commit or timed out on, in all."""
+    seen = sum((tap.outcomes for tap in taps), Counter())
+    return seen["answer lost after commit"] + seen["timed out after sending"]
+
+
 def keys_by_path(log: list[RequestLogEntry], method: str = "POST") -> dict[str, set[str | None]]:
     """Return the idempotency keys each path was sent with."""
     keys: dict[str, set[str | None]] = {}
@@ -147,8 +153,7 @@ async def test_each_lost_decision_is_recorded_exactly_once(kind, backend, submit
     recorded = Counter(
         (admin.run.run_id, d.action_id) for admin in target.sim.runs() for d in admin.run.decisions
     )
-    seen = sum((tap.outcomes for tap in taps), Counter())
-    injected = seen["answer lost after commit"] + seen["timed out after sending"]
+    injected = faults_injected(taps)
     duplicates = sum(count - 1 for count in recorded.values())
     ledger.record(
         "lost-answers",
@@ -187,8 +192,7 @@ async def test_each_lost_cancel_is_recorded_exactly_once(kind, backend, submit, 
         for run in running:
             page = await client.list_events(run.run_id)
             requested[run.run_id] = sum(1 for e in page.events if e.type == "cancel_requested")
-    seen = sum((tap.outcomes for tap in taps), Counter())
-    injected = seen["answer lost after commit"] + seen["timed out after sending"]
+    injected = faults_injected(taps)
     duplicates = sum(count - 1 for count in requested.values() if count)
     ledger.record(
         "lost-answers",
