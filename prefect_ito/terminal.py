@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 from uuid import UUID
 
 from prefect import Flow, State, get_client
@@ -300,7 +300,7 @@ async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecisio
     """
     console = Console()
     console.print(Markdown(without_images(description)))
-    decision = await _read_choice(console)
+    decision = await _read_choice(console, "Approve or reject the restart?", _CHOICES)
     if decision is None:
         console.print(
             "[yellow]No answer: the restart still waits for a decision (the Prefect UI, or "
@@ -324,7 +324,7 @@ async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
     """
     console = Console()
     console.print(Markdown(without_images(pause.description)))
-    decision = await _read_spend_choice(console)
+    decision = await _read_choice(console, "Confirm or decline the spend?", _SPEND_CHOICES)
     if decision is None or pause.manifest_digest is None:
         console.print(
             "[yellow]No answer: the spend still waits for a confirmation (the Prefect UI); "
@@ -372,6 +372,8 @@ def without_images(markdown: str) -> str:
 
 
 _DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
+_Word = TypeVar("_Word", bound=str)
+
 _CHOICES: dict[str, Choice] = {
     "a": "approve",
     "approve": "approve",
@@ -388,28 +390,21 @@ _SPEND_CHOICES: dict[str, Literal["confirm", "decline"]] = {
 }
 
 
-async def _read_spend_choice(console: Console) -> Literal["confirm", "decline"] | None:
-    """Ask until the person types confirm or decline; None at the end of input."""
+async def _read_choice(console: Console, question: str, choices: dict[str, _Word]) -> _Word | None:
+    """Ask ``question`` until the person types one of ``choices``; None at the end of input.
+
+    ``choices`` maps what may be typed (a word, or its first letter) to the answer; there is no
+    default, so an empty or unknown answer asks again.
+    """
+    first, second = dict.fromkeys(choices.values())
     while True:
-        answer = await _read_line(console, "Confirm or decline the spend? [confirm/decline] ")
+        answer = await _read_line(console, f"{question} [{first}/{second}] ")
         if answer is None:
             return None
-        choice = _SPEND_CHOICES.get(answer.strip().lower())
+        choice = choices.get(answer.strip().lower())
         if choice is not None:
             return choice
-        console.print("Type confirm or decline (c or d): there is no default.")
-
-
-async def _read_choice(console: Console) -> Choice | None:
-    """Ask until the person types approve or reject; None at the end of input."""
-    while True:
-        answer = await _read_line(console, "Approve or reject the restart? [approve/reject] ")
-        if answer is None:
-            return None
-        choice = _CHOICES.get(answer.strip().lower())
-        if choice is not None:
-            return choice
-        console.print("Type approve or reject (a or r): there is no default.")
+        console.print(f"Type {first} or {second} ({first[0]} or {second[0]}): there is no default.")
 
 
 async def _read_line(console: Console, prompt: str) -> str | None:
