@@ -8,6 +8,7 @@ nothing else. A quote creates no work and spends nothing.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from typing import Annotated, Any
@@ -53,10 +54,8 @@ def quote(
     output.use_json(json_output)
     parameters = training_parameters(training, data_file)
     where = command_credentials(credentials, api_url)
-    if isinstance(where, str) or parameters.booking_block is not None:
-        with terminal.prefect_api():  # a block is read from Prefect
-            output.respond(json_output, _quote(parameters, where), _show)
-    else:
+    reads_a_block = isinstance(where, str) or parameters.booking_block is not None
+    with terminal.prefect_api() if reads_a_block else contextlib.nullcontext():
         output.respond(json_output, _quote(parameters, where), _show)
 
 
