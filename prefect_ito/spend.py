@@ -85,7 +85,9 @@ class SpendDecision(RunInput):
         min_length=1, description="Your name, as the backend should record who confirmed."
     )
     manifest_digest: str = Field(description=_DIGEST)
-    reason: str | None = Field(default=None, description="Why, if you like: it is logged.")
+    # Text with an empty default, not ``str | None``: the UI draws an optional type as a
+    # str/None switch that starts on None, which reads as "no field here".
+    reason: str = Field(default="", description="Why, if you like: it is logged.")
 
 
 def pause_key(manifest_digest: str) -> str:

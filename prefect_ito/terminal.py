@@ -337,7 +337,7 @@ async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
         decision=decision,
         confirmed_by=(name or "").strip() or "terminal user",
         manifest_digest=pause.manifest_digest,
-        reason=(reason or "").strip() or None,
+        reason=(reason or "").strip(),
     )
 
 

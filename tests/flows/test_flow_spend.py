@@ -233,3 +233,10 @@ async def _claim(booking_id: str) -> Any:
     from prefect_ito.parameters import BookingClaim
 
     return BookingClaim(booking_id=booking_id)
+
+
+def test_the_form_asks_a_reason_as_plain_text_with_no_choice_made_for_the_person():
+    schema = SpendDecision.model_json_schema()
+    # An optional type would show in the Prefect UI as a str/None switch that starts on None.
+    assert schema["properties"]["reason"]["type"] == "string"
+    assert set(schema["required"]) == {"decision", "confirmed_by", "manifest_digest"}
