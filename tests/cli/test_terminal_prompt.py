@@ -51,7 +51,7 @@ async def test_the_spend_is_confirmed_only_by_typing_it_out(typed):
     decision = await terminal.confirm_at_terminal(pause)
 
     assert decision is not None
-    assert (decision.decision, decision.confirmed_by, decision.reason) == ("confirm", "Grace", None)
+    assert (decision.decision, decision.confirmed_by, decision.reason) == ("confirm", "Grace", "")
     assert decision.manifest_digest == pause.manifest_digest
     assert typed == []
 

@@ -19,6 +19,8 @@ import pytest
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.sorting import LogSort
 from prefect.logging.handlers import APILogHandler
 from prefect.settings import PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW, temporary_settings
 
@@ -78,7 +80,11 @@ def _server_db_files() -> list[Path]:
 async def _read_everything(flow_run_id: Any) -> list[str]:
     async with get_client() as client:
         blocks = await client.read_block_documents(include_secrets=True)
-        logs = await client.read_logs()
+        # The session server holds every test's logs; one page of them may miss this run's.
+        logs = await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=200
+        )
+        logs += await client.read_logs(limit=200, sort=LogSort.TIMESTAMP_DESC)
         runs = await client.read_flow_runs()
         artifacts = await client.read_artifacts()
         inputs = await client.filter_flow_run_input(flow_run_id, "", 100, set())

@@ -124,7 +124,7 @@ async def test_many_callers_of_one_process_stay_within_its_retry_budget(backend,
             "requests sent again after a final 409": str(len(resent)),
         },
     )
-    assert statuses[429] and statuses[503] and statuses[409]
+    assert statuses[429] and statuses[503] and statuses[409], (statuses, outcomes)
     assert 0 < retries <= allowed
     assert resent == []
     assert outcomes["answered"] and outcomes["gave up in the storm"]
