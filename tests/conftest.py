@@ -28,6 +28,13 @@ os.environ.update(
         "PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS": "1",
     }
 )
+# Every child process (the CLI, prefect server, workers, flow runs) imports Prefect. Where the
+# environment says PYTHONDONTWRITEBYTECODE, each would compile it from source again: about 1.7 s
+# of CPU a process, half the start of a CLI command. The children share compiled files in the
+# session's directory instead, so nothing is written beside the sources or into the environment.
+(_SESSION_HOME / "pycache").mkdir()
+os.environ["PYTHONPYCACHEPREFIX"] = str(_SESSION_HOME / "pycache")
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 for _name in ("ITO_COMPUTE_TOKEN", "ITO_COMPUTE_API_URL", "PREFECT_API_URL", "PREFECT_API_KEY"):
     os.environ.pop(_name, None)
 
@@ -38,9 +45,11 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
 import pytest  # noqa: E402
+from ledger import Ledger, Provenance, read_figures, render, write_figures  # noqa: E402
 
 
 def free_port() -> int:
@@ -144,3 +153,60 @@ def drain_prefect_workers() -> None:
                 await pending
 
     run_coro_as_sync(drain())
+
+
+# --- the reliability ledger ----------------------------------------------------------------------
+# Any test may record figures (the reliability suite, the crash trials of the end-to-end tests);
+# ``--reliability-report PATH`` renders them (see ``ledger.py``).
+
+LEDGER = Ledger()
+"""Every figure this session's tests recorded."""
+_STARTED = (time.monotonic(), os.getloadavg()[0])
+"""When this plumbing was loaded (as its session started), and how busy the machine was."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reliability-report",
+        metavar="PATH",
+        default=None,
+        help="Write the reliability figures of this run to PATH (Markdown), and beside it as "
+        "JSON (PATH with the suffix .json); categories not measured keep their earlier figures.",
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = session.config.getoption("reliability_report", default=None)
+    if not target or not LEDGER.categories:
+        return
+    path = Path(target)
+    json_path = path.with_suffix(".json")
+    args = " ".join(session.config.invocation_params.args)
+    started, load = _STARTED
+    took = time.monotonic() - started
+    run = f"the session took {took:.0f} s; load average {load:.1f} at its start"
+    LEDGER.stamp(Provenance.here(f"uv run pytest {args}", os.cpu_count(), run))
+    figures = LEDGER.merged_over(read_figures(json_path))
+    write_figures(json_path, figures)
+    path.write_text(render(figures, json_path.name), encoding="utf-8")
+
+
+class TestLedger:
+    """The ledger as one test sees it: what it records is credited to that test."""
+
+    __test__ = False
+
+    def __init__(self, ledger: Ledger, test: str) -> None:
+        self._ledger = ledger
+        self._test = test
+
+    def record(self, category: str, **figures: Any) -> None:
+        """Record figures of ``category``; see :meth:`ledger.Ledger.record`."""
+        self._ledger.record(category, self._test, **figures)
+
+
+@pytest.fixture
+def ledger(request: pytest.FixtureRequest) -> TestLedger:
+    """Record this test's figures for the reliability report."""
+    # Credited to the test function, not to each of its parameters.
+    return TestLedger(LEDGER, f"{request.node.path.name}::{request.node.originalname}")

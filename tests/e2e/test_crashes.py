@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from crash_tally import record_figures
+from crash_tally import Tally, record_figures
 from crash_trials import plan, run_trials, trial_scenario
 from trial_stack import TrialStack, trial_stack
 
@@ -39,10 +40,11 @@ def trials_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrialStac
 
 
 async def test_crashes_and_a_lost_machine_never_run_decide_or_report_twice(
-    trials_stack: TrialStack,
+    trials_stack: TrialStack, ledger: Any
 ):
     tally = await run_trials(trials_stack, TRIALS, SEED, TIMEOUT)
     print(f"figures: {record_figures(tally)}: {tally}")
+    record_in(ledger, tally)
 
     assert tally.struck >= AT_LEAST_STRUCK, tally.phases
     assert tally.machine_losses == 1 and tally.server_restarts == 1 and tally.watcher_kills >= 1
@@ -56,3 +58,40 @@ async def test_crashes_and_a_lost_machine_never_run_decide_or_report_twice(
     assert tally.events_missing == 0 and tally.events_doubled == 0
     assert tally.resumes_lost == 0 and tally.resumes_doubled == 0
     assert tally.recover_s and None not in tally.recover_s  # every lost flow process ran again
+
+
+def record_in(ledger: Any, tally: Tally) -> None:
+    """Put the trials' figures in the reliability report: the crashes, and the watchers' faults."""
+    figures = tally.figures()
+    ledger.record(
+        "crashes",
+        trials=tally.trials,
+        faults={
+            **{f"struck {phase}": count for phase, count in sorted(tally.phases.items())},
+            "machine lost (worker and every flow process)": tally.machine_losses,
+        },
+        outcomes=tally.final_states,
+        duplicates=tally.duplicate_runs
+        + tally.decisions_relayed_twice
+        + tally.duplicate_decisions
+        + tally.events_doubled,
+        measures={
+            "flow processes lost": f"{len(tally.recover_s)}",
+            "lost flow process → its flow run running again": f"p50 {figures['p50_s']} s, "
+            f"p95 {figures['p95_s']} s",
+            "decisions relayed twice": str(tally.decisions_relayed_twice),
+            "gate events missing in Prefect, by id": str(tally.events_missing),
+            "trials' wall time": f"{tally.wall_s:.0f} s",
+        },
+    )
+    ledger.record(
+        "watcher",
+        trials=tally.trials,
+        faults={
+            "watcher SIGKILLed while another ran": tally.watcher_kills,
+            "Prefect server restarted": tally.server_restarts,
+        },
+        outcomes={"resumes lost": tally.resumes_lost},
+        duplicates=tally.resumes_doubled,
+        measures={"suspensions resumed twice": str(tally.resumes_doubled)},
+    )

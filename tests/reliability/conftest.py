@@ -1,7 +1,6 @@
 """The reliability suite's plumbing: the ledger, the simulators, and the one way to submit or run.
 
-- ``--reliability-report PATH`` writes the figures the tests recorded in the ``ledger`` to PATH
-  (Markdown) and beside it as JSON (see ``ledger.py``).
+- Tests record their figures in the ``ledger`` (the suite's root ``conftest.py``, ``ledger.py``).
 - :class:`Sweep` gathers, over the whole session, every canary token minted, every text a test
   produced (pytest's captured output and logs, exception texts, console output), every request
   log of every simulator, and every answer a person gave; ``test_sweep.py`` runs last and checks
@@ -14,16 +13,12 @@ from __future__ import annotations
 
 import io
 import logging
-import os
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from ledger import Ledger, Provenance, read_figures, render, write_figures
 from prefect import State
 from prefect.client.schemas.objects import FlowRun
 from pydantic import SecretStr
@@ -57,7 +52,7 @@ BOOKING = "bk-h200-2x8-ib"
 DEBUG_LOGGERS = ("httpx", "prefect_ito")
 
 
-# --- the session's ledger and sweep --------------------------------------------------------------
+# --- the session's sweep ------------------------------------------------------------------------
 
 
 @dataclass
@@ -67,6 +62,8 @@ class Sweep:
     canaries: set[str] = field(default_factory=set)
     texts: list[tuple[str, str]] = field(default_factory=list)
     requests: list[RequestLogEntry] = field(default_factory=list)
+    runs: list[TrainingRun] = field(default_factory=list)
+    """Every backend run any simulator of the suite made."""
     answered: set[str] = field(default_factory=set)
 
     def text(self, where: str, text: str) -> None:
@@ -83,20 +80,8 @@ def answer_key(action_id: str) -> str:
     return pause_key(SimpleNamespace(action_id=action_id))  # type: ignore[arg-type]
 
 
-LEDGER = Ledger()
-"""Every figure this session's tests recorded."""
 SWEEP = Sweep()
 """What this session's tests produced, for the sweep."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--reliability-report",
-        metavar="PATH",
-        default=None,
-        help="Write the reliability figures of this run to PATH (Markdown), and beside it as "
-        "JSON (PATH with the suffix .json); categories not measured keep their earlier figures.",
-    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -112,52 +97,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         SWEEP.text(f"{report.nodeid} failure", str(report.longrepr))
 
 
-_STARTED = (time.monotonic(), os.getloadavg()[0])
-"""When this plumbing was loaded (as its session started), and how busy the machine was."""
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    target = session.config.getoption("reliability_report", default=None)
-    ledger = LEDGER
-    if not target or not ledger.categories:
-        return
-    path = Path(target)
-    json_path = path.with_suffix(".json")
-    args = " ".join(session.config.invocation_params.args)
-    started, load = _STARTED
-    took = time.monotonic() - started
-    run = f"the session took {took:.0f} s; load average {load:.1f} at its start"
-    ledger.stamp(Provenance.here(f"uv run pytest {args}", os.cpu_count(), run))
-    figures = ledger.merged_over(read_figures(json_path))
-    write_figures(json_path, figures)
-    path.write_text(render(figures, json_path.name), encoding="utf-8")
-
-
 @pytest.fixture
 def sweep() -> Sweep:
     """The session's sweep material (see :class:`Sweep`)."""
     return SWEEP
-
-
-class TestLedger:
-    """The ledger as one test sees it: what it records is credited to that test."""
-
-    __test__ = False
-
-    def __init__(self, ledger: Ledger, test: str) -> None:
-        self._ledger = ledger
-        self._test = test
-
-    def record(self, category: str, **figures: Any) -> None:
-        """Record figures of ``category``; see :meth:`ledger.Ledger.record`."""
-        self._ledger.record(category, self._test, **figures)
-
-
-@pytest.fixture
-def ledger(request: pytest.FixtureRequest) -> TestLedger:
-    """Record this test's figures for the reliability report."""
-    # Credited to the test function, not to each of its parameters.
-    return TestLedger(LEDGER, f"{request.node.path.name}::{request.node.originalname}")
 
 
 @pytest.fixture(autouse=True)
@@ -251,6 +194,7 @@ def backend(sweep: Sweep) -> Iterator[Callable[..., Backend]]:
     yield start
     for each in started:
         sweep.requests += each.requests()
+        sweep.runs += [admin.run for admin in each.sim.runs()]
         each.sim.stop()
 
 

@@ -5,10 +5,10 @@ time out after sending: the backend holds each keyed write in flight longer than
 waits, so the client's retry meets ``409 IDEMPOTENCY_KEY_IN_FLIGHT`` first. Submissions time out
 on the client's own short timeout (and are then found by their key); a decision or cancel is
 given up on by a tap after its first send, since the simulator holds every keyed write, replays
-too, for the whole delay. Each logical submission must make exactly one backend run, and each
-decision and cancel must be recorded exactly once — counted from the simulator's runs and request
-log. Each logical write is its own supervisor, with a retry budget of its own, as separate flow
-runs would be.
+too, for the whole delay. Each logical submission must make exactly one backend run, using the
+spend confirmation it carries once, and each decision and cancel must be recorded exactly once —
+counted from the simulator's runs and request log. Each logical write is its own supervisor, with
+a retry budget of its own, as separate flow runs would be.
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ async def test_each_lost_submission_makes_exactly_one_run(kind, backend, submit,
     backend_runs = target.sim.runs()
     per_booking = Counter(admin.run.booking_id for admin in backend_runs)
     duplicates = sum(count - 1 for count in per_booking.values())
+    # A submission carries its spend confirmation: each resend relays it again, and the backend
+    # must use it once, for the one run (a second use would be a second spend confirmed).
+    quotes = Counter(a.run.confirmation.quote_id for a in backend_runs if a.run.confirmation)
     log = target.requests()
     seen = sum((tap.outcomes for tap in taps), Counter())
     injected = (
@@ -101,11 +104,15 @@ async def test_each_lost_submission_makes_exactly_one_run(kind, backend, submit,
         "lost-answers",
         trials=TRIALS,
         faults={f"submission: {kind}": injected},
-        outcomes={"submission attached to its own run": sum(1 for _ in runs)},
-        duplicates=duplicates,
+        outcomes={
+            "submission attached to its own run": sum(1 for _ in runs),
+            "spend confirmation used by its run once": sum(1 for n in quotes.values() if n == 1),
+        },
+        duplicates=duplicates + sum(n - 1 for n in quotes.values()),
     )
     assert injected >= TRIALS  # every logical submission lost its first answer
     assert duplicates == 0 and set(per_booking) == set(bookings)
+    assert len(quotes) == TRIALS and set(quotes.values()) == {1}
     mine = {admin.run.booking_id: admin.run.run_id for admin in backend_runs}
     assert [run.run_id for run in runs] == [mine[booking] for booking in bookings]
     # Every resend carried the key of its logical submission: no key was ever made up.

@@ -8,8 +8,13 @@ secrets, logs, flow runs with their parameters and states, artifacts, events), a
 the files under the test session's Prefect homes (the server's SQLite database and log, result
 files). The demo runs here first, with its own token as one more canary.
 
+The commands' ``--json`` documents, good and bad, are searched too, and, where the suite has a
+PostgreSQL cluster (``PREFECT_ITO_POSTGRES_URL``, as CI does), every row of every Prefect database
+on it: the end-to-end tests' and the crash trials'.
+
 Then every request any simulator of the suite answered is checked against the contract's
-endpoints, and every restart decision posted against the answers people gave.
+endpoints, every restart decision posted against the answers people gave, and every backend run
+any simulator made for a spend confirmation on record.
 """
 
 from __future__ import annotations
@@ -17,19 +22,26 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import keyring
 import pytest
-from conftest import SWEEP, Sweep, answer_key
+from conftest import SWEEP, Sweep, answer_key, request_for
 from prefect.client.orchestration import get_client
 
 from prefect_ito import demo
+from prefect_ito.exceptions import ExitCode
 from prefect_ito.outcomes import exit_code
-from prefect_ito.simulator import SimulatorServer
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
+POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
+DATABASES = "SELECT datname FROM pg_database WHERE datname LIKE 'prefect%' ORDER BY datname"
+TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
 TOKEN_SHAPE = re.compile(r"itosim_[A-Za-z0-9_-]{32}")
 """What every token the simulator mints looks like: any of them found anywhere is a leak."""
 OPENAPI = Path(__file__).parents[2] / "docs" / "contract" / "ito-training-v0.openapi.json"
@@ -71,6 +83,7 @@ def _spy_on_the_demo(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> tuple[lis
     def stopping(self: SimulatorServer) -> None:
         if self._url is not None:
             sweep.requests += self.requests()
+            sweep.runs += [admin.run for admin in self.runs()]
         stop(self)
 
     async def answer(self: Any, flow_run: Any, description: str) -> Any:
@@ -86,6 +99,57 @@ def _spy_on_the_demo(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> tuple[lis
     return minted, answered
 
 
+def test_every_command_answers_in_json_without_its_token(prefect_server, sweep: Sweep, ledger):
+    """The commands' ``--json`` documents, good and bad, go to the sweep with their token."""
+    with SimulatorServer(builtin_scenario("default")) as simulator:
+        token = simulator.mint_token("json").get_secret_value()
+        sweep.canaries.add(token)
+        env = {
+            **os.environ,
+            "PREFECT_API_URL": prefect_server,
+            "ITO_COMPUTE_API_URL": simulator.url,
+            "ITO_COMPUTE_TOKEN": token,
+        }
+        request = request_for("bk-h200-2x8-ib")
+        training = [
+            "--booking", request.booking_id, "--model-size", request.model_size,
+            "--data", request.data_refs[0], "--target", request.target,
+            "--budget-usd", str(request.budget_usd),
+        ]  # fmt: skip
+        commands = {
+            "whoami": ["whoami"],
+            "quote": ["quote", *training],
+            "train": ["train", *training, "--confirm", request.digest(), "--name", "Ada"],
+            "runs show": ["runs", "show", "--booking", request.booking_id],
+        }
+        codes = {name: _run_json(args, env, sweep) for name, args in commands.items()}
+        simulator_revoke = httpx.post(
+            f"{simulator.url}/v0/auth/revoke", headers={"Authorization": f"Bearer {token}"}
+        )
+        codes["whoami, token revoked"] = _run_json(["whoami"], env, sweep)
+        sweep.requests += simulator.requests()
+        sweep.runs += [admin.run for admin in simulator.runs()]
+
+    ledger.record("secrets", trials=len(codes), outcomes={"--json documents": len(codes)})
+    assert simulator_revoke.status_code == 200
+    assert codes == {
+        "whoami": 0, "quote": 0, "train": 0, "runs show": 0,
+        "whoami, token revoked": ExitCode.AUTHENTICATION,
+    }  # fmt: skip
+
+
+def _run_json(args: list[str], env: dict[str, str], sweep: Sweep) -> int:
+    """Run one command with ``--json`` and no terminal; keep all it printed for the sweep."""
+    result = subprocess.run(
+        [sys.executable, "-m", "prefect_ito.cli", *args, "--json"],
+        env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    sweep.text(f"--json {args[0]} stdout", result.stdout)
+    sweep.text(f"--json {args[0]} stderr", result.stderr)
+    json.loads(result.stdout)  # one document, whatever the outcome
+    return result.returncode
+
+
 def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
     import asyncio
 
@@ -93,6 +157,9 @@ def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
     places: dict[str, list[str]] = {"test output, logs and exception texts": []}
     places["test output, logs and exception texts"] = [text for _, text in SWEEP.texts]
     places.update(asyncio.run(_what_prefect_answers()))
+    postgres = os.environ.get(POSTGRES_URL)
+    if postgres:
+        places.update(asyncio.run(_every_postgres_row(postgres)))
     files = _prefect_home_files()
 
     leaks = Counter()
@@ -117,9 +184,12 @@ def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
             "files searched byte for byte": f"{len(files)} "
             f"({sum(p.stat().st_size for p in files) / 1e6:.1f} MB: SQLite database, "
             "server log, result files)",
-            "PostgreSQL": "not reached here (no PostgreSQL server in this suite); the e2e suite "
-            "runs the same flows on PostgreSQL",
-            "--json output": "not yet measured (the option is being added)",
+            "PostgreSQL": f"every row of every table of {_databases(places)} "
+            "(the end-to-end tests' and the crash trials' Prefect servers)"
+            if postgres
+            else f"not reached: {POSTGRES_URL} is not set (CI sets it)",
+            "--json output": "every document of the commands above, good and bad, and of "
+            "`tests/cli/test_cli_json.py` (which checks its own token is in none)",
         },
     )
     assert canaries and scanned and files  # at least the demo's: the search proves something
@@ -168,6 +238,40 @@ async def _every_event(client: Any) -> list[str]:
     return texts
 
 
+async def _every_postgres_row(url: str) -> dict[str, list[str]]:
+    """Every row of every table of every Prefect database on the suite's PostgreSQL cluster.
+
+    The end-to-end tests' server uses the database of ``url``; the crash trials make their own
+    (``prefect_trials_…``) on the same cluster.
+    """
+    import asyncpg
+
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    first = await asyncpg.connect(dsn)
+    try:
+        names = [r["datname"] for r in await first.fetch(DATABASES)]
+    finally:
+        await first.close()
+    rows: dict[str, list[str]] = {}
+    for name in names:
+        connection = await asyncpg.connect(f"{dsn.rsplit('/', 1)[0]}/{name}")
+        try:
+            for table in await connection.fetch(TABLES):
+                query = f'SELECT t::text AS row FROM public."{table["table_name"]}" t'
+                rows.setdefault(f"PostgreSQL {name}", []).extend(
+                    r["row"] for r in await connection.fetch(query)
+                )
+        finally:
+            await connection.close()
+    return rows
+
+
+def _databases(places: dict[str, list[str]]) -> str:
+    names = [place.removeprefix("PostgreSQL ") for place in places if place.startswith("Postgre")]
+    plural = "s" if len(names) != 1 else ""
+    return f"{len(names)} database{plural} ({', '.join(names)})"
+
+
 def _prefect_home_files() -> list[Path]:
     """Every file under this session's Prefect homes: the client's and the server's."""
     homes = {Path(os.environ["PREFECT_HOME"]), Path(os.environ["PREFECT_HOME"]).parent / "server"}
@@ -182,6 +286,10 @@ def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledg
     unanswered = [
         e.path for e in decisions if answer_key(e.path.split("/")[-2]) not in SWEEP.answered
     ]
+    # Every run any simulator of the suite made must carry who confirmed its spend.
+    runs = SWEEP.runs
+    unconfirmed = [run.run_id for run in runs if run.confirmation is None]
+    confirmed = Counter(run.confirmation.via for run in runs if run.confirmation)
     ledger.record(
         "never-alone",
         trials=len(requests),
@@ -192,13 +300,16 @@ def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledg
         measures={
             "requests outside the contract": str(len(outside)),
             "decisions posted without a person's answer": str(len(unanswered)),
-            "submissions without confirmation": "not yet measured (spend confirmation is "
-            "being added)",
+            "backend runs without a spend confirmation on record": str(len(unconfirmed)),
+            "backend runs by who confirmed their spend": ", ".join(
+                f"{via} {count}" for via, count in sorted(confirmed.items())
+            ),
         },
     )
-    assert requests and decisions  # at least the demo's
+    assert requests and decisions and runs  # at least the demo's
     assert outside == []
     assert unanswered == []
+    assert unconfirmed == []
 
 
 def _contract_routes() -> list[tuple[str, re.Pattern[str]]]:

@@ -6,11 +6,11 @@ category ran, which faults were injected how often, the outcomes, the duplicates
 named measures such as how long a ``Retry-After`` was waited out. Every figure comes from a
 measurement in this run; nothing in the report is written by hand.
 
-``pytest tests/reliability --reliability-report docs/reliability.md`` renders the figures of the
-run into that Markdown file and keeps them beside it as JSON (``docs/reliability.json``). A
-category this run did not measure keeps the figures an earlier run recorded there, with that
-run's machine and command, so trials that run elsewhere (the crash and watcher trials against a
-real Prefect server and worker) add their categories to the same report.
+``pytest tests/reliability tests/e2e/test_crashes.py --reliability-report docs/reliability.md``
+renders the figures of the run into that Markdown file and keeps them beside it as JSON
+(``docs/reliability.json``). The crash and watcher trials against a real Prefect server and worker
+record theirs in the same ledger. A category a run did not measure keeps the figures an earlier
+run recorded there, with that run's machine and command.
 """
 
 from __future__ import annotations
@@ -46,19 +46,32 @@ CATEGORIES: dict[str, str] = {
     "never-alone": "Never acts on its own",
 }
 """The categories of the report, in its order."""
+REPORT_PATHS = "tests/reliability tests/e2e/test_crashes.py"
+"""The tests that measure every category: what the report's command runs."""
 METHODS: dict[str, str] = {
     "lost-answers": "Fifty logical submissions, decisions and cancels each lose their answer after "
     "the backend committed them, and fifty time out after sending while the backend still holds "
     "the write in flight; flow runs lose, or time out on, their submission's answer. Duplicates "
-    "are the runs, decisions and `cancel_requested` events beyond one per logical write, counted "
-    "in the simulator.",
+    "are the runs, decisions, `cancel_requested` events and uses of a spend confirmation beyond "
+    "one per logical write, counted in the simulator (a submission carries its confirmation, so "
+    "every resend relays it again).",
     "storms": "30 % of answers are `503` and 10 % are `429` with `Retry-After: 1`. Many callers "
     "of one process share its retry budget; callers of their own each retry alone, and the wait "
     "after each `429` is timed; whole pipelines (a loss spike a person decides, post-training "
     "through RLVR) run in the storm. A call that gives up in the storm ends as "
     "`BackendUnavailable`; a final `409` is never sent again.",
-    "crashes": "The supervising process is killed mid-run on a real Prefect server and worker.",
-    "watcher": "The watcher meets faults of Prefect and of the backend.",
+    "crashes": "Training flow runs of the shipped deployment, all at once on their own real "
+    "Prefect server, process worker and two watchers (`tests/e2e/test_crashes.py`): each is "
+    "struck at a seeded point (its flow process SIGKILLed before submission, right after it, "
+    "mid-gate or while a person's decision is relayed; a watcher SIGKILLed while it is deferred; "
+    "a person answering only after the machine loss and the server restart while it waits), the "
+    "machine is lost once (the worker and every flow process SIGKILLed) and the Prefect server "
+    "restarted once. Duplicates are backend runs beyond one per trial and decisions beyond one "
+    "per action (the simulator's records and request log) and gate events Prefect holds twice, "
+    "by id.",
+    "watcher": "The same trials: a watcher is SIGKILLed and started again while another runs "
+    "beside it, and the Prefect server is restarted mid-run. Resumes lost and doubled are "
+    "counted from Prefect's state history of every suspension.",
     "revocation": "The token is revoked at the backend while a flow long-polls its run; the "
     "simulator's request log shows every request after the revocation.",
     "bad-input": "Flow parameters, command-line options, block fields and scenario files, from "
@@ -228,20 +241,22 @@ def render(figures: dict[str, Figures], json_name: str) -> str:
     lines = [
         "# Reliability and security, in figures",
         "",
-        "These figures come from `tests/reliability`, a fault-injection and bad-input suite that "
-        "runs with every `uv run pytest`. Each trial drives prefect-ito against the reference "
-        "simulator (on a loopback port) and, where flows run, the test session's Prefect server. "
+        "These figures come from `tests/reliability`, a fault-injection and bad-input suite, and "
+        "from the crash trials of `tests/e2e/test_crashes.py`; both run with every "
+        "`uv run pytest`. Each trial drives prefect-ito against the reference simulator (on a "
+        "loopback port) and, where flows run, a real Prefect server (the crash trials: their own "
+        "server, process worker and watchers). "
         "Duplicates are counted from the simulator's own runs and request log, never from what the "
         "client believes; leaks are searched for in every place the suite can read. This page is "
         "generated — regenerate it, with the figures of your machine, by running:",
         "",
         "```sh",
-        "uv run pytest tests/reliability --reliability-report docs/reliability.md",
+        f"uv run pytest {REPORT_PATHS} --reliability-report docs/reliability.md",
         "```",
         "",
         f"The figures are also kept as JSON in `{json_name}`. A category a run does not measure "
         "keeps the figures of the run that did, with that run's machine and command; tests "
-        "record figures through the suite's `ledger` fixture (see `tests/reliability/ledger.py`).",
+        "record figures through the suite's `ledger` fixture (see `tests/ledger.py`).",
         "",
         "| category | trials | faults injected | outcomes | duplicates | leaks |",
         "|---|---:|---|---|---:|---:|",
