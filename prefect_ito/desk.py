@@ -33,6 +33,7 @@ from prefect_ito.exceptions import (
     BookingNotEligible,
     CapabilityNotAvailable,
     DeadlineExceeded,
+    IdempotencyKeyReused,
     InsufficientScope,
     ItoProtocolError,
     RunStalled,
@@ -161,11 +162,18 @@ async def quote(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
     return found
 
 
-async def find_attachable_run(client: ItoClient, request: TrainingRequest) -> TrainingRun | None:
-    """Return the booking's unfinished run for this very request, if there is one.
+async def find_attachable_run(
+    client: ItoClient, request: TrainingRequest, idempotency_key: str | None = None
+) -> TrainingRun | None:
+    """Return this very request's run: the booking's unfinished one, or the one its key made.
+
+    The run ``idempotency_key`` made is looked up too, finished or not: a supervisor that lost
+    its record of a run (or a person sending the same key again) attaches to it, and nobody is
+    asked to confirm a spend that cannot happen again.
 
     Raises:
         BookingBusy: the booking has an unfinished run for a different request.
+        IdempotencyKeyReused: ``idempotency_key`` already made a run of a different request.
     """
     digest = request.digest()
     for run in await client.list_active_runs(request.booking_id):
@@ -175,7 +183,15 @@ async def find_attachable_run(client: ItoClient, request: TrainingRequest) -> Tr
             f"booking {request.booking_id} is busy with run {run.run_id} "
             f"({run.manifest_digest}); this request is {digest}"
         )
-    return None
+    if idempotency_key is None:
+        return None
+    earlier = await client.find_run_by_idempotency_key(idempotency_key)
+    if earlier is not None and earlier.manifest_digest != digest:
+        raise IdempotencyKeyReused(
+            f"idempotency key {idempotency_key} already made run {earlier.run_id} of another "
+            f"manifest ({earlier.manifest_digest}); this request is {digest}"
+        )
+    return earlier
 
 
 async def submit(

@@ -74,8 +74,10 @@ class Steps(ABC):
         self.authorization = authorization
 
     @abstractmethod
-    async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
-        """Return the booking's unfinished run for this request; raise ``BookingBusy``."""
+    async def find_attachable_run(
+        self, request: TrainingRequest, idempotency_key: str
+    ) -> TrainingRun | None:
+        """Return this request's unfinished run or the run its key made (``desk``'s rules)."""
 
     @abstractmethod
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
@@ -174,8 +176,8 @@ async def start(
     request: TrainingRequest,
     idempotency_key: Callable[[], str],
 ) -> TrainingRun:
-    """Re-attach to this request's unfinished run; otherwise verify, check, quote, have the spend
-    confirmed, and submit it once.
+    """Re-attach to this request's run (unfinished, or made under its key); otherwise verify,
+    check, quote, have the spend confirmed, and submit it once.
 
     Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
     backend already accepted work for, nor asks anyone again; the booking's active runs are
@@ -187,9 +189,14 @@ async def start(
         known = await steps.read_run(recorded)
         steps.logger.info("Re-attached to backend run %s (%s).", known.run_id, known.state.value)
         return known
-    attachable = await steps.find_attachable_run(request)
+    attachable = await steps.find_attachable_run(request, idempotency_key())
     if attachable is not None:
-        steps.logger.info("Re-attached to unfinished backend run %s.", attachable.run_id)
+        steps.logger.info(
+            "Re-attached to backend run %s (%s), made for this request under its idempotency key "
+            "or still running on the booking: nothing is submitted again.",
+            attachable.run_id,
+            attachable.state.value,
+        )
         await steps.record_run(attachable)
         return attachable
     eligibility = await steps.verify_booking(claim)
@@ -355,8 +362,10 @@ class ClientSteps(Steps):
         super().__init__(supervision, logger, authorization)
         self.client = client
 
-    async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
-        return await desk.find_attachable_run(self.client, request)
+    async def find_attachable_run(
+        self, request: TrainingRequest, idempotency_key: str
+    ) -> TrainingRun | None:
+        return await desk.find_attachable_run(self.client, request, idempotency_key)
 
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
         return await desk.verify_booking(self.client, claim)

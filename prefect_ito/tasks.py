@@ -98,13 +98,17 @@ async def check_training_capability(credentials: ItoCredentials, request: Traini
         await desk.check_training_capability(client, request)
 
 
-@_retried_task("reattach_training_run", "Find this request's unfinished backend run, if any.")
+@_retried_task(
+    "reattach_training_run",
+    "Find this request's backend run, if any: unfinished, or made under its idempotency key.",
+)
 async def reattach_training_run(
-    credentials: ItoCredentials, request: TrainingRequest
+    credentials: ItoCredentials, request: TrainingRequest, idempotency_key: str
 ) -> TrainingRun | None:
-    """Return the unfinished run with this manifest; raise ``BookingBusy`` for another one."""
+    """Return this request's run (``desk.find_attachable_run``); raise ``BookingBusy`` for
+    another request's unfinished run, ``IdempotencyKeyReused`` for another request's key."""
     async with credentials.get_client() as client:
-        return await desk.find_attachable_run(client, request)
+        return await desk.find_attachable_run(client, request, idempotency_key)
 
 
 @task(
@@ -221,8 +225,10 @@ class TaskSteps(Steps):
         self.flow_run_id = current_flow_run_id()
         self.deferred = _defers(supervision)
 
-    async def find_attachable_run(self, request: TrainingRequest) -> TrainingRun | None:
-        return await reattach_training_run(self.credentials, request)
+    async def find_attachable_run(
+        self, request: TrainingRequest, idempotency_key: str
+    ) -> TrainingRun | None:
+        return await reattach_training_run(self.credentials, request, idempotency_key)
 
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
         return await verify_booking(self.credentials, claim)

@@ -106,12 +106,13 @@ class _Response404:
 
 async def test_a_new_submission_lists_the_booking_s_active_runs_once(start_simulator):
     # Re-attach, verify, check and delegate happen in one place; the flow listed them twice.
+    # Two listings now, each once: the booking's active runs, and the run the key made.
     simulator = start_simulator("default")
     state = await ito_training(**parameters(simulator), return_state=True)
 
     assert state.is_completed(), state.message
     listings = [r for r in simulator.requests() if (r.method, r.path) == ("GET", LIST_RUNS)]
-    assert len(listings) == 1
+    assert len(listings) == 2
     submissions = [r for r in simulator.requests() if (r.method, r.path) == ("POST", LIST_RUNS)]
     assert len(submissions) == 1
 
@@ -143,4 +144,46 @@ async def test_running_a_finished_flow_run_again_re_attaches_and_submits_nothing
     assert again.is_completed(), again.message
     submissions = [r for r in simulator.requests() if (r.method, r.path) == ("POST", LIST_RUNS)]
     assert len(submissions) == 1
+    assert len(simulator.runs()) == 1
+
+
+async def test_a_finished_run_made_under_the_key_is_attached_without_asking_for_spend(
+    start_simulator,
+):
+    # A run was made under this key (a flow run whose record of it was lost, or a person
+    # running `train --idempotency-key` again) and has finished. Before, the flow quoted it
+    # again and asked for the spend to be confirmed, though nothing new could be spent; with
+    # nobody to ask, it ended NotConfirmed instead of with the run's outcome.
+    simulator = start_simulator("default")
+    first = await ito_training(**parameters(simulator, idempotency_key="nightly-1"))
+    assert first.state is RunState.SUCCEEDED
+    asked_before = len(simulator.requests())
+
+    again = await ito_training(
+        **parameters(
+            simulator, idempotency_key="nightly-1", authorization=None, approval_timeout=5
+        ),
+        return_state=True,
+    )
+
+    assert again.is_completed(), again.message
+    assert (await again.result()).run_id == first.run_id
+    since = [(r.method, r.path) for r in simulator.requests()[asked_before:]]
+    assert ("POST", LIST_RUNS) not in since and ("POST", "/v0/training-quotes") not in since
+    assert len(simulator.runs()) == 1
+
+
+async def test_a_key_used_for_another_manifest_is_refused_before_any_quote(start_simulator):
+    simulator = start_simulator("default")
+    await ito_training(**parameters(simulator, idempotency_key="nightly-2"))
+    asked_before = len(simulator.requests())
+
+    other = await ito_training(
+        **parameters(simulator, idempotency_key="nightly-2", budget_usd=123_456),
+        return_state=True,
+    )
+
+    assert other.name == "IdempotencyKeyReused", other
+    since = [(r.method, r.path) for r in simulator.requests()[asked_before:]]
+    assert ("POST", "/v0/training-quotes") not in since
     assert len(simulator.runs()) == 1
