@@ -41,7 +41,7 @@ Writes its sections into ``benchmarks/results.json`` (the other sections are kep
 and wake latency in finer detail.
 Run: ``uv run python benchmarks/supervision.py`` (about half an hour on 2 cores), or some sections:
 ``--only deferred``, ``--only recovery`` (``BENCH_TRIALS``, default 20; ``BENCH_SEED``),
-``--only inprocess --only baseline`` (about ten minutes).
+``--only inprocess --only baseline`` (about seven minutes).
 """
 
 from __future__ import annotations
