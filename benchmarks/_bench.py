@@ -9,6 +9,8 @@ memory, and no contention with the server for the GIL.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import math
 import multiprocessing
 import os
 import platform
@@ -16,8 +18,9 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version
 from multiprocessing.connection import Connection
@@ -36,9 +39,10 @@ os.environ.update(
 )
 
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization  # noqa: E402
-from prefect_ito.contract import BookingStatus  # noqa: E402
+from prefect_ito.client import ItoClient  # noqa: E402
+from prefect_ito.contract import BookingStatus, TrainingRun  # noqa: E402
 from prefect_ito.jobs import ItoTrainingJob  # noqa: E402
-from prefect_ito.parameters import TrainingParameters  # noqa: E402
+from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402
 from prefect_ito.simulator import (  # noqa: E402
     RequestLogEntry,
     RunScript,
@@ -51,6 +55,14 @@ from prefect_ito.simulator import (  # noqa: E402
 BOOKING = "bk-h200-2x8-ib"
 """A completed booking every built-in scenario holds."""
 STARTUP_SECONDS = 60.0
+MINUTE_HOURS = 1 / 60
+EXACT_TIME_SCALE = 100.0
+"""The fastest simulated clock :func:`real_instant` maps to within about a millisecond.
+
+The simulator dates a new run from two reads of its clock a few µs apart, the second scaled by
+``time_scale``, so a run's timestamps sit up to ``time_scale`` × a few µs after the real instants
+they stand for: 2.4 s at 400,000.
+"""
 
 
 # --- the simulator, in a child process ---------------------------------------------------------
@@ -156,13 +168,39 @@ def scenario(
     run = RunScript.model_validate(
         {**base.run.model_dump(), "segments_per_stage": segments_per_stage}
     )
-    update: dict[str, Any] = {"run": run, "time_scale": time_scale}
+    # A set start, about the real time of the load: real_instant maps timestamps from it.
+    update: dict[str, Any] = {"run": run, "time_scale": time_scale, "start_at": datetime.now(UTC)}
     if bookings is not None:
         update["bookings"] = [
             SimBooking(booking_id=booking_id(i), status=BookingStatus.COMPLETED)
             for i in range(bookings)
         ]
     return Scenario.model_validate({**base.model_dump(), **update})
+
+
+def steady_scenario(bookings: int, spacing: float) -> Scenario:
+    """Return ``bookings`` bookings whose runs change evenly, each every ``spacing`` real seconds.
+
+    Every stage of a run is four one-minute checkpoint segments, and the parallelism plan one
+    minute, so a run's changes come one simulated minute apart (26 instants, 42 versions with
+    post-training). Booking ``i``'s data preparation lasts ``(i + 1) / bookings`` of a minute:
+    the runs' changes interleave, and all of them together change ``bookings / spacing`` times a
+    second. Minutes, not hours, keep the clock slow enough for :func:`real_instant`.
+    """
+    base = scenario(time_scale=60 / spacing, bookings=bookings)
+    stages = {
+        part: [{**stage, "hours": 4 * MINUTE_HOURS} for stage in base.run.model_dump()[part]]
+        for part in ("curriculum", "post_training")
+    }
+    changes = {**stages, "parallelism_hours": MINUTE_HOURS}
+    run = RunScript.model_validate({**base.run.model_dump(), **changes})
+    staggered = {
+        booking_id(i): {"data_prep_hours": (i + 1) / bookings * MINUTE_HOURS}
+        for i in range(bookings)
+    }
+    return Scenario.model_validate(
+        {**base.model_dump(), "run": run, "booking_overrides": staggered}
+    )
 
 
 def booking_id(index: int) -> str:
@@ -198,9 +236,109 @@ def standing_authorization() -> ItoSpendAuthorization:
     )
 
 
-def real_instant(at: datetime, sim: Scenario, loaded_at: float) -> float:
-    """Return the monotonic instant a simulated timestamp falls on, for a scenario loaded then."""
-    return loaded_at + (at - sim.start_at).total_seconds() / sim.time_scale
+def real_instant(at: datetime, run: TrainingRun, sim: Scenario, loaded_at: float) -> float:
+    """Return the monotonic instant a timestamp of ``run`` falls on, for a scenario loaded then.
+
+    The simulator dates a run from the real moment it was created (that long after
+    ``start_at``); from there the run's own timestamps run ``time_scale`` times faster.
+
+    Raises:
+        SystemExit: the clock runs faster than :data:`EXACT_TIME_SCALE`, so the mapping would
+            be off by more than a millisecond.
+    """
+    assert sim.start_at is not None, "scenario() sets start_at"
+    if sim.time_scale > EXACT_TIME_SCALE:
+        raise SystemExit(
+            f"time_scale {sim.time_scale:g} is too fast to map the simulator's timestamps onto "
+            f"real time (at most {EXACT_TIME_SCALE:g}; see EXACT_TIME_SCALE)"
+        )
+    created = loaded_at + (run.created_at - sim.start_at).total_seconds()
+    return created + (at - run.created_at).total_seconds() / sim.time_scale
+
+
+async def pin_load(url: str, sim: Scenario, booking: str) -> tuple[float, float]:
+    """Return the monotonic instant ``sim`` was loaded, and how far off that may be.
+
+    A quote expires ``quote_ttl_seconds`` after the simulator's unscaled wall clock, which reads
+    ``start_at`` at the load; so one quote, timed, pins the load to within half its round trip,
+    much closer than the admin call that loaded it (which parses the whole scenario).
+    """
+    job = training_job(url, booking)
+    submission = job.training.to_request(BookingClaim(booking_id=booking)).to_submission()
+    async with job.credentials.get_client() as client:
+        await client.quote_training_run(submission)  # the connection, so the timed one is bare
+        before = time.monotonic()
+        quote = await client.quote_training_run(submission)
+        after = time.monotonic()
+    assert sim.start_at is not None, "scenario() sets start_at"
+    since_load = (quote.expires_at - sim.start_at).total_seconds() - sim.quote_ttl_seconds
+    return (before + after) / 2 - since_load, (after - before) / 2
+
+
+async def due_instants(
+    client: ItoClient, run_id: str, sim: Scenario, loaded_at: float, since: float
+) -> dict[int, float]:
+    """Return the monotonic instant each version of a run was due, from ``since`` on.
+
+    Every change of a run is one event, so event ``seq`` is version ``seq + 1``, and its ``at``
+    is the scripted instant of that change. A run that is still going is read until it did not
+    change between the reads of it and of its events.
+    """
+    run, page = await client.get_training_run(run_id), await client.list_events(run_id)
+    while (latest := await client.get_training_run(run_id)).version != run.version:
+        run, page = latest, await client.list_events(run_id)
+    if run.version != page.last_seq + 1:
+        raise SystemExit("a run version is no longer one event: the delay mapping is invalid")
+    instants = {e.seq + 1: real_instant(e.at, run, sim, loaded_at) for e in page.events}
+    return {version: at for version, at in instants.items() if at >= since}
+
+
+@dataclass
+class Observer:
+    """What one client following a run saw: each answer's version and when it arrived."""
+
+    mode: str = "prefect-ito"
+    seen: list[tuple[int, float]] = field(default_factory=list)
+
+    def record(self, run: TrainingRun) -> TrainingRun:
+        self.seen.append((run.version, time.monotonic()))
+        return run
+
+    def delays(self, due: dict[int, float], end: float = float("inf")) -> list[float]:
+        """Return, per due version, how long after it was due this client first held it.
+
+        A version not held by ``end`` counts as held then: a lower bound on its delay.
+        """
+        return [
+            next((t for version, t in self.seen if version >= wanted), end) - at
+            for wanted, at in due.items()
+        ]
+
+
+@contextlib.contextmanager
+def observing() -> Iterator[defaultdict[str, Observer]]:
+    """Record, per run id, every long-poll answer of ``ItoClient`` while the block runs.
+
+    The supervision loop (``ItoTrainingRun.wait_for_completion``) reads a run only by
+    long-polling it, so its answers are what the client held and when; a plain read, such as a
+    fixed-interval poller's, is not recorded. The method is wrapped, not changed.
+    """
+    observers: defaultdict[str, Observer] = defaultdict(Observer)
+    original = ItoClient.get_training_run
+
+    async def recorded(
+        self: ItoClient, run_id: str, *, after_version: int | None = None, wait: float | None = None
+    ) -> TrainingRun:
+        run = await original(self, run_id, after_version=after_version, wait=wait)
+        if after_version is not None:
+            observers[run_id].record(run)
+        return run
+
+    ItoClient.get_training_run = recorded  # type: ignore[method-assign]
+    try:
+        yield observers
+    finally:
+        ItoClient.get_training_run = original  # type: ignore[method-assign]
 
 
 # --- measuring and reporting ---------------------------------------------------------------------
@@ -223,8 +361,13 @@ class Summary:
 def summarise(samples: Sequence[float]) -> Summary:
     """Return the :class:`Summary` of non-empty ``samples`` (p90 by nearest rank)."""
     ordered = sorted(samples)
-    rank = max(0, -(-9 * len(ordered) // 10) - 1)
-    return Summary(len(ordered), statistics.median(ordered), ordered[rank], ordered[-1])
+    return Summary(len(ordered), statistics.median(ordered), percentile(ordered, 0.9), ordered[-1])
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Return the ``q`` quantile (0 < q ≤ 1) of non-empty ``samples``, by nearest rank."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def ms(seconds: float) -> str:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from _bench import (
+    Observer,
     RemoteSimulator,
     Summary,
+    due_instants,
     machine,
     ms,
-    real_instant,
     scenario,
     summarise,
     table,
@@ -32,7 +33,6 @@ from _bench import (
 )
 
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import TrainingRun
 
 WAIT_SECONDS = 10.0
 SHORT_POLL_SECONDS = 1.0
@@ -51,25 +51,6 @@ class Phase:
 PHASES = (Phase("dense", 20, 80_000.0), Phase("sparse", 1, 50_000.0))
 
 
-@dataclass
-class Observer:
-    """What one polling loop saw: each answer's version and when it arrived."""
-
-    mode: str
-    seen: list[tuple[int, float]] = field(default_factory=list)
-
-    def record(self, run: TrainingRun) -> TrainingRun:
-        self.seen.append((run.version, time.monotonic()))
-        return run
-
-    def delays(self, due: dict[int, float]) -> list[float]:
-        """Return, per due version, how long after it was due this loop first held it."""
-        return [
-            next(t for version, t in self.seen if version >= wanted) - at
-            for wanted, at in due.items()
-        ]
-
-
 async def long_poll(client: ItoClient, run_id: str, observer: Observer) -> None:
     """Follow the run by long-polling on its version until it finishes."""
     run = observer.record(await client.get_training_run(run_id))
@@ -79,24 +60,14 @@ async def long_poll(client: ItoClient, run_id: str, observer: Observer) -> None:
         )
 
 
-async def short_poll(client: ItoClient, run_id: str, observer: Observer) -> None:
-    """Follow the run by reading it every second until it finishes."""
+async def short_poll(
+    client: ItoClient, run_id: str, observer: Observer, every: float = SHORT_POLL_SECONDS
+) -> None:
+    """Follow the run by reading it every ``every`` seconds until it finishes."""
     next_read = time.monotonic()
     while not observer.record(await client.get_training_run(run_id)).state.terminal:
-        next_read += SHORT_POLL_SECONDS
+        next_read += every
         await asyncio.sleep(max(0.0, next_read - time.monotonic()))
-
-
-async def due_instants(
-    client: ItoClient, run: TrainingRun, loaded_at: float, phase: Phase, since: float
-) -> dict[int, float]:
-    """Return the monotonic instant each version of the run was due, from ``since`` on."""
-    page = await client.list_events(run.run_id)
-    if run.version != page.last_seq + 1:
-        raise SystemExit("a run version is no longer one event: the delay mapping is invalid")
-    sim = scenario(time_scale=phase.time_scale, segments_per_stage=phase.segments_per_stage)
-    instants = {event.seq + 1: real_instant(event.at, sim, loaded_at) for event in page.events}
-    return {version: at for version, at in instants.items() if at >= since}
 
 
 @dataclass(frozen=True)
@@ -117,9 +88,10 @@ class Result:
 
 async def run_phase(sim: RemoteSimulator, phase: Phase) -> list[Result]:
     """Follow one run with both loops; return how each fared."""
-    loaded_at, uncertainty = sim.load_scenario(
-        scenario(time_scale=phase.time_scale, segments_per_stage=phase.segments_per_stage)
+    sim_scenario = scenario(
+        time_scale=phase.time_scale, segments_per_stage=phase.segments_per_stage
     )
+    loaded_at, uncertainty = sim.load_scenario(sim_scenario)
     job = training_job(sim.url)
     run = (await job.trigger()).run
     observers = Observer("long-poll (wait 10 s)"), Observer("short-poll (every 1 s)")
@@ -128,8 +100,7 @@ async def run_phase(sim: RemoteSimulator, phase: Phase) -> list[Result]:
         await asyncio.gather(
             long_poll(longs, run.run_id, observers[0]), short_poll(shorts, run.run_id, observers[1])
         )
-        finished = await longs.get_training_run(run.run_id)
-        due = await due_instants(longs, finished, loaded_at, phase, since)
+        due = await due_instants(longs, run.run_id, sim_scenario, loaded_at, since)
     duration = time.monotonic() - since
     served = sum(e.path == f"/v0/training-runs/{run.run_id}" for e in sim.requests())
     print(

@@ -1,6 +1,7 @@
-"""Deferred supervision at scale: what `prefect-ito watch` costs while N training runs wait.
+"""Supervision at scale: deferred runs, crash recovery, N runs in one process, a 10 s poller.
 
-For N = 10, 100 and 500, on a real ``prefect server start`` and the simulator (its own process):
+Deferred (``--only deferred``): what ``prefect-ito watch`` costs while N training runs wait, for
+N = 10, 100 and 500, on a real ``prefect server start`` and the simulator (its own process):
 
 1. N backend runs are submitted on N bookings, with a simulated clock that runs at wall speed, so
    nothing changes by itself during the measurement (stages last hours).
@@ -20,18 +21,36 @@ server restarted once — counted from the simulator's and Prefect's own records
 runs completed, duplicates (runs, decisions, events, resumes), and the p95 time from a lost flow
 process to its flow run running again.
 
+In-process (``--only inprocess``): for each N of ``BENCH_SIZES``, a fresh process triggers N
+jobs (``ItoTrainingJob``) and runs every ``ItoTrainingRun.wait_for_completion()`` at once (the
+long-poll client) for ``BENCH_WINDOW_SECONDS`` (60), its events going to a real Prefect server.
+The runs change evenly (``_bench.steady_scenario``): all N together ``BENCH_CHANGES_PER_SECOND``
+(5) times a second, whatever N. Figures: the process's peak RSS, and the detection latency of each
+change due in the window (but its last 10 s): when the supervisor first held that version, or a
+later one, minus when the change was due — the simulated clock mapped onto real time, pinned by a
+timed quote (``_bench.pin_load``). The simulator publishes changes on a 20 ms tick, included.
+
+Baseline (``--only baseline``): one run changing every ``BENCH_BASELINE_SPACING`` seconds (3.5;
+26 change instants, 40 versions after its start), followed at the same time by
+``wait_for_completion()`` and by a poller in the style of peers that reads the run every 10 s:
+the detection latency of each, and its requests per hour (the backend's count for prefect-ito,
+the poller's own reads for the poller).
+
 Writes its sections into ``benchmarks/results.json`` (the other sections are kept); figures go to
-``docs/benchmarks.md``. In-process supervision at scale is ``supervision_scale.py``; long-poll
-against fixed-interval polling is ``longpoll_latency.py``.
-Run: ``uv run python benchmarks/supervision.py`` (about twenty minutes on 2 cores), or one section:
-``--only deferred`` or ``--only recovery`` (``BENCH_TRIALS``, default 20; ``BENCH_SEED``).
+``docs/benchmarks.md``. ``supervision_scale.py`` and ``longpoll_latency.py`` measure memory per run
+and wake latency in finer detail.
+Run: ``uv run python benchmarks/supervision.py`` (about half an hour on 2 cores), or some sections:
+``--only deferred``, ``--only recovery`` (``BENCH_TRIALS``, default 20; ``BENCH_SEED``),
+``--only inprocess --only baseline`` (about seven minutes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import os
 import socket
 import statistics
@@ -39,16 +58,41 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
-PORT = 0
-with socket.socket() as _sock:
-    _sock.bind(("127.0.0.1", 0))
-    PORT = _sock.getsockname()[1]
+
+def pick_port() -> int:
+    """Return a loopback port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# A process this script spawns (multiprocessing) runs this module again, before Prefect reads its
+# settings: the port is chosen once and handed down, so every process talks to the same server.
+PORT = int(os.environ.setdefault("PREFECT_ITO_BENCH_PORT", str(pick_port())))
 API_URL = f"http://127.0.0.1:{PORT}/api"
 os.environ["PREFECT_API_URL"] = API_URL
 
-from _bench import RemoteSimulator, booking_id, machine, scenario, table  # noqa: E402
+from _bench import (  # noqa: E402
+    Observer,
+    RemoteSimulator,
+    booking_id,
+    due_instants,
+    machine,
+    observing,
+    percentile,
+    pin_load,
+    scenario,
+    steady_scenario,
+    table,
+    training_job,
+    use_token,
+)
+from longpoll_latency import short_poll  # noqa: E402
 from prefect import get_client  # noqa: E402
 from prefect.client.schemas.actions import WorkPoolCreate  # noqa: E402
 from prefect.states import Running, Suspended  # noqa: E402
@@ -62,7 +106,11 @@ from prefect_ito.contract import (  # noqa: E402
 )
 from prefect_ito.deferral import Deferral, deferral_key  # noqa: E402
 from prefect_ito.flows import ito_training  # noqa: E402
+from prefect_ito.jobs import ItoTrainingRun  # noqa: E402
 from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402
+from prefect_ito.simulator import Scenario  # noqa: E402
+
+Figures = dict[str, float]
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "10,100,500").split(","))
 IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
@@ -73,6 +121,17 @@ RESULTS = Path(__file__).with_name("results.json")
 E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 """Where the crash trials' harness lives, shared with the end-to-end test."""
 WATCHER_LOG = Path(tempfile.gettempdir()) / "prefect-ito-bench-watcher.log"
+CHANGES_PER_SECOND = float(os.environ.get("BENCH_CHANGES_PER_SECOND", "5"))
+WINDOW_SECONDS = float(os.environ.get("BENCH_WINDOW_SECONDS", "60"))
+GRACE_SECONDS = 10.0
+"""Changes due this close to the window's end are not counted: they may not have come round."""
+INPROCESS_LOG = Path(tempfile.gettempdir()) / "prefect-ito-bench-inprocess.log"
+BASELINE_SPACING = float(os.environ.get("BENCH_BASELINE_SPACING", "3.5"))
+POLL_EVERY = 10.0
+"""The fixed interval of the peers' pollers the baseline stands for."""
+TARGET_RSS_MB = 300.0
+TARGET_DETECTION_P95_MS = 250.0
+TARGET_BASELINE_RATIO = 50.0
 
 
 def start_server(home: Path) -> subprocess.Popen[bytes]:
@@ -96,10 +155,21 @@ def start_server(home: Path) -> subprocess.Popen[bytes]:
     raise RuntimeError("prefect server did not start")
 
 
-def rss_mb(pid: int) -> float:
-    """Return a process's resident set size in MB (from /proc)."""
+@contextlib.contextmanager
+def prefect_server() -> Iterator[None]:
+    """Run ``prefect server start`` on PORT, with a throwaway home, while the block runs."""
+    server = start_server(Path(tempfile.mkdtemp(prefix="prefect-ito-bench-server-")))
+    try:
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Return a process's resident set size in MB (from /proc); ``VmHWM`` for its peak."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -236,22 +306,19 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
     processes = subprocess.run(
         ["pgrep", "-f", "prefect.engine"], capture_output=True, text=True
     ).stdout.split()
-    ordered = sorted(latencies)
     return {
         "flow_processes": float(len(processes)),
         "watcher_rss_mb": round(rss, 1),
         "idle_requests_per_minute": round(idle, 2),
-        "resume_p50_s": round(statistics.median(ordered), 3),
-        "resume_p95_s": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 3),
+        "resume_p50_s": round(statistics.median(latencies), 3),
+        "resume_p95_s": round(percentile(latencies, 0.95), 3),
     }
 
 
-def deferred() -> dict[str, dict[str, float]]:
+def deferred() -> dict[str, dict[str, Figures]]:
     """Measure deferred supervision at every size of ``BENCH_SIZES``; see the docstring."""
-    home = Path(tempfile.mkdtemp(prefix="prefect-ito-bench-server-"))
-    server = start_server(home)
-    figures: dict[str, dict[str, float]] = {}
-    try:
+    figures: dict[str, Figures] = {}
+    with prefect_server():
         deployment = asyncio.run(deployment_id())
         for n in SIZES:
             with RemoteSimulator(scenario(time_scale=1.0, bookings=n)) as sim:
@@ -259,15 +326,17 @@ def deferred() -> dict[str, dict[str, float]]:
                 os.environ["ITO_COMPUTE_TOKEN"] = token
                 figures[str(n)] = measure(n, deployment, token, sim)
                 print(f"N={n}: {figures[str(n)]}", flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    print_rows(figures)
+    return {"deferred": figures}
+
+
+def print_rows(figures: dict[str, Figures]) -> None:
+    """Print one table row per N."""
     rows = [[n, *values.values()] for n, values in figures.items()]
     print(table(["N", *next(iter(figures.values())).keys()], rows))
-    return figures
 
 
-def recovery() -> dict[str, float]:
+def recovery() -> dict[str, Figures]:
     """Play the crash trials (``tests/e2e/crash_trials.py``) and return their figures."""
     sys.path.insert(0, str(E2E))
     # The harness is test code (type-checked as tests are), found on sys.path at run time.
@@ -284,12 +353,161 @@ def recovery() -> dict[str, float]:
         tally = asyncio.run(run_trials(stack, TRIALS, SEED, timeout=1800))
     print(f"tally: {tally}")
     print(f"wrote {record_figures(tally)}")
-    figures: dict[str, float] = tally.figures()
+    figures: Figures = tally.figures()
     print(table(list(figures), [list(figures.values())]))
+    return {"recovery": figures}
+
+
+# --- in-process supervision of N runs ---------------------------------------------------------
+
+
+def inprocess() -> dict[str, dict[str, Figures]]:
+    """Supervise N runs in one process, for every N of ``BENCH_SIZES``; see the docstring."""
+    figures: dict[str, Figures] = {}
+    with prefect_server():
+        for n in SIZES:
+            # A fresh process per N, so its RSS is that of a process supervising N runs.
+            spawn = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+                figures[str(n)] = pool.submit(supervise_in_process, n).result()
+            print(f"N={n}: {figures[str(n)]}", flush=True)
+    print_rows(figures)
+    n, largest = max(SIZES), figures[str(max(SIZES))]
+    print_verdict(f"peak RSS < {TARGET_RSS_MB:g} MB at N = {n}", largest["rss_mb"] < TARGET_RSS_MB)
+    p95 = largest["detection_p95_ms"]
+    print_verdict(
+        f"detection p95 ≤ {TARGET_DETECTION_P95_MS:g} ms at N = {n}", p95 <= TARGET_DETECTION_P95_MS
+    )
+    return {"inprocess": figures}
+
+
+def supervise_in_process(n: int) -> Figures:
+    """Child process: supervise N runs through the window; return its peak RSS and detection."""
+    # N runs' log lines go to a file, written as they would be, so the report stays readable.
+    with INPROCESS_LOG.open("ab") as log:
+        os.dup2(log.fileno(), sys.stdout.fileno())
+        os.dup2(log.fileno(), sys.stderr.fileno())
+    return asyncio.run(follow_window(n))
+
+
+async def follow_window(n: int) -> Figures:
+    """Trigger N jobs, supervise them all for the window, and measure; see the docstring."""
+    sim_scenario = steady_scenario(n, n / CHANGES_PER_SECOND)
+    with RemoteSimulator(sim_scenario) as sim:
+        use_token(sim)
+        sim.load_scenario(sim_scenario)
+        loaded_at, uncertainty = await pin_load(sim.url, sim_scenario, booking_id(0))
+        handles = await asyncio.gather(
+            *(training_job(sim.url, booking_id(i)).trigger() for i in range(n))
+        )
+        with observing() as observers:
+            since = time.monotonic()
+            end = await supervise_for(handles, WINDOW_SECONDS)
+        peak = rss_mb(os.getpid(), "VmHWM")
+        delays: list[float] = []
+        async with handles[0].job.credentials.get_client() as client:
+            for handle in handles:
+                due = await due_instants(client, handle.run_id, sim_scenario, loaded_at, since)
+                counted = {v: at for v, at in due.items() if at <= end - GRACE_SECONDS}
+                delays += observers[handle.run_id].delays(counted, end)
+    return {"rss_mb": round(peak, 1), **summarise_detection(delays, uncertainty)}
+
+
+async def supervise_for(handles: list[ItoTrainingRun], seconds: float) -> float:
+    """Run every ``wait_for_completion()`` for ``seconds`` (or until all return); return the end."""
+    waits = [asyncio.create_task(handle.wait_for_completion()) for handle in handles]
+    done, _ = await asyncio.wait(waits, timeout=seconds)
+    end = time.monotonic()
+    for wait in waits:
+        wait.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)
+    for finished in done:
+        finished.result()  # a supervision that failed fails the benchmark
+    return end
+
+
+def summarise_detection(delays: list[float], uncertainty: float) -> Figures:
+    """Return the median and p95 of detection delays and how many there were.
+
+    ``uncertainty`` is how far off the simulated clock's mapping onto real time may be: every
+    delay may be off by as much, either way.
+    """
+    return {
+        "detection_p50_ms": round(percentile(delays, 0.5) * 1000, 1),
+        "detection_p95_ms": round(percentile(delays, 0.95) * 1000, 1),
+        "changes": float(len(delays)),
+        "clock_uncertainty_ms": round(uncertainty * 1000, 1),
+    }
+
+
+def print_verdict(target: str, met: bool) -> None:
+    """Print whether a target was met, as the other benchmarks do."""
+    print(f"Target: {target}: {'met' if met else 'NOT met'}.")
+
+
+# --- a fixed-interval poller beside prefect-ito ------------------------------------------------
+
+
+def baseline() -> dict[str, Figures]:
+    """Follow one run with prefect-ito and with a 10 s poller at once; see the docstring."""
+    sim_scenario = steady_scenario(1, BASELINE_SPACING)
+    with prefect_server(), RemoteSimulator(sim_scenario) as sim:
+        use_token(sim)
+        figures = asyncio.run(follow_side_by_side(sim, sim_scenario))
+    print(table(["client", *figures["baseline"]], [[k, *v.values()] for k, v in figures.items()]))
+    ratio = figures["baseline"]["detection_p50_ms"] / figures["prefect_ito"]["detection_p95_ms"]
+    print_verdict(
+        f"prefect-ito's detection p95 ≥ {TARGET_BASELINE_RATIO:g}x smaller than the poller's p50 "
+        f"({ratio:.0f}x)",
+        ratio >= TARGET_BASELINE_RATIO,
+    )
     return figures
 
 
-SECTIONS = {"deferred": deferred, "recovery": recovery}
+async def follow_side_by_side(sim: RemoteSimulator, sim_scenario: Scenario) -> dict[str, Figures]:
+    """Trigger one run; follow it by ``wait_for_completion()`` and by the poller together."""
+    sim.load_scenario(sim_scenario)
+    loaded_at, uncertainty = await pin_load(sim.url, sim_scenario, booking_id(0))
+    job = training_job(sim.url, booking_id(0))
+    handle = await job.trigger()
+    poller = Observer(f"poll every {POLL_EVERY:g} s")
+    first = len(sim.requests())
+    async with job.credentials.get_client() as client:
+        with observing() as observers:
+            since = time.monotonic()
+            ended, _ = await asyncio.gather(
+                await_end(handle.wait_for_completion()),
+                await_end(short_poll(client, handle.run_id, poller, every=POLL_EVERY)),
+            )
+        served = sum(e.path.startswith(f"/v0/training-runs/{handle.run_id}")
+                     for e in sim.requests()[first:])  # fmt: skip
+        due = await due_instants(client, handle.run_id, sim_scenario, loaded_at, since)
+    # The poller's reads cover one interval each, the last one included.
+    polled = poller.seen[-1][1] + POLL_EVERY - since
+    return {
+        "baseline": {
+            **summarise_detection(poller.delays(due), uncertainty),
+            "requests_per_hour": round(len(poller.seen) / polled * 3600, 1),
+        },
+        "prefect_ito": {
+            **summarise_detection(observers[handle.run_id].delays(due), uncertainty),
+            "requests_per_hour": round((served - len(poller.seen)) / (ended - since) * 3600, 1),
+        },
+    }
+
+
+async def await_end(waiting: Awaitable[None]) -> float:
+    """Await ``waiting``; return the monotonic instant it ended."""
+    await waiting
+    return time.monotonic()
+
+
+SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
+    "deferred": deferred,
+    "recovery": recovery,
+    "inprocess": inprocess,
+    "baseline": baseline,
+}
 
 
 def main() -> None:
@@ -298,7 +516,8 @@ def main() -> None:
     chosen = parser.parse_args().only or list(SECTIONS)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name in chosen:
-        results[name] = SECTIONS[name]()
+        # A section writes its own keys: ``baseline`` writes ``baseline`` and ``prefect_ito``.
+        results.update(SECTIONS[name]())
         # Written after each section, so a long run keeps what it measured.
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(machine())

@@ -105,7 +105,9 @@ async def supervise(sim: RemoteSimulator, n: int) -> Supervised:
         duration=statistics.median(
             (run.updated_at - run.created_at).total_seconds() / TIME_SCALE for run in runs
         ),
-        lags=[done[r.run_id] - real_instant(r.updated_at, sim_scenario, loaded_at) for r in runs],
+        lags=[
+            done[r.run_id] - real_instant(r.updated_at, r, sim_scenario, loaded_at) for r in runs
+        ],
         requests=sum(entry.path.startswith("/v0/") for entry in log),
         reads=[sum(e.path == f"/v0/training-runs/{r.run_id}" for e in log) for r in runs],
     )
