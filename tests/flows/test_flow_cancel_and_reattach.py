@@ -87,7 +87,8 @@ _CHILD = textwrap.dedent(
 
 
 async def test_a_killed_flow_run_is_reattached_by_the_next_run(start_simulator, prefect_server):
-    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=40_000))
+    # About ten seconds of run: still running when the child is killed, done soon after.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=200_000))
     token = simulator.mint_token("flow-tests")  # the same account as the fixture's token
     child = subprocess.Popen(
         [sys.executable, "-c", f"REQUEST = {REQUEST!r}\n{_CHILD}", simulator.url, BOOKING,
