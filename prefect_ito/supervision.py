@@ -11,10 +11,11 @@ could be re-attached, and only with a confirmation of the spend (see :mod:`prefe
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias, TypeVar
 
 from prefect_ito import approval, desk, reporting, spend
 from prefect_ito.blocks import ItoSpendAuthorization
@@ -35,6 +36,7 @@ from prefect_ito.exceptions import (
     ConfirmationRequired,
     DecisionRequired,
     Detached,
+    IdempotencyKeyInFlight,
     InsufficientScope,
     ItoTransportError,
     RateLimited,
@@ -48,8 +50,15 @@ Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 __all__ = ["CancelRequested", "ClientSteps", "Steps", "start", "stop_for_cancel", "supervise"]
 
+_T = TypeVar("_T")
 _REPORTING_FAULTS = (ItoTransportError, BackendUnavailable, RateLimited)
 """Failures that only delay a report: supervision goes on and reports next time round."""
+TRANSIENT_FAULTS = (ItoTransportError, BackendUnavailable, RateLimited, IdempotencyKeyInFlight)
+"""What may pass by itself: a lost connection, 503, 429, a keyed write still in flight."""
+STEP_RETRY_DELAYS_SECONDS = (2.0, 10.0)
+"""A step's waits before each of its retries after a transient fault, once the client's own
+retries are spent: the flow's tasks (as Prefect task retries) and ``ItoTrainingRun``'s calls
+alike. Reads and keyed writes only: both are safe to send again."""
 
 
 class CancelRequested(Exception):
@@ -362,19 +371,32 @@ class ClientSteps(Steps):
         super().__init__(supervision, logger, authorization)
         self.client = client
 
+    async def _again(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Make a read or keyed write as the flow's retried tasks make it (see
+        :data:`STEP_RETRY_DELAYS_SECONDS`), so a storm ends a job no sooner than a flow."""
+        for delay in STEP_RETRY_DELAYS_SECONDS:
+            try:
+                return await call()
+            except TRANSIENT_FAULTS as fault:
+                self.logger.warning("%s; trying again in %g s", fault, delay)
+                await asyncio.sleep(delay)
+        return await call()
+
     async def find_attachable_run(
         self, request: TrainingRequest, idempotency_key: str
     ) -> TrainingRun | None:
-        return await desk.find_attachable_run(self.client, request, idempotency_key)
+        return await self._again(
+            lambda: desk.find_attachable_run(self.client, request, idempotency_key)
+        )
 
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
-        return await desk.verify_booking(self.client, claim)
+        return await self._again(lambda: desk.verify_booking(self.client, claim))
 
     async def check_training_capability(self, request: TrainingRequest) -> None:
-        await desk.check_training_capability(self.client, request)
+        await self._again(lambda: desk.check_training_capability(self.client, request))
 
     async def quote(self, request: TrainingRequest) -> TrainingQuote:
-        return await desk.quote(self.client, request)
+        return await self._again(lambda: desk.quote(self.client, request))
 
     async def ask_to_confirm(
         self, quote: TrainingQuote, request: TrainingRequest
@@ -393,7 +415,7 @@ class ClientSteps(Steps):
         return await desk.submit(self.client, request, confirmation, idempotency_key)
 
     async def read_run(self, run_id: str) -> TrainingRun:
-        return await self.client.get_training_run(run_id)
+        return await self._again(lambda: self.client.get_training_run(run_id))
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         return await reporting.report(self.client, run, after_seq)
@@ -402,8 +424,10 @@ class ClientSteps(Steps):
         self, run: TrainingRun, watchdog: Watchdog, events_seen: int
     ) -> TrainingRun:
         flow_run_id = current_flow_run_id()
-        return await desk.follow_gate(
-            self.client, run, watchdog, lambda: stop_requested(flow_run_id)
+        return await self._again(
+            lambda: desk.follow_gate(
+                self.client, run, watchdog, lambda: stop_requested(flow_run_id)
+            )
         )
 
     async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
@@ -416,7 +440,7 @@ class ClientSteps(Steps):
     async def relay_decision(
         self, run: TrainingRun, action_id: str, decision: DecisionRequest
     ) -> TrainingRun:
-        return await desk.relay_decision(self.client, run, action_id, decision)
+        return await self._again(lambda: desk.relay_decision(self.client, run, action_id, decision))
 
     async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
         return await desk.cancel_workload(self.client, run_id, reason=reason)

@@ -33,16 +33,12 @@ from prefect_ito.contract import (
 from prefect_ito.deferral import Deferral
 from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import (
-    BackendUnavailable,
-    IdempotencyKeyInFlight,
     InvalidParameters,
-    ItoTransportError,
-    RateLimited,
 )
 from prefect_ito.flow_run import can_suspend, current_flow_run_id
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
 from prefect_ito.provenance import Provenance, last_seen
-from prefect_ito.supervision import Steps
+from prefect_ito.supervision import STEP_RETRY_DELAYS_SECONDS, TRANSIENT_FAULTS, Steps
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,10 +59,9 @@ __all__ = [
 
 
 def _transient(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bool:
-    """Retry only what may pass by itself: lost connections, 503, 429, a key still in flight."""
+    """Retry only what may pass by itself (``supervision.TRANSIENT_FAULTS``)."""
     error = state.result(raise_on_failure=False, _sync=True)  # type: ignore[call-overload]
-    transient = ItoTransportError | BackendUnavailable | RateLimited | IdempotencyKeyInFlight
-    return isinstance(error, transient)
+    return isinstance(error, TRANSIENT_FAULTS)
 
 
 def _retried_task(
@@ -77,8 +72,8 @@ def _retried_task(
         name=name,
         description=description,
         task_run_name=task_run_name,
-        retries=2,
-        retry_delay_seconds=[2, 10],
+        retries=len(STEP_RETRY_DELAYS_SECONDS),
+        retry_delay_seconds=list(STEP_RETRY_DELAYS_SECONDS),
         retry_condition_fn=_transient,
         cache_policy=NO_CACHE,
     )

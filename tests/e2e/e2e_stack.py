@@ -45,6 +45,8 @@ LOST_BOOKING = "bk-e2e-lost"
 LOST_MACHINE_BOOKING = "bk-e2e-lost-machine"
 CONFIRM_BOOKING = "bk-e2e-confirm"
 """A booking whose run nobody's standing authorization covers: a person confirms it."""
+BROWSER_CONFIRM_BOOKING = "bk-e2e-confirm-browser"
+"""The same, confirmed in the Prefect UI."""
 NIGHTLY = "ito-training/nightly"
 AFTER_BOOKING = "ito-training/after-booking"
 CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
@@ -60,7 +62,14 @@ def e2e_scenario() -> Scenario:
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [
         {"booking_id": b, "status": "completed", "gpu_sku": "H100"}
-        for b in [*spiky, STALLED_BOOKING, *slow, CONFIRM_BOOKING, DEFER_BOOKING]
+        for b in [
+            *spiky,
+            STALLED_BOOKING,
+            *slow,
+            CONFIRM_BOOKING,
+            BROWSER_CONFIRM_BOOKING,
+            DEFER_BOOKING,
+        ]
     ]
     spike = {"loss_spikes": [{"stage": "pretrain", "at_fraction": 0.6}]}
     stall = {"stall": {"stage": "pretrain", "at_fraction": 0.5}}

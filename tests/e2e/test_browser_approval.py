@@ -1,4 +1,5 @@
-"""End to end in a browser: a person approves a loss-spike restart in the Prefect UI.
+"""End to end in a browser: a person approves a loss-spike restart, and confirms a spend, in the
+Prefect UI.
 
 Headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) opens the UI that
 ``prefect server start`` serves, presses Resume on the suspended run, checks the evidence and the
@@ -23,13 +24,18 @@ from typing import TYPE_CHECKING
 import pytest
 from e2e_stack import (
     BROWSER_BOOKING,
+    BROWSER_CONFIRM_BOOKING,
     CHECKOUT,
+    NIGHTLY,
     Stack,
     backend_runs,
     completed,
+    named,
+    on_booking,
     suspend_on_spike,
     wait_for_flow_run,
 )
+from prefect.deployments import run_deployment
 
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.reporting import artifact_key
@@ -227,6 +233,60 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
     assert [(d.decision, d.decided_by, d.reason) for d in run.decisions] == [
         (DecisionChoice.APPROVE, APPROVER, REASON)
     ]
+
+
+@pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True)
+async def test_a_person_confirms_a_spend_in_the_prefect_ui(
+    chromium: Path, stack: Stack, page: Page
+):
+    """Confirm a run no standing authorization covers, in the Resume form of its flow run.
+
+    The form shows what is confirmed (manifest, digest, plan, estimate, budget, booking term),
+    refuses an untouched submission, and the backend records the person who confirmed.
+    """
+    from playwright.async_api import expect
+
+    params = {**on_booking(BROWSER_CONFIRM_BOOKING), "authorization": None}
+    flow_run = await run_deployment(NIGHTLY, parameters=params, timeout=0)
+    suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
+    assert suspended.state is not None
+    assert (suspended.state.state_details.pause_key or "").startswith("spend-")
+    ui_url = stack.api_url.removesuffix("/api")
+    shots = screenshot_dir()
+
+    async with screenshot_on_failure(page, shots / "spend-failure.png"):
+        await page.goto(f"{ui_url}/runs/flow-run/{flow_run.id}")
+        await page.get_by_role("button", name="Resume", exact=True).click()
+        dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
+        for shown in (BROWSER_CONFIRM_BOOKING, "sha256:", "budget", "GPU hours", "term ends"):
+            await expect(dialog).to_contain_text(shown)
+        digest = form_field(dialog, "Manifest Digest").get_by_role("textbox")
+        assert (await digest.input_value()).startswith("sha256:")  # pre-filled from the quote
+        decision = form_field(dialog, "Decision")
+        await expect(decision.locator(".p-select-button__value")).to_have_text("")
+        await form_field(dialog, "Confirmed By").get_by_role("textbox").fill(APPROVER)
+        await snapshot(page, page.locator(".p-modal__card"), shots / "spend-form.png")
+
+        # Submitting without a choice is refused, and nothing is submitted.
+        await dialog.get_by_role("button", name="Submit").click()
+        await expect(decision).to_contain_text("'decision' is a required property")
+        assert backend_runs(stack, BROWSER_CONFIRM_BOOKING) == []
+        await choose(page, decision, "confirm")
+        await submit_as_a_person_would(page, dialog)
+        await wait_for_flow_run(flow_run.id, completed)
+
+    (run,) = backend_runs(stack, BROWSER_CONFIRM_BOOKING)
+    assert run.confirmation is not None
+    assert (run.confirmation.confirmed_by, run.confirmation.via) == (APPROVER, "person")
+    assert run.confirmation.quote_id and run.manifest_digest == await digest_of(params)
+
+
+async def digest_of(params: dict[str, object]) -> str:
+    """Return the manifest digest of a deployment run's ``training`` parameter."""
+    from prefect_ito.parameters import BookingClaim, TrainingParameters
+
+    training = TrainingParameters.model_validate(params["training"])
+    return training.to_request(BookingClaim(booking_id=training.booking)).digest()
 
 
 async def submit_as_a_person_would(page: Page, dialog: Locator) -> None:

@@ -14,7 +14,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from conftest import Backend, completed_bookings, request_for
+from conftest import BOOKING, Backend, completed_bookings, request_for
+from spend_helpers import covering_authorization
 from transports import Tap
 
 from prefect_ito._retry import (
@@ -30,9 +31,13 @@ from prefect_ito.exceptions import (
     ItoError,
     RateLimited,
 )
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import Faults
 
 RETRY_AFTER = 1
+STORMY_JOBS = 8
+"""Jobs of one process at once: together they spend its retry budget faster than it refills."""
 LANES = 12
 
 
@@ -197,6 +202,46 @@ async def test_whole_pipelines_complete_in_a_storm(backend, run_training, ledger
     assert all(training.person.asked == 1 for training in trainings)
     assert statuses[503] and statuses[429]
     assert all(wait >= RETRY_AFTER for wait in waits)
+
+
+async def test_a_job_outside_a_flow_completes_in_a_storm(backend, ledger):
+    # ItoTrainingRun supervises with the flow's loop but without Prefect's task retries: it gave
+    # up on the first call whose client retries the storm used up, while a flow went on.
+    targets = [
+        backend("default", faults=storm(seed=seed), time_scale=1_000_000)
+        for seed in range(STORMY_JOBS)
+    ]
+
+    async def one(target: Backend) -> str:
+        job = ItoTrainingJob(
+            credentials=target.credentials(),
+            training=TrainingParameters(
+                booking=BOOKING,
+                model_size="8B",
+                data=["catalog://ito/web-2026-10"],
+                target="code-assistant",
+                budget_usd=250_000.0,
+            ),
+            authorization=covering_authorization(),
+        )
+        run = await job.trigger()
+        await run.wait_for_completion()
+        return (await run.fetch_result()).state.value
+
+    ended = await asyncio.gather(*(one(target) for target in targets))
+
+    statuses = Counter(entry.status for target in targets for entry in target.requests())
+    runs = [len(target.sim.runs()) for target in targets]
+    ledger.record(
+        "storms",
+        trials=len(targets),
+        faults={"503": statuses[503], "429": statuses[429]},
+        outcomes={f"job {state}": count for state, count in Counter(ended).items()},
+        duplicates=sum(count - 1 for count in runs),
+    )
+    assert ended == ["succeeded"] * len(targets)
+    assert runs == [1] * len(targets)
+    assert statuses[503] and statuses[429]
 
 
 def _server_gaps_after_429(log: list[Any]) -> list[float]:
