@@ -63,6 +63,7 @@ MAX_RECOVERIES = 5
 """How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
 
 _RECOVERY_PREFIX = "ito-recovery-"
+_RESUME_PREFIX = "ito-resume-"
 _CRASH_SETTLE_SECONDS = 15.0
 _START_GRACE = 2
 """A starting (Pending) run is lost after this many times ``lost_after`` without a heartbeat."""
@@ -255,8 +256,20 @@ class Watcher:
         await self._read_and_judge(backend, pending, wait=wait)
 
     async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
-        if flow_run.id in self.resumed:
+        """Resume a deferred flow run, once for its suspension, whoever else saw the change.
+
+        Watchers that follow the same feed see the same change at once. Prefect checks that a run
+        is paused before resuming it, but not in the same write, so two resumes that race may
+        both go through (on PostgreSQL, a suspension was seen resumed twice). Each watcher first
+        claims the resume with a flow-run input keyed by the suspended *state*, as re-entries
+        are claimed: only the watcher that stored it resumes.
+        """
+        suspended = flow_run.state
+        if flow_run.id in self.resumed or suspended is None:
             return
+        async with get_client() as client:
+            if not await _claim_turn(client, flow_run.id, f"{_RESUME_PREFIX}{suspended.id}-", ""):
+                return  # another watcher resumes it
         try:
             await aresume_flow_run(flow_run.id)
         except (RuntimeError, ObjectNotFound) as error:  # resumed or cancelled meanwhile
@@ -347,12 +360,9 @@ class Watcher:
                     "Flow run %s was lost %d times; left to a person.", flow_run.id, len(claims)
                 )
                 return
-            on_this = [c for c in claims if c.key.startswith(f"{_RECOVERY_PREFIX}{lost.id}-")]
-            if on_this and not _stale(on_this):
+            on_this = f"{_RECOVERY_PREFIX}{lost.id}-"
+            if not await _claim_turn(client, flow_run.id, on_this, flow_run.state_name or ""):
                 return  # another watcher re-enters it
-            key = f"{_RECOVERY_PREFIX}{lost.id}-{len(on_this) + 1}"
-            if not await _claim(client, flow_run.id, key, flow_run.state_name or ""):
-                return
             await client.set_flow_run_state(
                 flow_run.id,
                 Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
@@ -360,6 +370,20 @@ class Watcher:
             )
         self.recovered.append(flow_run.id)
         logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
+
+
+async def _claim_turn(client: PrefectClient, flow_run_id: UUID, prefix: str, value: str) -> bool:
+    """Claim the one action on one state of a flow run (its inputs keyed ``prefix`` + a number).
+
+    Tell whether this call holds the claim: none is held, or the newest is stale (its holder
+    died before acting, see :data:`_CLAIM_STALE_SECONDS`), and this call stored the next one.
+    """
+    claims = await client.filter_flow_run_input(
+        flow_run_id, key_prefix=prefix, limit=100, exclude_keys=set()
+    )
+    if claims and not _stale(claims):
+        return False
+    return await _claim(client, flow_run_id, f"{prefix}{len(claims) + 1}", value)
 
 
 async def _claim(client: PrefectClient, flow_run_id: UUID, key: str, value: str) -> bool:

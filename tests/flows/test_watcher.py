@@ -15,7 +15,7 @@ from prefect.states import Crashed, Pending, Running, Suspended
 from prefect.types.entrypoint import EntrypointType
 from spend_helpers import covering_authorization
 
-from prefect_ito import spend
+from prefect_ito import deferral, spend
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.deferral import Deferral, deferral_key
 from prefect_ito.flows import ito_training
@@ -213,3 +213,24 @@ async def test_a_run_seen_lost_that_moved_on_since_is_left_alone(start_simulator
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
     assert watcher.recovered == [] and now.state_name == "Running"
+
+
+async def test_a_change_seen_by_several_watchers_resumes_the_run_once(start_simulator):
+    # Watchers that follow the same feed see the same change at the same moment. Prefect checks
+    # that a run is paused before it resumes it, but not in the write itself: two resumes that
+    # raced both went through, and the run's history held two Resuming states for one suspension
+    # (seen in the crash trials on PostgreSQL).
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        seen = await client.read_flow_run(flow_run.id)  # what every watcher saw
+    key = seen.state.state_details.pause_key
+    record = await deferral.read_deferral(flow_run.id, key)
+    watchers = [Watcher(lost_after=None) for _ in range(4)]
+
+    await asyncio.gather(*(watcher._resume(seen, record, run) for watcher in watchers))
+
+    async with get_client() as client:
+        history = await client.read_flow_run_states(flow_run.id)
+    assert [state.name for state in history].count("Resuming") == 1
+    assert sum(len(watcher.resumed) for watcher in watchers) == 1
