@@ -179,6 +179,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     target = session.config.getoption("reliability_report", default=None)
     if not target or not LEDGER.categories:
         return
+    if session.testsfailed:
+        # The report states what held; a run where something did not is not one to publish.
+        print(f"\n{target} left as it was: {session.testsfailed} test(s) failed")
+        return
     path = Path(target)
     json_path = path.with_suffix(".json")
     args = " ".join(session.config.invocation_params.args)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Backend, request_for
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_kit import Backend, request_for
 
 from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
 from prefect_ito.blocks import ItoBooking, ItoCredentials

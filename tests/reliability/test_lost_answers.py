@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Backend, completed_bookings, request_for
+from reliability_kit import Backend, completed_bookings, request_for
 from transports import Tap
 
 from prefect_ito import desk

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Backend, request_for
+from reliability_kit import Backend, request_for
 from transports import Rewrite, Tap
 
 from prefect_ito import client as client_module
@@ -28,7 +28,7 @@ from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import ItoError
 from prefect_ito.outcomes import raise_for_outcome
 from prefect_ito.parameters import SupervisionParameters
-from prefect_ito.supervision import ClientSteps
+from prefect_ito.supervision import STEP_RETRY_DELAYS_SECONDS, ClientSteps
 
 RUN = re.compile(r"^/v0/training-runs/run_[0-9a-f]+$")
 EVENTS = re.compile(r"^/v0/training-runs/run_[0-9a-f]+/events$")
@@ -188,4 +188,6 @@ async def test_a_long_poll_that_never_answers_ends_as_unreachable(
         outcomes={outcome: 1},
     )
     assert outcome == "BackendUnreachable"
-    assert tap.outcomes["never answered"] == 2  # the first attempt and its one retry
+    # The client's first attempt and its one retry, in each try of the step (the flow's tasks
+    # and ItoTrainingRun retry a step alike).
+    assert tap.outcomes["never answered"] == 2 * (1 + len(STEP_RETRY_DELAYS_SECONDS))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import Backend
+from reliability_kit import Backend
 
 from prefect_ito.auth import resolve_token
 from prefect_ito.settings import ItoSettings

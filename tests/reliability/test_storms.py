@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from conftest import BOOKING, Backend, completed_bookings, request_for
+from reliability_kit import BOOKING, Backend, completed_bookings, request_for
 from spend_helpers import covering_authorization
 from transports import Tap
 

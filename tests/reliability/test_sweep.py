@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 import keyring
 import pytest
-from conftest import SWEEP, Sweep, answer_key, request_for
 from prefect.client.orchestration import get_client
+from reliability_kit import SWEEP, Sweep, answer_key, request_for
 
 from prefect_ito import demo
 from prefect_ito.exceptions import ExitCode

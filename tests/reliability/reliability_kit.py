@@ -1,0 +1,197 @@
+"""The reliability suite's parts, imported by its tests and its ``conftest.py``.
+
+- :class:`Sweep` gathers, over the whole session, every canary token minted, every text a test
+  produced (pytest's captured output and logs, exception texts, console output), every request
+  log of every simulator, every backend run, and every answer a person gave; ``test_sweep.py``
+  runs last and checks them all.
+- :class:`Backend` is one simulator of one test; :class:`Submit` is the one way to submit and
+  :class:`Person` answers the flow's pauses.
+
+A module of its own, not the conftest: a test module that imported ``conftest`` would get the
+last conftest pytest loaded, another directory's when several are given on the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from prefect import State
+from prefect.client.schemas.objects import FlowRun
+from pydantic import SecretStr
+
+from prefect_ito import desk
+from prefect_ito.approval import RestartDecision, pause_key
+from prefect_ito.auth import store_token
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.client import ItoClient
+from prefect_ito.contract import (
+    ConfirmationVia,
+    SpendConfirmation,
+    TrainingRequest,
+    TrainingRun,
+)
+from prefect_ito.simulator import (
+    Faults,
+    RequestLogEntry,
+    Scenario,
+    SimBooking,
+    SimulatorServer,
+    builtin_scenario,
+)
+
+FAST = 4_000_000.0
+"""Simulated seconds per real second: the default run takes about half a second."""
+BOOKING = "bk-h200-2x8-ib"
+DEBUG_LOGGERS = ("httpx", "prefect_ito")
+
+
+# --- the session's sweep ------------------------------------------------------------------------
+
+
+@dataclass
+class Sweep:
+    """What the whole session produced, for the checks that run last (``test_sweep.py``)."""
+
+    canaries: set[str] = field(default_factory=set)
+    texts: list[tuple[str, str]] = field(default_factory=list)
+    requests: list[RequestLogEntry] = field(default_factory=list)
+    runs: list[TrainingRun] = field(default_factory=list)
+    """Every backend run any simulator of the suite made."""
+    answered: set[str] = field(default_factory=set)
+
+    def text(self, where: str, text: str) -> None:
+        """Keep a text some test produced, to be searched for canaries."""
+        self.texts.append((where, text))
+
+    def answer(self, action_id: str) -> None:
+        """Note that a person answered the action ``action_id``."""
+        self.answered.add(answer_key(action_id))
+
+
+def answer_key(action_id: str) -> str:
+    """Return the key a person's answer on ``action_id`` is kept under (its pause key)."""
+    return pause_key(SimpleNamespace(action_id=action_id))  # type: ignore[arg-type]
+
+
+SWEEP = Sweep()
+"""What this session's tests produced, for the sweep."""
+
+
+# --- simulators --------------------------------------------------------------------------------
+
+
+def completed_bookings(count: int, prefix: str = "bk-rel") -> list[SimBooking]:
+    """Return ``count`` completed bookings, so as many logical submissions can each have one."""
+    return [
+        SimBooking(booking_id=f"{prefix}-{index:03d}", status="completed") for index in range(count)
+    ]
+
+
+def request_for(booking_id: str, **changes: Any) -> TrainingRequest:
+    """Return a valid training request on ``booking_id``."""
+    fields: dict[str, Any] = {
+        "booking_id": booking_id,
+        "model_size": "8B",
+        "data_refs": ["catalog://ito/web-2026-10"],
+        "target": "code-assistant",
+        "budget_usd": 250_000.0,
+        **changes,
+    }
+    return TrainingRequest(**fields)
+
+
+class Backend:
+    """One simulator of one test, its bearer token (a canary), and clients for it."""
+
+    def __init__(self, sim: SimulatorServer, sweep: Sweep) -> None:
+        self.sim = sim
+        self.url = sim.url
+        self.token: SecretStr = sim.mint_token("reliability")
+        sweep.canaries.add(self.token.get_secret_value())
+        # Flows find the token where a login leaves it: the keyring, under the backend's URL.
+        store_token(self.url, self.token)
+
+    def client(self, **options: Any) -> ItoClient:
+        """Return a client of this backend with the canary token."""
+        return ItoClient(self.url, self.token, **options)
+
+    def credentials(self) -> ItoCredentials:
+        """Return the credentials block a flow uses for this backend (it holds no token)."""
+        return ItoCredentials(api_url=self.url)
+
+    def requests(self) -> list[RequestLogEntry]:
+        """Return the simulator's request log."""
+        return self.sim.requests()
+
+
+def scenario_with(
+    name: str = "default",
+    *,
+    faults: Faults | None = None,
+    bookings: list[SimBooking] | None = None,
+    time_scale: float = FAST,
+    **changes: Any,
+) -> Scenario:
+    """Return a builtin scenario with faults, more bookings, a time scale and other changes."""
+    base = builtin_scenario(name)
+    update: dict[str, Any] = {"time_scale": time_scale, **changes}
+    if faults is not None:
+        update["faults"] = faults
+    if bookings:
+        update["bookings"] = [*base.bookings, *bookings]
+    return Scenario.model_validate({**base.model_dump(), **update})
+
+
+# --- the one way to submit, and the one way to run the flow --------------------------------------
+
+
+class Submit:
+    """Submits ``request`` once under ``key``, confirmed by a person on a fresh quote.
+
+    Every submission of this suite goes through here. ``calls`` counts the logical calls it made
+    to the backend (a quote, then a submission), for the tests that weigh retries against calls.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
+        self.calls += 1
+        quote = await desk.quote(client, request)  # no new run is made without a confirmation
+        confirmation = SpendConfirmation(
+            quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON
+        )
+        self.calls += 1
+        return await desk.submit(client, request, confirmation, key)
+
+
+class Person:
+    """Answers each pause of a flow run through Prefect's resume API, as the UI does."""
+
+    def __init__(self, approve: bool, sweep: Sweep) -> None:
+        self.approve = approve
+        self.sweep = sweep
+        self.asked = 0
+
+    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
+        self.asked += 1
+        key = flow_run.state.state_details.pause_key if flow_run.state else None
+        assert key, "a pause without a key: nothing to tie the answer to"
+        self.sweep.answered.add(key)
+        choice = "approve" if self.approve else "reject"
+        return RestartDecision(decision=choice, decided_by="Ada", reason="looked at the curve")
+
+
+@dataclass
+class Training:
+    """How one flow run of ``ito-training`` ended, and what it printed."""
+
+    state: State[Any]
+    console: str
+    person: Person
+
+
+RunTraining = Callable[..., Awaitable[Training]]
