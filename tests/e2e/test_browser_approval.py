@@ -129,6 +129,13 @@ def screenshot_dir() -> Path:
     return directory
 
 
+async def open_resume_form(page: Page, flow_run_url: str) -> Locator:
+    """Open a paused flow run's page, press Resume, and return the form's dialog."""
+    await page.goto(flow_run_url)
+    await page.get_by_role("button", name="Resume", exact=True).click()
+    return page.get_by_role("dialog").filter(has_text="Resume Flow Run")
+
+
 async def choose(page: Page, field: Locator, option: str) -> None:
     """Pick ``option`` in one of the generated form's drop-downs, from the keyboard."""
     from playwright.async_api import expect
@@ -177,10 +184,7 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
     shots = screenshot_dir()
 
     async with screenshot_on_failure(page, shots / "failure.png"):
-        await page.goto(f"{ui_url}/runs/flow-run/{suspended.id}")
-        await page.get_by_role("button", name="Resume", exact=True).click()
-
-        dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
+        dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{suspended.id}")
         # The spike's evidence is rendered above the form, so the person knows what they decide.
         await expect(dialog).to_contain_text("Loss spike in")
         await expect(dialog).to_contain_text(BROWSER_BOOKING)
@@ -255,9 +259,7 @@ async def test_a_person_confirms_a_spend_in_the_prefect_ui(
     shots = screenshot_dir()
 
     async with screenshot_on_failure(page, shots / "spend-failure.png"):
-        await page.goto(f"{ui_url}/runs/flow-run/{flow_run.id}")
-        await page.get_by_role("button", name="Resume", exact=True).click()
-        dialog = page.get_by_role("dialog").filter(has_text="Resume Flow Run")
+        dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{flow_run.id}")
         for shown in (BROWSER_CONFIRM_BOOKING, "sha256:", "budget", "GPU hours", "term ends"):
             await expect(dialog).to_contain_text(shown)
         digest = form_field(dialog, "Manifest Digest").get_by_role("textbox")

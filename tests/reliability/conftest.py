@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from reliability_kit import (
-    BOOKING,
     DEBUG_LOGGERS,
     SWEEP,
     Backend,
@@ -25,6 +24,7 @@ from reliability_kit import (
     Sweep,
     Training,
     scenario_with,
+    training_fields,
 )
 from rich.console import Console
 from spend_helpers import covering_authorization
@@ -100,15 +100,7 @@ def run_training(prefect_server: str, sweep: Sweep) -> RunTraining:
     async def run(
         target: Backend, *, approve: bool = True, credentials: Any = None, **training: Any
     ) -> Training:
-        fields: dict[str, Any] = {
-            "booking": BOOKING,
-            "model_size": "8B",
-            "data": ["catalog://ito/web-2026-10"],
-            "target": "code-assistant",
-            "budget_usd": 250_000.0,
-            "approval_timeout": 300,
-            **training,
-        }
+        fields = training_fields(approval_timeout=300, **training)
         parameters = {
             "training": fields,
             "credentials": credentials or target.credentials(),

@@ -90,6 +90,18 @@ def completed_bookings(count: int, prefix: str = "bk-rel") -> list[SimBooking]:
     ]
 
 
+def training_fields(**changes: Any) -> dict[str, Any]:
+    """Return the ``training`` parameter of a valid request on :data:`BOOKING`, as fields."""
+    return {
+        "booking": BOOKING,
+        "model_size": "8B",
+        "data": ["catalog://ito/web-2026-10"],
+        "target": "code-assistant",
+        "budget_usd": 250_000.0,
+        **changes,
+    }
+
+
 def request_for(booking_id: str, **changes: Any) -> TrainingRequest:
     """Return a valid training request on ``booking_id``."""
     fields: dict[str, Any] = {

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from reliability_kit import BOOKING, Backend, completed_bookings, request_for
+from reliability_kit import Backend, completed_bookings, request_for, training_fields
 from spend_helpers import covering_authorization
 from transports import Tap
 
@@ -215,13 +215,7 @@ async def test_a_job_outside_a_flow_completes_in_a_storm(backend, ledger):
     async def one(target: Backend) -> str:
         job = ItoTrainingJob(
             credentials=target.credentials(),
-            training=TrainingParameters(
-                booking=BOOKING,
-                model_size="8B",
-                data=["catalog://ito/web-2026-10"],
-                target="code-assistant",
-                budget_usd=250_000.0,
-            ),
+            training=TrainingParameters(**training_fields()),
             authorization=covering_authorization(),
         )
         run = await job.trigger()
