@@ -51,8 +51,6 @@ Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 __all__ = ["CancelRequested", "ClientSteps", "Steps", "start", "stop_for_cancel", "supervise"]
 
 _T = TypeVar("_T")
-_REPORTING_FAULTS = (ItoTransportError, BackendUnavailable, RateLimited)
-"""Failures that only delay a report: supervision goes on and reports next time round."""
 TRANSIENT_FAULTS = (ItoTransportError, BackendUnavailable, RateLimited, IdempotencyKeyInFlight)
 """What may pass by itself: a lost connection, 503, 429, a keyed write still in flight."""
 STEP_RETRY_DELAYS_SECONDS = (2.0, 10.0)
@@ -348,7 +346,7 @@ async def _report(steps: Steps, run: TrainingRun, seen: int) -> int:
     # are read again from the same sequence next time round, so nothing is lost.
     try:
         return await steps.report(run, seen)
-    except _REPORTING_FAULTS as error:
+    except TRANSIENT_FAULTS as error:  # only delays a report: it is made next time round
         steps.logger.warning("Could not report on run %s this time: %s", run.run_id, error)
         return seen
 

@@ -267,8 +267,10 @@ class Watcher:
         suspended = flow_run.state
         if flow_run.id in self.resumed or suspended is None:
             return
+        prefix = f"{_RESUME_PREFIX}{suspended.id}-"
         async with get_client() as client:
-            if not await _claim_turn(client, flow_run.id, f"{_RESUME_PREFIX}{suspended.id}-", ""):
+            claims = await _inputs(client, flow_run.id, prefix)
+            if not await _claim_turn(client, flow_run.id, prefix, claims, ""):
                 return  # another watcher resumes it
         try:
             await aresume_flow_run(flow_run.id)
@@ -352,16 +354,17 @@ class Watcher:
             now = (await client.read_flow_run(flow_run.id)).state
             if now is None or now.id != lost.id:
                 return
-            claims = await client.filter_flow_run_input(
-                flow_run.id, key_prefix=_RECOVERY_PREFIX, limit=100, exclude_keys=set()
-            )
+            claims = await _inputs(client, flow_run.id, _RECOVERY_PREFIX)
             if len(claims) >= MAX_RECOVERIES:
                 logger.warning(
                     "Flow run %s was lost %d times; left to a person.", flow_run.id, len(claims)
                 )
                 return
-            on_this = f"{_RECOVERY_PREFIX}{lost.id}-"
-            if not await _claim_turn(client, flow_run.id, on_this, flow_run.state_name or ""):
+            prefix = f"{_RECOVERY_PREFIX}{lost.id}-"
+            on_this = [claim for claim in claims if claim.key.startswith(prefix)]
+            if not await _claim_turn(
+                client, flow_run.id, prefix, on_this, flow_run.state_name or ""
+            ):
                 return  # another watcher re-enters it
             await client.set_flow_run_state(
                 flow_run.id,
@@ -372,15 +375,22 @@ class Watcher:
         logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
 
 
-async def _claim_turn(client: PrefectClient, flow_run_id: UUID, prefix: str, value: str) -> bool:
-    """Claim the one action on one state of a flow run (its inputs keyed ``prefix`` + a number).
-
-    Tell whether this call holds the claim: none is held, or the newest is stale (its holder
-    died before acting, see :data:`_CLAIM_STALE_SECONDS`), and this call stored the next one.
-    """
-    claims = await client.filter_flow_run_input(
+async def _inputs(client: PrefectClient, flow_run_id: UUID, prefix: str) -> list[FlowRunInput]:
+    """Return the flow run's inputs whose keys start with ``prefix``."""
+    return await client.filter_flow_run_input(
         flow_run_id, key_prefix=prefix, limit=100, exclude_keys=set()
     )
+
+
+async def _claim_turn(
+    client: PrefectClient, flow_run_id: UUID, prefix: str, claims: list[FlowRunInput], value: str
+) -> bool:
+    """Claim the one action on one state of a flow run (its inputs keyed ``prefix`` + a number).
+
+    ``claims`` are the inputs already under ``prefix``. Tell whether this call holds the claim:
+    none is held, or the newest is stale (its holder died before acting, see
+    :data:`_CLAIM_STALE_SECONDS`), and this call stored the next one.
+    """
     if claims and not _stale(claims):
         return False
     return await _claim(client, flow_run_id, f"{prefix}{len(claims) + 1}", value)
