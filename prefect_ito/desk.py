@@ -8,6 +8,8 @@ not confirm.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -322,13 +324,15 @@ async def await_gate(
     wait: float,
     watchdog: Watchdog,
     interrupted: Callable[[], Awaitable[bool]] | None = None,
+    check_every: float | None = None,
     patience: float | None = None,
 ) -> TrainingRun:
     """Long-poll the run until the current stage's gate settles (see :func:`gate_settled`).
 
-    Every read is a fresh long-poll on the run's ``version``. ``interrupted`` is asked between
-    polls (e.g. whether a person cancelled the flow run) and ends the wait early when true.
-    With ``patience``, the wait also ends after that many seconds, the gate settled or not.
+    Every read is a fresh long-poll of up to ``wait`` seconds on the run's ``version``.
+    ``interrupted`` (e.g. whether a person cancelled the flow run) is asked between polls and,
+    with ``check_every``, that often during one; when true the wait ends early. With
+    ``patience``, the wait also ends after that many seconds, the gate settled or not.
 
     Raises:
         RunStalled: the heartbeat stopped advancing for ``watchdog.stall_timeout``.
@@ -349,7 +353,39 @@ async def await_gate(
                 return run
             limits.append(give_up - time.monotonic())
         poll = max(0.0, min(limits) + 0.01)
-        run = await client.get_training_run(run.run_id, after_version=run.version, wait=poll)
+        read = client.get_training_run(run.run_id, after_version=run.version, wait=poll)
+        if interrupted is None or check_every is None or check_every >= poll:
+            run = await read
+            continue
+        answer = await _read_unless_interrupted(read, interrupted, check_every)
+        if answer is None:
+            return run
+        run = answer
+
+
+async def _read_unless_interrupted(
+    read: Awaitable[TrainingRun], interrupted: Callable[[], Awaitable[bool]], every: float
+) -> TrainingRun | None:
+    """Await a long-poll, asking ``interrupted`` every ``every`` seconds meanwhile.
+
+    Returns None, the read abandoned, once ``interrupted`` is true. A long-poll is a read, so
+    abandoning it changes nothing at the backend. Racing the check beside one long wait, rather
+    than cutting the wait to the check's interval, keeps an idle run to one request per
+    ``poll_wait_seconds`` while a cancel is still heard within ``state_poll_seconds``.
+    """
+    poll = asyncio.ensure_future(read)
+    try:
+        while True:
+            done, _ = await asyncio.wait({poll}, timeout=every)
+            if done:
+                return poll.result()
+            if await interrupted():
+                return None
+    finally:
+        if not poll.done():
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll
 
 
 async def follow_gate(
@@ -361,12 +397,18 @@ async def follow_gate(
 ) -> TrainingRun:
     """Wait for the current stage's gate with the configured long-poll, asking ``interrupted``.
 
-    Each long-poll is kept to ``state_poll_seconds`` so a cancel or a detach is heard that soon.
+    Each long-poll waits up to ``poll_wait_seconds``; beside it ``interrupted`` is asked every
+    ``state_poll_seconds``, so a cancel or a detach is heard that soon.
     """
     settings = ItoSettings()
-    wait = min(settings.poll_wait_seconds, settings.state_poll_seconds)
     return await await_gate(
-        client, run, wait=wait, watchdog=watchdog, interrupted=interrupted, patience=patience
+        client,
+        run,
+        wait=settings.poll_wait_seconds,
+        watchdog=watchdog,
+        interrupted=interrupted,
+        check_every=settings.state_poll_seconds,
+        patience=patience,
     )
 
 
