@@ -29,6 +29,9 @@ The runs change evenly (``_bench.steady_scenario``): all N together ``BENCH_CHAN
 change due in the window (but its last 10 s): when the supervisor first held that version, or a
 later one, minus when the change was due — the simulated clock mapped onto real time, pinned by a
 timed quote (``_bench.pin_load``). The simulator publishes changes on a 20 ms tick, included.
+Detection is counted once all N supervisors are following (each holds its first answer); the
+start-up before that — N supervisions begun in the same instant, each reading its run and its
+events first — is its own figure: how long it took, and the delay of the changes due during it.
 
 Baseline (``--only baseline``): one run changing every ``BENCH_BASELINE_SPACING`` seconds (3.5;
 26 change instants, 40 versions after its start), followed at the same time by
@@ -376,7 +379,13 @@ def inprocess() -> dict[str, dict[str, Figures]]:
     print_verdict(f"peak RSS < {TARGET_RSS_MB:g} MB at N = {n}", largest["rss_mb"] < TARGET_RSS_MB)
     p95 = largest["detection_p95_ms"]
     print_verdict(
-        f"detection p95 ≤ {TARGET_DETECTION_P95_MS:g} ms at N = {n}", p95 <= TARGET_DETECTION_P95_MS
+        f"detection p95 ≤ {TARGET_DETECTION_P95_MS:g} ms at N = {n}, all following",
+        p95 <= TARGET_DETECTION_P95_MS,
+    )
+    print(
+        f"Start-up at N = {n}: all following after {largest['startup_s']:g} s; the "
+        f"{largest['startup_changes']:g} changes due before had a p95 delay of "
+        f"{largest['startup_detection_p95_ms']:g} ms."
     )
     return {"inprocess": figures}
 
@@ -404,13 +413,30 @@ async def follow_window(n: int) -> Figures:
             since = time.monotonic()
             end = await supervise_for(handles, WINDOW_SECONDS)
         peak = rss_mb(os.getpid(), "VmHWM")
+        # Start-up ends when the last of the N supervisors holds its first answer.
+        following = max((observers[h.run_id].seen or [(0, end)])[0][1] for h in handles)
+        starting: list[float] = []
         delays: list[float] = []
         async with handles[0].job.credentials.get_client() as client:
             for handle in handles:
                 due = await due_instants(client, handle.run_id, sim_scenario, loaded_at, since)
                 counted = {v: at for v, at in due.items() if at <= end - GRACE_SECONDS}
-                delays += observers[handle.run_id].delays(counted, end)
-    return {"rss_mb": round(peak, 1), **summarise_detection(delays, uncertainty)}
+                observer = observers[handle.run_id]
+                starting += observer.delays(
+                    {v: at for v, at in counted.items() if at < following}, end
+                )
+                delays += observer.delays(
+                    {v: at for v, at in counted.items() if at >= following}, end
+                )
+    return {
+        "rss_mb": round(peak, 1),
+        **summarise_detection(delays, uncertainty),
+        "startup_s": round(following - since, 2),
+        "startup_changes": float(len(starting)),
+        "startup_detection_p95_ms": round(percentile(starting, 0.95) * 1000, 1)
+        if starting
+        else 0.0,
+    }
 
 
 async def supervise_for(handles: list[ItoTrainingRun], seconds: float) -> float:

@@ -55,6 +55,9 @@ class Tally:
     recover_s: list[float | None]
     """Per lost flow process: seconds until its flow run ran again, None if it never did
     (Prefect's state history)."""
+    notice_s: list[float]
+    """Per lost flow process that ran again: seconds until it was re-entered (the watcher's
+    ``Recovering`` state, or Prefect's own rescheduling), the first part of ``recover_s``."""
     phases: dict[str, int]
     final_states: dict[str, int]
     watcher_kills: int
@@ -81,10 +84,16 @@ class Tally:
             "completed": float(self.completed),
             "duplicates": float(self.duplicates),
             "p50_s": round(statistics.median(ordered), 1),
-            "p95_s": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1),
+            "p95_s": _p95(ordered),
+            "notice_p50_s": round(statistics.median(self.notice_s or [float("nan")]), 1),
+            "notice_p95_s": _p95(sorted(self.notice_s) or [float("nan")]),
             "lost_processes": float(len(self.recover_s)),
             "wall_s": round(self.wall_s, 1),
         }
+
+
+def _p95(ordered: list[float]) -> float:
+    return round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1)
 
 
 async def tally(stack: TrialStack, conductor: Conductor) -> Tally:
@@ -123,6 +132,13 @@ async def tally(stack: TrialStack, conductor: Conductor) -> Tally:
             for strike in t.strikes
             if strike.killed
         ],
+        notice_s=[
+            noticed
+            for t in trials
+            for strike in t.strikes
+            if strike.killed
+            and (noticed := _re_entered(histories[t.flow_run_id], strike.at)) is not None
+        ],
         phases=dict(Counter(s.phase for t in trials for s in t.strikes)),
         final_states=dict(finals),
         watcher_kills=conductor.watcher_kills,
@@ -148,6 +164,18 @@ def _resumes(history: list[Any]) -> tuple[int, int]:
     suspended = sum(1 for state in history if state.name == "Suspended")
     resumed = sum(1 for state in history if state.name == "Resuming")
     return max(0, suspended - resumed), max(0, resumed - suspended)
+
+
+def _re_entered(history: list[Any], since: float) -> float | None:
+    """Return the seconds from ``since`` until the flow run was next scheduled to run again.
+
+    That is the time to notice the loss; what follows, until ``Running``, is the worker's
+    pick-up and a flow process's start.
+    """
+    for state in history:
+        if state.is_scheduled() and state.timestamp.timestamp() > since:
+            return float(state.timestamp.timestamp() - since)
+    return None
 
 
 def _ran_again(history: list[Any], since: float) -> float | None:

@@ -79,6 +79,8 @@ def record_in(ledger: Any, tally: Tally) -> None:
             "flow processes lost": f"{len(tally.recover_s)}",
             "lost flow process → its flow run running again": f"p50 {figures['p50_s']} s, "
             f"p95 {figures['p95_s']} s",
+            "… of which, until re-entered (the loss noticed)": f"p50 {figures['notice_p50_s']} s, "
+            f"p95 {figures['notice_p95_s']} s",
             "decisions relayed twice": str(tally.decisions_relayed_twice),
             "gate events missing in Prefect, by id": str(tally.events_missing),
             "trials' wall time": f"{tally.wall_s:.0f} s",
