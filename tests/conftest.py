@@ -10,13 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-# The suite runs in two pytest-xdist workers (``addopts``), each a session of its own with its own
-# home below one root that the controller makes and the workers inherit: the secret sweep reads
-# every worker's files.
-_ROOT = Path(
-    os.environ.setdefault("PREFECT_ITO_TEST_ROOT", tempfile.mkdtemp(prefix="prefect-ito-"))
-)
-_SESSION_HOME = Path(tempfile.mkdtemp(prefix="prefect-ito-tests-", dir=_ROOT))
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="prefect-ito-tests-"))
 (_SESSION_HOME / "prefect").mkdir()
 (_SESSION_HOME / "xdg-data").mkdir()
 
@@ -179,30 +173,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Write the reliability figures of this run to PATH (Markdown), and beside it as "
         "JSON (PATH with the suffix .json); categories not measured keep their earlier figures.",
     )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("reliability_report", default=None) and _distributed(config):
-        raise pytest.UsageError(
-            "--reliability-report gathers the figures of one process: add -n 0 to run the "
-            "tests without pytest-xdist's workers"
-        )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep the tests of one shared stack in one worker, in their order.
-
-    The end-to-end tests share the PostgreSQL database of ``PREFECT_ITO_POSTGRES_URL`` (one
-    server at a time may use it), and the reliability suite's sweep reads what the end-to-end
-    and reliability tests before it left behind.
-    """
-    for item in items:
-        if {"e2e", "reliability"} & set(item.path.parts):
-            item.add_marker(pytest.mark.xdist_group("stack"))
-
-
-def _distributed(config: pytest.Config) -> bool:
-    return getattr(config.option, "dist", "no") != "no"
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

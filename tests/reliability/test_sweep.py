@@ -19,7 +19,6 @@ any simulator made for a spend confirmation on record.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -167,7 +166,8 @@ def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
     for place, texts in places.items():
         for text in texts:
             leaks[place] += sum(c in text for c in canaries) + len(TOKEN_SHAPE.findall(text))
-    for path, data in files.items():
+    for path in files:
+        data = path.read_bytes()
         leaks[f"file {path.name}"] += len(re.findall(TOKEN_SHAPE.pattern.encode(), data))
     found = {place: count for place, count in leaks.items() if count}
     scanned = sum(len(texts) for texts in places.values())
@@ -182,7 +182,7 @@ def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
             + ", ".join(f"{place} {len(texts):,}" for place, texts in places.items())
             + ")",
             "files searched byte for byte": f"{len(files)} "
-            f"({sum(len(data) for data in files.values()) / 1e6:.1f} MB: SQLite databases, "
+            f"({sum(p.stat().st_size for p in files) / 1e6:.1f} MB: SQLite database, "
             "server log, result files)",
             "PostgreSQL": f"every row of every table of {_databases(places)} "
             "(the end-to-end tests' and the crash trials' Prefect servers)"
@@ -272,19 +272,10 @@ def _databases(places: dict[str, list[str]]) -> str:
     return f"{len(names)} database{plural} ({', '.join(names)})"
 
 
-def _prefect_home_files() -> dict[Path, bytes]:
-    """Every file under the suite's Prefect homes, the client's and the server's, of every worker.
-
-    The other worker may still be running: its files are read as they are now, and one it
-    removed since they were listed is passed over.
-    """
-    root = Path(os.environ["PREFECT_ITO_TEST_ROOT"])
-    homes = [*root.glob("*/prefect"), *root.glob("*/server")]
-    files: dict[Path, bytes] = {}
-    for path in (path for home in homes for path in home.rglob("*")):
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-            files[path] = path.read_bytes()
-    return files
+def _prefect_home_files() -> list[Path]:
+    """Every file under this session's Prefect homes: the client's and the server's."""
+    homes = {Path(os.environ["PREFECT_HOME"]), Path(os.environ["PREFECT_HOME"]).parent / "server"}
+    return [path for home in homes for path in home.rglob("*") if path.is_file()]
 
 
 def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledger):
