@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import uvicorn
 import yaml
 from pydantic import ValidationError
 
@@ -16,7 +15,7 @@ from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.parameters import invalid_parameters
 from prefect_ito.simulator import Scenario, builtin_scenario, create_app, load_scenario
 from prefect_ito.simulator.builtins import BUILTIN_NAMES
-from prefect_ito.simulator.server import uvicorn_config
+from prefect_ito.simulator.server import SimUvicorn
 
 
 def resolve_scenario(scenario: str | None) -> Scenario:
@@ -86,7 +85,7 @@ def simulator(
     except InvalidParameters as error:
         exit_with(error)
     print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")
-    uvicorn.Server(uvicorn_config(create_app(chosen), host, port, log_level="info")).run()
+    SimUvicorn(create_app(chosen), host, port, log_level="info").run()
 
 
 def _scopes(names: list[str]) -> list[Scope]:

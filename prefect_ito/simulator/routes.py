@@ -232,13 +232,20 @@ async def _wait_for_change(
 
 
 async def _wait_for(state: SimState, done: Callable[[], bool], wait: float) -> None:
-    """Return once ``done()`` holds, or after ``wait`` seconds (at most the contract's cap)."""
+    """Return once ``done()`` holds, or after ``wait`` seconds (at most the contract's cap).
+
+    A server that is stopping answers at once, as a long-poll's timeout would.
+    """
     wait = min(wait, MAX_WAIT_SECONDS)
-    if wait <= 0 or done():
+
+    def settled() -> bool:
+        return state.closing or done()
+
+    if wait <= 0 or settled():
         return
     async with state.changed:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.changed.wait_for(done), timeout=wait)
+            await asyncio.wait_for(state.changed.wait_for(settled), timeout=wait)
 
 
 @router.get("/training-runs/{run_id}/events", responses=_errors(ErrorCode.RUN_NOT_FOUND))

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 from pydantic import BaseModel, SecretStr
 
 from prefect_ito.contract import Envelope
@@ -18,26 +19,40 @@ from prefect_ito.simulator.admin import AdminRun, MintedToken
 from prefect_ito.simulator.app import create_app
 from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.scenario import Scenario, SimBooking
-from prefect_ito.simulator.state import RequestLogEntry
+from prefect_ito.simulator.state import RequestLogEntry, SimState
 
 STARTUP_TIMEOUT_SECONDS = 30.0
 GRACEFUL_SHUTDOWN_SECONDS = 1
-"""Long-polls in flight at shutdown are cut after this long, so stopping never hangs."""
+"""How long a stop waits for requests in flight; long-polls answer at once, well within it."""
 M = TypeVar("M")
 
 
-def uvicorn_config(app: Any, host: str, port: int, log_level: str = "warning") -> uvicorn.Config:
-    """Return the uvicorn configuration every simulator server uses."""
-    # h11 explicitly: dropping a committed answer relies on how the protocol closes a connection.
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http="h11",
-        ws="none",
-        log_level=log_level,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-    )
+class SimUvicorn(uvicorn.Server):
+    """uvicorn serving one simulator app, which answers its open long-polls when it stops.
+
+    Left to itself, uvicorn waits for requests in flight and then cancels them, logging a
+    traceback: a long-poll would be cut, and a person stopping a demo would see the error.
+    """
+
+    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning") -> None:
+        # h11 explicitly: dropping a committed answer relies on how the protocol closes a
+        # connection.
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            http="h11",
+            ws="none",
+            log_level=log_level,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
+        super().__init__(config)
+        self._sim: SimState = app.state.sim
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Answer the long-polls, then shut down as uvicorn does."""
+        await self._sim.close()
+        await super().shutdown(sockets=sockets)
 
 
 class SimulatorServer:
@@ -62,7 +77,7 @@ class SimulatorServer:
         self.scenario = base.with_options(scaffold=scaffold or None, time_scale=time_scale)
         self._host = host
         self._port = port
-        self._server: uvicorn.Server | None = None
+        self._server: SimUvicorn | None = None
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._url: str | None = None
@@ -99,7 +114,7 @@ class SimulatorServer:
         self._socket = sock
         host, port = sock.getsockname()[:2]
         self._url = f"http://{host}:{port}"
-        server = uvicorn.Server(uvicorn_config(create_app(self.scenario), self._host, self._port))
+        server = SimUvicorn(create_app(self.scenario), self._host, self._port)
         self._server = server
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="ito-simulator", daemon=True

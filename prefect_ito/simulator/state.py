@@ -39,11 +39,19 @@ class SimState:
     faults: FaultInjector
     requests: list[RequestLogEntry] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    closing: bool = False
+    """Set when the server stops: long-polls answer at once rather than being cut."""
 
     @classmethod
     def create(cls, scenario: Scenario) -> SimState:
         """Return fresh state for a scenario."""
         return cls(Engine(scenario), Identity(scenario), FaultInjector(scenario.faults))
+
+    async def close(self) -> None:
+        """Answer every long-poll now, and every one that comes after, with the run as it is."""
+        self.closing = True
+        async with self.changed:
+            self.changed.notify_all()
 
     def load(self, scenario: Scenario) -> None:
         """Load a scenario: bookings, runs, request log, clock and fault dice start over."""
