@@ -1,14 +1,14 @@
 """``prefect-ito watch``: resume deferred training flow runs when their backend run changes, and
-re-enter flow runs whose process was lost.
+re-enter flow runs whose process was lost (:mod:`prefect_ito.recovery`).
 
-The watcher keeps no state of its own. Each sweep it asks Prefect which ``ito-training`` flow
-runs are deferred (suspended under a ``defer-`` pause key, with a :class:`Deferral` record beside
-it) and which were lost (a run from a deployment that crashed, or stopped sending heartbeats). It
-reads each deferred run's backend run once, resumes the flow runs whose run changed in a way the
-flow must handle, then waits for the next change: on the backend's account-wide change feed when
-the backend offers one, else on one long-poll per run, a bounded number at a time. A restarted
-watcher loses nothing (its first sweep reads everything again), and two watchers resume nothing
-twice (Prefect refuses to resume a run that is no longer paused).
+The watcher keeps no state of its own. Each sweep it first re-enters the lost runs, then asks
+Prefect which ``ito-training`` flow runs are deferred (suspended under a ``defer-`` pause key,
+with a :class:`Deferral` record beside it). It reads each deferred run's backend run once,
+resumes the flow runs whose run changed in a way the flow must handle, then waits for the next
+change: on the backend's account-wide change feed when the backend offers one, else on one
+long-poll per run, a bounded number at a time. A restarted watcher loses nothing (its first
+sweep reads everything again), and two watchers resume nothing twice (each resume is claimed
+first, :mod:`prefect_ito.claims`).
 
 It never resumes a run that waits for a person (those pause under other keys), never decides
 anything, and never submits: a re-entered flow run re-attaches to the run it recorded.
@@ -19,58 +19,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 import httpx
 from prefect import get_client
-from prefect.client.orchestration import PrefectClient
-from prefect.client.schemas.filters import (
-    FlowFilter,
-    FlowFilterName,
-    FlowRunFilter,
-    FlowRunFilterDeploymentId,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
-)
-from prefect.client.schemas.objects import FlowRun, FlowRunInput, StateType
-from prefect.client.schemas.sorting import FlowRunSort
-from prefect.events.filters import (
-    EventFilter,
-    EventNameFilter,
-    EventOccurredFilter,
-    EventResourceFilter,
-)
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_runs import aresume_flow_run
-from prefect.states import Scheduled
 
 from prefect_ito import deferral, desk
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.claims import claim_turn, read_claims
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import TrainingRun
 from prefect_ito.deferral import DEFER_PREFIX, Deferral
 from prefect_ito.exceptions import ItoError
+from prefect_ito.recovery import Recovery
+from prefect_ito.watched import watched_flow_runs
 
-__all__ = ["FLOW_NAMES", "MAX_RECOVERIES", "Watcher"]
+__all__ = ["Watcher"]
 
 logger = logging.getLogger("prefect_ito.watcher")
 
-FLOW_NAMES = ("ito-training", "ito-attach-training")
-"""The flows whose runs a watcher looks after."""
-
-MAX_RECOVERIES = 5
-"""How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
-
-_RECOVERY_PREFIX = "ito-recovery-"
 _RESUME_PREFIX = "ito-resume-"
-_CRASH_SETTLE_SECONDS = 15.0
-_START_GRACE = 2
-"""A starting (Pending) run is lost after this many times ``lost_after`` without a heartbeat."""
-_CLAIM_STALE_SECONDS = 300.0
-"""Longer than a claim's holder can take to reschedule, Prefect's own retries included."""
-_PAGE = 200
-_HEARTBEAT = "prefect.flow-run.heartbeat"
 
 
 @dataclass
@@ -113,11 +85,19 @@ class Watcher:
     max_concurrency: int = 32
     lost_after: float | None = 540.0
     resumed: list[UUID] = field(default_factory=list)
-    recovered: list[UUID] = field(default_factory=list)
+    recovery: Recovery = field(init=False)
     _backends: dict[tuple[str, str | None], _Backend] = field(default_factory=dict)
     _records: dict[tuple[UUID, str], Deferral] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _unread: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.recovery = Recovery(self.lost_after)
+
+    @property
+    def recovered(self) -> list[UUID]:
+        """The lost flow runs this watcher re-entered, in order."""
+        return self.recovery.recovered
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep until ``stop`` is set; a failed sweep is logged and the next one comes."""
@@ -143,7 +123,7 @@ class Watcher:
 
     async def sweep(self) -> None:
         """Re-enter lost runs; resume deferred runs that changed, then wait for one change."""
-        await self._recover_lost()
+        await self.recovery.recover()
         waiting = await self._deferred()
         for (api_url, entry), group in _by_backend(waiting).items():
             backend = await self._backend(api_url, entry)
@@ -163,7 +143,7 @@ class Watcher:
     async def _deferred(self) -> list[Waiting]:
         """Return every suspended training flow run that waits on a backend run, with its record."""
         found = []
-        for flow_run in await _flow_runs(StateType.PAUSED):
+        for flow_run in await watched_flow_runs(StateType.PAUSED):
             key = flow_run.state.state_details.pause_key if flow_run.state else None
             if not key or not key.startswith(DEFER_PREFIX):
                 continue  # waits for a person, or for something else: never ours to resume
@@ -269,8 +249,8 @@ class Watcher:
             return
         prefix = f"{_RESUME_PREFIX}{suspended.id}-"
         async with get_client() as client:
-            claims = await _inputs(client, flow_run.id, prefix)
-            if not await _claim_turn(client, flow_run.id, prefix, claims, ""):
+            claims = await read_claims(client, flow_run.id, prefix)
+            if not await claim_turn(client, flow_run.id, prefix, claims, ""):
                 return  # another watcher resumes it
         try:
             await aresume_flow_run(flow_run.id)
@@ -302,117 +282,6 @@ class Watcher:
         self._backends[(api_url, entry)] = backend
         return backend
 
-    # --- lost runs --------------------------------------------------------------------------
-
-    async def _recover_lost(self) -> None:
-        """Re-enter the training flow runs from deployments whose process is gone."""
-        # A worker reports a crash twice (its runner, then itself): re-entering in between would
-        # be undone by the second report, so a crash is left to settle first.
-        settled = datetime.now(UTC) - timedelta(seconds=_CRASH_SETTLE_SECONDS)
-        lost = [
-            run
-            for run in await _flow_runs(StateType.CRASHED)
-            if run.state and run.state.timestamp and run.state.timestamp < settled
-        ]
-        if self.lost_after is not None:
-            lost += await self._silent(await _flow_runs(StateType.RUNNING), self.lost_after)
-            # A run whose worker died while starting it stays Pending (or Submitting) for good:
-            # it never beats, and nobody is left to report it crashed. A start on a busy machine
-            # may take longer than a heartbeat interval, so it gets twice the time.
-            starting = await _flow_runs(StateType.PENDING)
-            lost += await self._silent(starting, _START_GRACE * self.lost_after)
-        for flow_run in lost:
-            await self._reenter(flow_run)
-
-    async def _silent(self, runs: list[FlowRun], seconds: float) -> list[FlowRun]:
-        """Return the flow runs in their state, and without a heartbeat, for ``seconds``."""
-        since = datetime.now(UTC) - timedelta(seconds=seconds)
-        candidates = [
-            run for run in runs if run.state and run.state.timestamp and run.state.timestamp < since
-        ]
-        if not candidates:
-            return []
-        alive = await _heartbeating({run.id for run in candidates}, since)
-        return [run for run in candidates if run.id not in alive]
-
-    async def _reenter(self, flow_run: FlowRun) -> None:
-        """Reschedule a lost flow run, once for each loss, whoever else found the same loss.
-
-        Two watchers — or one whose view is a moment old — may find the same loss. Each first
-        claims the re-entry with a flow-run input keyed by the lost *state*; Prefect stores one
-        input per key, so only one watcher goes on, and a run that was re-entered already (its
-        lost state is past) is never rescheduled under its new process. A claim whose run still
-        shows the same lost state after :data:`_CLAIM_STALE_SECONDS` belonged to a watcher that
-        died before rescheduling; a new claim on that state is then made.
-        """
-        lost = flow_run.state
-        if lost is None:
-            return
-        async with get_client() as client:
-            # What was seen may be a while old (a sweep on a busy server is slow): a run that has
-            # moved on since — started, beaten, resumed — is no longer lost.
-            now = (await client.read_flow_run(flow_run.id)).state
-            if now is None or now.id != lost.id:
-                return
-            claims = await _inputs(client, flow_run.id, _RECOVERY_PREFIX)
-            if len(claims) >= MAX_RECOVERIES:
-                logger.warning(
-                    "Flow run %s was lost %d times; left to a person.", flow_run.id, len(claims)
-                )
-                return
-            prefix = f"{_RECOVERY_PREFIX}{lost.id}-"
-            on_this = [claim for claim in claims if claim.key.startswith(prefix)]
-            if not await _claim_turn(
-                client, flow_run.id, prefix, on_this, flow_run.state_name or ""
-            ):
-                return  # another watcher re-enters it
-            await client.set_flow_run_state(
-                flow_run.id,
-                Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
-                force=True,
-            )
-        self.recovered.append(flow_run.id)
-        logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
-
-
-async def _inputs(client: PrefectClient, flow_run_id: UUID, prefix: str) -> list[FlowRunInput]:
-    """Return the flow run's inputs whose keys start with ``prefix``."""
-    return await client.filter_flow_run_input(
-        flow_run_id, key_prefix=prefix, limit=100, exclude_keys=set()
-    )
-
-
-async def _claim_turn(
-    client: PrefectClient, flow_run_id: UUID, prefix: str, claims: list[FlowRunInput], value: str
-) -> bool:
-    """Claim the one action on one state of a flow run (its inputs keyed ``prefix`` + a number).
-
-    ``claims`` are the inputs already under ``prefix``. Tell whether this call holds the claim:
-    none is held, or the newest is stale (its holder died before acting, see
-    :data:`_CLAIM_STALE_SECONDS`), and this call stored the next one.
-    """
-    if claims and not _stale(claims):
-        return False
-    return await _claim(client, flow_run_id, f"{prefix}{len(claims) + 1}", value)
-
-
-async def _claim(client: PrefectClient, flow_run_id: UUID, key: str, value: str) -> bool:
-    """Store the input ``key`` on the flow run; tell whether this call stored it (not another)."""
-    try:
-        await client.create_flow_run_input(flow_run_id, key, value)
-    except PrefectHTTPStatusError as error:
-        if error.response.status_code != 409:
-            raise
-        return False
-    return True
-
-
-def _stale(claims: list[FlowRunInput]) -> bool:
-    """Tell whether the newest of these claims is older than :data:`_CLAIM_STALE_SECONDS`."""
-    newest = max((claim.created for claim in claims if claim.created), default=None)
-    cutoff = datetime.now(UTC) - timedelta(seconds=_CLAIM_STALE_SECONDS)
-    return newest is not None and newest < cutoff
-
 
 def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) -> bool:
     """Tell whether the flow must handle what became of ``run`` since it deferred.
@@ -437,49 +306,3 @@ def _by_backend(
     for flow_run, record in waiting:
         groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
     return groups
-
-
-async def _flow_runs(state: StateType) -> list[FlowRun]:
-    """Return the training flow runs from deployments in ``state``, every page of them.
-
-    Prefect's server answers at most a page (200 by default) per request, whatever is asked.
-    """
-    found: list[FlowRun] = []
-    async with get_client() as client:
-        while True:
-            page = await client.read_flow_runs(
-                flow_filter=FlowFilter(name=FlowFilterName(any_=list(FLOW_NAMES))),
-                flow_run_filter=FlowRunFilter(
-                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[state])),
-                    # Only a run from a deployment suspends, and only a worker re-enters one.
-                    deployment_id=FlowRunFilterDeploymentId(is_null_=False),
-                ),
-                sort=FlowRunSort.ID_DESC,
-                offset=len(found),
-                limit=_PAGE,
-            )
-            found += page
-            if len(page) < _PAGE:
-                return found
-
-
-async def _heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
-    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``.
-
-    One question per run (Prefect answers at most 50 events a page, and each run beats several
-    times a window); only running flow runs older than the window are asked about.
-    """
-    alive = set()
-    async with get_client() as client:
-        for run_id in flow_run_ids:
-            page = await client.read_events(
-                filter=EventFilter(
-                    event=EventNameFilter(name=[_HEARTBEAT]),
-                    resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
-                    occurred=EventOccurredFilter(since=since),
-                ),
-                limit=1,
-            )
-            if page.events:
-                alive.add(run_id)
-    return alive

@@ -118,7 +118,7 @@ async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect
     from prefect.events import emit_event
     from prefect.events.worker import EventsWorker
 
-    from prefect_ito.watcher import _heartbeating
+    from prefect_ito.recovery import heartbeating
 
     beating, silent = uuid4(), uuid4()
     window = datetime.now(UTC) - timedelta(seconds=5)
@@ -128,11 +128,11 @@ async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect
     )
     await asyncio.to_thread(EventsWorker.drain_all)
     async with asyncio.timeout(60):
-        while not await _heartbeating({beating}, window):
+        while not await heartbeating({beating}, window):
             await asyncio.sleep(0.5)  # events are stored a moment after they arrive
 
-    assert await _heartbeating({beating, silent}, window) == {beating}
-    assert await _heartbeating({beating}, datetime.now(UTC)) == set()
+    assert await heartbeating({beating, silent}, window) == {beating}
+    assert await heartbeating({beating}, datetime.now(UTC)) == set()
 
 
 async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(caplog):
@@ -165,10 +165,10 @@ async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
         lost = await client.read_flow_run(flow_run.id)  # what both watchers saw
     first, second = Watcher(lost_after=None), Watcher(lost_after=None)
 
-    await first._reenter(lost)
+    await first.recovery.reenter(lost)
     async with get_client() as client:
         await client.set_flow_run_state(flow_run.id, Running(), force=True)  # a worker ran it
-    await second._reenter(lost)
+    await second.recovery.reenter(lost)
 
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
@@ -189,7 +189,7 @@ async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulato
     watcher = Watcher(lost_after=1)
     await asyncio.sleep(3)  # longer than a start may take (twice lost_after): no heartbeat came
 
-    await watcher._recover_lost()
+    await watcher.recovery.recover()
 
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
@@ -208,7 +208,7 @@ async def test_a_run_seen_lost_that_moved_on_since_is_left_alone(start_simulator
         await client.set_flow_run_state(flow_run.id, Running(), force=True)  # it started since
     watcher = Watcher(lost_after=1)
 
-    await watcher._reenter(seen)
+    await watcher.recovery.reenter(seen)
 
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
