@@ -3,8 +3,9 @@
 A flow run is lost when the worker marked it ``Crashed`` (its process died), when it reads
 ``Running`` but sent no flow-run heartbeat for ``lost_after`` seconds (the machine and its worker
 are gone: Prefect marks nothing crashed by itself), or when it was left starting (``Pending``) by
-a worker that died. A lost run is rescheduled as it is (state ``Recovering``), so a worker runs
-it again from the top and it re-attaches to the backend run it recorded: recovery never submits.
+a worker that fell silent (see :func:`_abandoned`). A lost run is rescheduled as it is (state
+``Recovering``), so a worker runs it again from the top and it re-attaches to the backend run it
+recorded: recovery never submits.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from prefect import get_client
-from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.objects import FlowRun, StateType, Worker
 from prefect.events.filters import (
     EventFilter,
     EventNameFilter,
     EventOccurredFilter,
     EventResourceFilter,
 )
+from prefect.exceptions import ObjectNotFound
 from prefect.states import Scheduled
 
 from prefect_ito.claims import claim_turn, read_claims
@@ -37,8 +40,14 @@ MAX_RECOVERIES = 5
 _RECOVERY_PREFIX = "ito-recovery-"
 _CRASH_SETTLE_SECONDS = 15.0
 _START_GRACE = 2
-"""A starting (Pending) run is lost after this many times ``lost_after`` without a heartbeat."""
+"""A run starting on a live worker is lost after this many times ``lost_after``."""
+_WORKER_LABEL = "prefect.worker.name"
+_POOL_LABEL = "prefect.work-pool.name"
+_WORKER_BEATS_MISSED = 3
+"""A worker is silent when it missed this many of its heartbeats (and ``lost_after`` passed): the
+count after which Prefect shows a worker ``OFFLINE``."""
 _HEARTBEAT = "prefect.flow-run.heartbeat"
+_PAGE = 200
 
 
 @dataclass
@@ -66,11 +75,8 @@ class Recovery:
         ]
         if self.lost_after is not None:
             lost += await _silent(await watched_flow_runs(StateType.RUNNING), self.lost_after)
-            # A run whose worker died while starting it stays Pending (or Submitting) for good:
-            # it never beats, and nobody is left to report it crashed. A start on a busy machine
-            # may take longer than a heartbeat interval, so it gets twice the time.
-            starting = await watched_flow_runs(StateType.PENDING)
-            lost += await _silent(starting, _START_GRACE * self.lost_after)
+            starting = await _silent(await watched_flow_runs(StateType.PENDING), self.lost_after)
+            lost += await _abandoned(starting, self.lost_after)
         for flow_run in lost:
             await self.reenter(flow_run)
 
@@ -122,6 +128,70 @@ async def _silent(runs: list[FlowRun], seconds: float) -> list[FlowRun]:
         return []
     alive = await heartbeating({run.id for run in candidates}, since)
     return [run for run in candidates if run.id not in alive]
+
+
+async def _abandoned(starting: list[FlowRun], lost_after: float) -> list[FlowRun]:
+    """Return those of the silent ``starting`` runs that no flow process will ever run.
+
+    A run whose worker died while starting it stays ``Pending`` (or ``Submitting``) for good: it
+    never beats, and nobody is left to report it crashed. A live worker does report a start that
+    failed, so a run is abandoned as soon as the worker that took it (named in the labels it gave
+    the run) is silent too. A run whose worker is alive, or not named, is only slow — a busy
+    machine, an image pull — until it has been starting for twice ``lost_after``.
+    """
+    long_ago = datetime.now(UTC) - timedelta(seconds=_START_GRACE * lost_after)
+    workers = {worker for run in starting if (worker := _worker_of(run)) is not None}
+    silent = await _silent_workers(workers, lost_after)
+    return [
+        run
+        for run in starting
+        if (run.state and run.state.timestamp and run.state.timestamp < long_ago)
+        or _worker_of(run) in silent
+    ]
+
+
+def _worker_of(flow_run: FlowRun) -> tuple[str, str] | None:
+    """Return the work pool and name of the worker that took the run, if it said."""
+    pool, worker = flow_run.labels.get(_POOL_LABEL), flow_run.labels.get(_WORKER_LABEL)
+    if isinstance(pool, str) and isinstance(worker, str):
+        return pool, worker
+    return None
+
+
+async def _silent_workers(workers: set[tuple[str, str]], lost_after: float) -> set[tuple[str, str]]:
+    """Return those of ``workers`` (pool, name) that sent no heartbeat for ``lost_after`` seconds
+    and missed three of their own, or that Prefect no longer knows."""
+    now = datetime.now(UTC)
+    silent = set()
+    async with get_client() as client:
+        for pool in {pool for pool, _ in workers}:
+            try:
+                known = {worker.name: worker for worker in await _workers(client, pool)}
+            except ObjectNotFound:
+                known = {}
+            for name in {name for at, name in workers if at == pool}:
+                worker = known.get(name)
+                if worker is None or _quiet_since(worker, lost_after) < now:
+                    silent.add((pool, name))
+    return silent
+
+
+def _quiet_since(worker: Worker, lost_after: float) -> datetime:
+    """Return when the worker would have to beat again to count as alive."""
+    if worker.last_heartbeat_time is None:
+        return datetime.min.replace(tzinfo=UTC)
+    missed = _WORKER_BEATS_MISSED * (worker.heartbeat_interval_seconds or 0)
+    return worker.last_heartbeat_time + timedelta(seconds=max(lost_after, missed))
+
+
+async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
+    """Return every worker Prefect knows in the work pool, page by page."""
+    found: list[Worker] = []
+    while True:
+        page = await client.read_workers_for_work_pool(pool, offset=len(found), limit=_PAGE)
+        found += page
+        if len(page) < _PAGE:
+            return found
 
 
 async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:

@@ -196,6 +196,58 @@ async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulato
     assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
 
 
+async def _started_by(flow_run_id, worker: str) -> None:
+    """Leave the flow run Pending as ``worker`` of the tests' pool leaves a run it starts."""
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Pending(), force=True)
+        # What a worker does when it starts a run: it gives the run its name and pool.
+        await client.update_flow_run_labels(
+            flow_run_id,
+            {"prefect.worker.name": worker, "prefect.work-pool.name": "watcher-tests"},
+        )
+
+
+async def _beat(worker: str) -> None:
+    async with get_client() as client:
+        await client.send_worker_heartbeat("watcher-tests", worker, heartbeat_interval_seconds=1)
+
+
+async def test_a_run_left_starting_by_a_silent_worker_is_re_entered_after_lost_after(
+    start_simulator,
+):
+    # The crash trials' slowest recovery: a machine lost while a run was starting. The run was
+    # re-entered only after twice lost_after, although its worker was silent all along.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    await _beat("lost-worker")
+    await _started_by(flow_run.id, "lost-worker")
+    watcher = Watcher(lost_after=3)
+    await asyncio.sleep(4)  # lost_after, not twice: neither the run nor its worker beat since
+
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def test_a_run_starting_on_a_live_worker_gets_twice_lost_after(start_simulator):
+    # A live worker reports a start that failed; a slow one (a busy machine, an image pull) is
+    # not taken for a loss before twice lost_after.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    await _started_by(flow_run.id, "live-worker")
+    watcher = Watcher(lost_after=3)
+    await asyncio.sleep(4)
+    await _beat("live-worker")
+
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id not in watcher.recovered and now.state_name == "Pending"
+
+
 async def test_a_run_seen_lost_that_moved_on_since_is_left_alone(start_simulator):
     # A sweep on a busy server is slow: a run seen starting (and silent) a minute ago may run by
     # the time the watcher acts. Found by the crash trials: such a live run was rescheduled, and
