@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 from uuid import UUID
 
 from prefect import get_client
@@ -26,6 +27,7 @@ from prefect.events.filters import (
 )
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Scheduled
+from prefect.utilities.slugify import slugify
 
 from prefect_ito.claims import claim_turn, read_claims
 from prefect_ito.watched import watched_flow_runs
@@ -43,6 +45,8 @@ _START_GRACE = 2
 """A run starting on a live worker is lost after this many times ``lost_after``."""
 _WORKER_LABEL = "prefect.worker.name"
 _POOL_LABEL = "prefect.work-pool.name"
+_TYPE_LABEL = "prefect.worker.type"
+_WORKER_STARTED = "prefect.worker.started"
 _WORKER_BEATS_MISSED = 3
 """A worker is silent when it missed this many of its heartbeats (and ``lost_after`` passed): the
 count after which Prefect shows a worker ``OFFLINE``."""
@@ -136,43 +140,61 @@ async def _abandoned(starting: list[FlowRun], lost_after: float) -> list[FlowRun
     A run whose worker died while starting it stays ``Pending`` (or ``Submitting``) for good: it
     never beats, and nobody is left to report it crashed. A live worker does report a start that
     failed, so a run is abandoned as soon as the worker that took it (named in the labels it gave
-    the run) is silent too. A run whose worker is alive, or not named, is only slow — a busy
-    machine, an image pull — until it has been starting for twice ``lost_after``.
+    the run) is gone: silent too, or started again since it took the run (a worker that comes
+    back under the same name, as a systemd unit does, is not the one that was starting it). A
+    run whose worker lives on, or is not named, is only slow — a busy machine, an image pull —
+    until it has been starting for twice ``lost_after``.
     """
     long_ago = datetime.now(UTC) - timedelta(seconds=_START_GRACE * lost_after)
-    workers = {worker for run in starting if (worker := _worker_of(run)) is not None}
-    silent = await _silent_workers(workers, lost_after)
-    return [
-        run
-        for run in starting
-        if (run.state and run.state.timestamp and run.state.timestamp < long_ago)
-        or _worker_of(run) in silent
-    ]
+    takers = {run.id: taker for run in starting if (taker := _taker(run)) is not None}
+    silent = await _silent_workers(set(takers.values()), lost_after)
+    return [run for run in starting if await _left(run, takers.get(run.id), silent, long_ago)]
 
 
-def _worker_of(flow_run: FlowRun) -> tuple[str, str] | None:
-    """Return the work pool and name of the worker that took the run, if it said."""
-    pool, worker = flow_run.labels.get(_POOL_LABEL), flow_run.labels.get(_WORKER_LABEL)
-    if isinstance(pool, str) and isinstance(worker, str):
-        return pool, worker
+async def _left(
+    run: FlowRun, taker: _Taker | None, silent: set[_Taker], long_ago: datetime
+) -> bool:
+    """Tell whether the starting run was left: long ago, or by a worker gone since."""
+    began = run.state.timestamp if run.state else None
+    if began is None:
+        return False
+    if began < long_ago or taker in silent:
+        return True
+    return taker is not None and await worker_started_since(taker.type, taker.name, began)
+
+
+class _Taker(NamedTuple):
+    """The worker that took a flow run to start it, as the labels it gave the run say."""
+
+    pool: str
+    name: str
+    type: str
+
+
+def _taker(flow_run: FlowRun) -> _Taker | None:
+    """Return the worker that took the run, if it said."""
+    labels = [flow_run.labels.get(key) for key in (_POOL_LABEL, _WORKER_LABEL, _TYPE_LABEL)]
+    pool, name, kind = labels
+    if isinstance(pool, str) and isinstance(name, str) and isinstance(kind, str):
+        return _Taker(pool, name, kind)
     return None
 
 
-async def _silent_workers(workers: set[tuple[str, str]], lost_after: float) -> set[tuple[str, str]]:
-    """Return those of ``workers`` (pool, name) that sent no heartbeat for ``lost_after`` seconds
-    and missed three of their own, or that Prefect no longer knows."""
+async def _silent_workers(takers: set[_Taker], lost_after: float) -> set[_Taker]:
+    """Return those of the workers that sent no heartbeat for ``lost_after`` seconds and missed
+    three of their own, or that Prefect no longer knows."""
     now = datetime.now(UTC)
     silent = set()
     async with get_client() as client:
-        for pool in {pool for pool, _ in workers}:
+        for pool in {taker.pool for taker in takers}:
             try:
                 known = {worker.name: worker for worker in await _workers(client, pool)}
             except ObjectNotFound:
                 known = {}
-            for name in {name for at, name in workers if at == pool}:
-                worker = known.get(name)
+            for taker in (taker for taker in takers if taker.pool == pool):
+                worker = known.get(taker.name)
                 if worker is None or _quiet_since(worker, lost_after) < now:
-                    silent.add((pool, name))
+                    silent.add(taker)
     return silent
 
 
@@ -182,6 +204,21 @@ def _quiet_since(worker: Worker, lost_after: float) -> datetime:
         return datetime.min.replace(tzinfo=UTC)
     missed = _WORKER_BEATS_MISSED * (worker.heartbeat_interval_seconds or 0)
     return worker.last_heartbeat_time + timedelta(seconds=max(lost_after, missed))
+
+
+async def worker_started_since(kind: str, name: str, since: datetime) -> bool:
+    """Tell whether a worker of this type and name said it started after ``since``."""
+    async with get_client() as client:
+        page = await client.read_events(
+            filter=EventFilter(
+                event=EventNameFilter(name=[_WORKER_STARTED]),
+                # The resource id a worker gives itself (``BaseWorker._event_resource``).
+                resource=EventResourceFilter(id=[f"prefect.worker.{kind}.{slugify(name)}"]),
+                occurred=EventOccurredFilter(since=since),
+            ),
+            limit=1,
+        )
+    return bool(page.events)
 
 
 async def _workers(client: PrefectClient, pool: str) -> list[Worker]:

@@ -49,6 +49,8 @@ class Tally:
     events_missing: int
     events_doubled: int
     """Backend events Prefect holds no event for, or more than one (Prefect's events, by id)."""
+    missing_detail: list[str]
+    """Each missing event, its trial's strikes and its flow run's states: what to look into."""
     resumes_lost: int
     resumes_doubled: int
     """Suspensions never resumed, or resumed twice (Prefect's state history)."""
@@ -114,6 +116,7 @@ async def tally(stack: TrialStack, conductor: Conductor) -> Tally:
     ]
     missing, doubled = await _events(stack, admin_runs)
     histories = await _histories(trials)
+    by_booking = {t.booking: t for t in trials}
     finals = Counter(histories[t.flow_run_id][-1].name for t in trials if t.flow_run_id)
     return Tally(
         trials=len(trials),
@@ -122,8 +125,12 @@ async def tally(stack: TrialStack, conductor: Conductor) -> Tally:
         duplicate_runs=sum(count - 1 for count in per_booking.values()),
         decisions_relayed_twice=sum(count - 1 for count in relayed.values()),
         duplicate_decisions=sum(count - 1 for count in on_record),
-        events_missing=missing,
+        events_missing=len(missing),
         events_doubled=doubled,
+        missing_detail=[
+            _describe(admin, seq, kind, by_booking.get(admin.run.booking_id), histories, conductor)
+            for admin, seq, kind in missing
+        ],
         resumes_lost=sum(_resumes(h)[0] for h in histories.values()),
         resumes_doubled=sum(_resumes(h)[1] for h in histories.values()),
         recover_s=[
@@ -186,8 +193,10 @@ def _ran_again(history: list[Any], since: float) -> float | None:
     return None
 
 
-async def _events(stack: TrialStack, admin_runs: list[AdminRun]) -> tuple[int, int]:
-    """Return (backend events missing in Prefect, extra Prefect events), by event id.
+async def _events(
+    stack: TrialStack, admin_runs: list[AdminRun]
+) -> tuple[list[tuple[AdminRun, int, str]], int]:
+    """Return (backend events missing in Prefect, by run and seq; extra Prefect events), by id.
 
     Prefect persists events a little after they arrive, so this waits (up to a minute) for the
     last ones.
@@ -195,23 +204,50 @@ async def _events(stack: TrialStack, admin_runs: list[AdminRun]) -> tuple[int, i
     token = SecretStr(stack.env["ITO_COMPUTE_TOKEN"])
     async with ItoClient(stack.simulator.url, token) as backend:
         expected = {
-            admin.run.run_id: {
-                event_id(admin.run.run_id, e.seq)
-                for e in (await backend.list_events(admin.run.run_id)).events
-                if e.type in EVENT_NAMES
-            }
+            admin.run.run_id: (
+                admin,
+                {
+                    event_id(admin.run.run_id, e.seq): (e.seq, str(e.type))
+                    for e in (await backend.list_events(admin.run.run_id)).events
+                    if e.type in EVENT_NAMES
+                },
+            )
             for admin in admin_runs
         }
     deadline = time.monotonic() + 60
     while True:
-        held = {run_id: await _prefect_events(run_id) for run_id in expected}
-        missing = sum(len(ids - set(held[run_id])) for run_id, ids in expected.items())
+        held = {run_id: set(await _prefect_events(run_id)) for run_id in expected}
+        missing = [
+            (admin, seq, kind)
+            for run_id, (admin, ids) in expected.items()
+            for id_, (seq, kind) in ids.items()
+            if id_ not in held[run_id]
+        ]
         if not missing or time.monotonic() > deadline:
-            extra = sum(
-                len(held[run_id]) - len(ids & set(held[run_id])) for run_id, ids in expected.items()
-            )
+            extra = sum(len(held[run_id] - set(ids)) for run_id, (_, ids) in expected.items())
             return missing, extra
         await asyncio.sleep(1)
+
+
+def _describe(
+    admin: AdminRun,
+    seq: int,
+    kind: str,
+    trial: Trial | None,
+    histories: dict[Any, list[Any]],
+    conductor: Conductor,
+) -> str:
+    """Say which event is missing, how its trial was struck, and its flow run's states."""
+    what = f"{admin.run.run_id} seq {seq} ({kind})"
+    if trial is None:
+        return what
+    start = conductor.started_at
+    strikes = ", ".join(f"{s.what}/{s.phase} at {s.at - start:.1f} s" for s in trial.strikes)
+    states = ", ".join(
+        f"{state.name} {state.timestamp.timestamp() - start:.1f}"
+        for state in histories.get(trial.flow_run_id, [])
+    )
+    return f"{what}: trial {trial.index} {trial.phase}; strikes {strikes}; states {states}"
 
 
 async def _prefect_events(run_id: str) -> list[UUID]:

@@ -55,7 +55,7 @@ async def test_crashes_and_a_lost_machine_never_run_decide_or_report_twice(
     assert tally.final_states == {"Completed": TRIALS}, tally.final_states
     assert tally.duplicate_runs == 0
     assert tally.decisions_relayed_twice == 0 and tally.duplicate_decisions == 0
-    assert tally.events_missing == 0 and tally.events_doubled == 0
+    assert tally.events_missing == 0 and tally.events_doubled == 0, tally.missing_detail
     assert tally.resumes_lost == 0 and tally.resumes_doubled == 0
     assert tally.recover_s and None not in tally.recover_s  # every lost flow process ran again
 

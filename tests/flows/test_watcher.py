@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pytest
 from flow_helpers import BOOKING, REQUEST
@@ -112,7 +113,7 @@ async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator, key)
 async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect_server):
     # Prefect answers at most 50 events a page: asking for more failed every sweep, and with
     # it the watcher's whole loop, so no lost machine was ever noticed.
-    from datetime import UTC, datetime, timedelta
+    from datetime import timedelta
     from uuid import uuid4
 
     from prefect.events import emit_event
@@ -203,8 +204,16 @@ async def _started_by(flow_run_id, worker: str) -> None:
         # What a worker does when it starts a run: it gives the run its name and pool.
         await client.update_flow_run_labels(
             flow_run_id,
-            {"prefect.worker.name": worker, "prefect.work-pool.name": "watcher-tests"},
+            {
+                "prefect.worker.name": worker,
+                "prefect.worker.type": "process",
+                "prefect.work-pool.name": "watcher-tests",
+            },
         )
+
+
+def _age(state) -> float:
+    return (datetime.now(UTC) - state.timestamp).total_seconds()
 
 
 async def _beat(worker: str) -> None:
@@ -224,6 +233,45 @@ async def test_a_run_left_starting_by_a_silent_worker_is_re_entered_after_lost_a
     watcher = Watcher(lost_after=3)
     await asyncio.sleep(4)  # lost_after, not twice: neither the run nor its worker beat since
 
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def test_a_run_left_starting_by_a_worker_started_again_since_is_re_entered(
+    start_simulator,
+):
+    # Found by the crash trials: a lost machine's worker came back under the same name (as a
+    # systemd unit or a fixed --name does), so the name alone looked alive, and the runs the old
+    # worker was starting waited twice lost_after.
+    from prefect.events import emit_event
+    from prefect.events.worker import EventsWorker
+
+    from prefect_ito.recovery import worker_started_since
+
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    await _started_by(flow_run.id, "reborn-worker")
+    async with get_client() as client:
+        starting = (await client.read_flow_run(flow_run.id)).state
+    emit_event(  # what a worker says when it starts
+        event="prefect.worker.started",
+        resource={
+            "prefect.resource.id": "prefect.worker.process.reborn-worker",
+            "prefect.resource.name": "reborn-worker",
+        },
+    )
+    await asyncio.to_thread(EventsWorker.drain_all)
+    watcher = Watcher(lost_after=5)
+    async with asyncio.timeout(60):
+        while not await worker_started_since("process", "reborn-worker", starting.timestamp):
+            await asyncio.sleep(0.5)  # events are stored a moment after they arrive
+    await asyncio.sleep(max(0.0, 5.5 - _age(starting)))  # silent for lost_after
+    await _beat("reborn-worker")  # alive, under the same name
+
+    assert _age(starting) < 10  # not twice lost_after: only the restart can tell it is lost
     await watcher.recovery.recover()
 
     async with get_client() as client:
