@@ -149,6 +149,9 @@ class Steps(ABC):
     async def record_run(self, run: TrainingRun) -> None:  # noqa: B027 (optional hook)
         """Record the backend run this supervisor follows, so a re-entry never submits again."""
 
+    async def settle(self, run: TrainingRun, events_seen: int) -> None:  # noqa: B027 (optional hook)
+        """Make sure the finished run's relayed events arrived; by default, trust the sending."""
+
     async def resume_point(self, run: TrainingRun) -> tuple[int, Watchdog]:
         """Return the events already relayed and the watchdog to carry on with."""
         limits = self.supervision
@@ -272,6 +275,7 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
                 steps.logger.info("%s", line)
             before = run
             if run.finished:
+                await steps.settle(run, seen)
                 return run
             if await steps.interrupted():
                 raise CancelRequested(run)

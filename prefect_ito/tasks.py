@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 from prefect.context import FlowRunContext
 
-from prefect_ito import approval, deferral, desk, reporting
+from prefect_ito import approval, deferral, desk, event_relay, reporting
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import (
@@ -197,13 +197,33 @@ async def cancel_training_workload(
     cache_policy=NO_CACHE,
 )
 async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_seq: int) -> int:
-    """Emit the Prefect events after ``after_seq``; return the last sequence seen.
+    """Emit the Prefect events after ``after_seq``; return the sequence number through which
+    Prefect holds them all (:mod:`prefect_ito.event_relay`): the flow run stores that one.
 
     The artifact cards are published by the flow itself (:meth:`TaskSteps.report`), so that they
     belong to the flow run rather than to one of many task runs.
     """
     async with credentials.get_client() as client:
-        return await reporting.relay(client, run, after_seq)
+        return await event_relay.relay_held(client, run, after_seq)
+
+
+@task(
+    name="settle_events",
+    description="Make sure Prefect holds every event of the finished backend run.",
+    cache_policy=NO_CACHE,
+)
+async def settle_events(credentials: ItoCredentials, run: TrainingRun, after_seq: int) -> int:
+    """Send the finished run's events Prefect does not hold again, for about half a minute;
+    return the sequence number through which it holds them all."""
+    async with credentials.get_client() as client:
+        held_through, complete = await event_relay.settle(client, run, after_seq)
+    if not complete:
+        get_run_logger().warning(
+            "Prefect does not hold the events of run %s after seq %d yet; they were sent again.",
+            run.run_id,
+            held_through,
+        )
+    return held_through
 
 
 class TaskSteps(Steps):
@@ -246,6 +266,9 @@ class TaskSteps(Steps):
         seq = await report_progress(self.credentials, run, after_seq)
         await reporting.publish(run)  # here, in the flow: the cards belong to the flow run
         return seq
+
+    async def settle(self, run: TrainingRun, events_seen: int) -> None:
+        await settle_events(self.credentials, run, events_seen)
 
     async def await_gate(
         self, run: TrainingRun, watchdog: Watchdog, events_seen: int

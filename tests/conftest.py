@@ -26,6 +26,9 @@ os.environ.update(
         "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING": "true",
         "PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS": "1",
         "PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS": "1",
+        # A flow run ends once Prefect holds its events (prefect_ito.event_relay); the suite's
+        # servers write the events they receive every half second, not every five.
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
     }
 )
 # Every child process (the CLI, prefect server, workers, flow runs) imports Prefect. Where the

@@ -60,6 +60,8 @@ class Tally:
     notice_s: list[float]
     """Per lost flow process that ran again: seconds until it was re-entered (the watcher's
     ``Recovering`` state, or Prefect's own rescheduling), the first part of ``recover_s``."""
+    losses: list[str]
+    """Per lost flow process: its trial, the fault and phase, and when it was noticed and ran."""
     phases: dict[str, int]
     final_states: dict[str, int]
     watcher_kills: int
@@ -146,6 +148,12 @@ async def tally(stack: TrialStack, conductor: Conductor) -> Tally:
             if strike.killed
             and (noticed := _re_entered(histories[t.flow_run_id], strike.at)) is not None
         ],
+        losses=[
+            _loss(t, strike, histories[t.flow_run_id])
+            for t in trials
+            for strike in t.strikes
+            if strike.killed
+        ],
         phases=dict(Counter(s.phase for t in trials for s in t.strikes)),
         final_states=dict(finals),
         watcher_kills=conductor.watcher_kills,
@@ -171,6 +179,16 @@ def _resumes(history: list[Any]) -> tuple[int, int]:
     suspended = sum(1 for state in history if state.name == "Suspended")
     resumed = sum(1 for state in history if state.name == "Resuming")
     return max(0, suspended - resumed), max(0, resumed - suspended)
+
+
+def _loss(trial: Trial, strike: Any, history: list[Any]) -> str:
+    """Say which flow process was lost, and when its run was noticed and ran again."""
+    noticed, ran = _re_entered(history, strike.at), _ran_again(history, strike.at)
+    return (
+        f"trial {trial.index} {strike.what}/{strike.phase}: noticed "
+        f"{'never' if noticed is None else f'{noticed:.1f} s'}, running "
+        f"{'never' if ran is None else f'{ran:.1f} s'}"
+    )
 
 
 def _re_entered(history: list[Any], since: float) -> float | None:
