@@ -208,17 +208,10 @@ def _quiet_since(worker: Worker, lost_after: float) -> datetime:
 
 async def worker_started_since(kind: str, name: str, since: datetime) -> bool:
     """Tell whether a worker of this type and name said it started after ``since``."""
+    # The resource id a worker gives itself (``BaseWorker._event_resource``).
+    resource = f"prefect.worker.{kind}.{slugify(name)}"
     async with get_client() as client:
-        page = await client.read_events(
-            filter=EventFilter(
-                event=EventNameFilter(name=[_WORKER_STARTED]),
-                # The resource id a worker gives itself (``BaseWorker._event_resource``).
-                resource=EventResourceFilter(id=[f"prefect.worker.{kind}.{slugify(name)}"]),
-                occurred=EventOccurredFilter(since=since),
-            ),
-            limit=1,
-        )
-    return bool(page.events)
+        return await _said_since(client, _WORKER_STARTED, resource, since)
 
 
 async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
@@ -237,17 +230,22 @@ async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
     One question per run (Prefect answers at most 50 events a page, and each run beats several
     times a window); only running flow runs older than the window are asked about.
     """
-    alive = set()
     async with get_client() as client:
-        for run_id in flow_run_ids:
-            page = await client.read_events(
-                filter=EventFilter(
-                    event=EventNameFilter(name=[_HEARTBEAT]),
-                    resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
-                    occurred=EventOccurredFilter(since=since),
-                ),
-                limit=1,
-            )
-            if page.events:
-                alive.add(run_id)
-    return alive
+        return {
+            run_id
+            for run_id in flow_run_ids
+            if await _said_since(client, _HEARTBEAT, f"prefect.flow-run.{run_id}", since)
+        }
+
+
+async def _said_since(client: PrefectClient, event: str, resource: str, since: datetime) -> bool:
+    """Tell whether Prefect holds an ``event`` of ``resource`` that occurred after ``since``."""
+    page = await client.read_events(
+        filter=EventFilter(
+            event=EventNameFilter(name=[event]),
+            resource=EventResourceFilter(id=[resource]),
+            occurred=EventOccurredFilter(since=since),
+        ),
+        limit=1,
+    )
+    return bool(page.events)

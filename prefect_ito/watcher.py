@@ -28,7 +28,7 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_runs import aresume_flow_run
 
-from prefect_ito import deferral, desk
+from prefect_ito import claims, deferral, desk
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.claims import claim_turn, read_claims
 from prefect_ito.client import ItoClient
@@ -90,6 +90,7 @@ class Watcher:
     _records: dict[tuple[UUID, str], Deferral] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _unread: set[str] = field(default_factory=set)
+    _look_again_at: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.recovery = Recovery(self.lost_after)
@@ -169,6 +170,8 @@ class Watcher:
         """Seconds until the stall limit or the deadline of ``record`` comes due."""
         now = deferral.wall_clock()
         due = [float("inf")]
+        if record.run_id in self._look_again_at:
+            due.append(self._look_again_at[record.run_id] - now)
         if record.deadline_at is not None:
             due.append(record.deadline_at - now)
         if record.stall_timeout is not None:
@@ -199,6 +202,7 @@ class Watcher:
 
     async def _judge(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
         """Note what ``run`` shows, and resume the flow run if it must handle it."""
+        self._look_again_at.pop(run.run_id, None)
         seen = self._observe(record, run)
         if _must_resume(record, run, seen):
             await self._resume(flow_run, record, run)
@@ -249,9 +253,14 @@ class Watcher:
             return
         prefix = f"{_RESUME_PREFIX}{suspended.id}-"
         async with get_client() as client:
-            claims = await read_claims(client, flow_run.id, prefix)
-            if not await claim_turn(client, flow_run.id, prefix, claims, ""):
-                return  # another watcher resumes it
+            held = await read_claims(client, flow_run.id, prefix)
+            if not await claim_turn(client, flow_run.id, prefix, held, ""):
+                # Another watcher resumes it — unless it died first: look again once its claim
+                # is stale, as the backend run may never change again to bring it back.
+                self._look_again_at[record.run_id] = (
+                    deferral.wall_clock() + claims.CLAIM_STALE_SECONDS
+                )
+                return
         try:
             await aresume_flow_run(flow_run.id)
         except (RuntimeError, ObjectNotFound) as error:  # resumed or cancelled meanwhile

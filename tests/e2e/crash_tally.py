@@ -184,10 +184,12 @@ def _resumes(history: list[Any]) -> tuple[int, int]:
 def _loss(trial: Trial, strike: Any, history: list[Any]) -> str:
     """Say which flow process was lost, and when its run was noticed and ran again."""
     noticed, ran = _re_entered(history, strike.at), _ran_again(history, strike.at)
+    before = [s.name for s in history if s.timestamp.timestamp() <= strike.at][-1:]
+    after = [s.name for s in history if s.timestamp.timestamp() > strike.at][:3]
     return (
         f"trial {trial.index} {strike.what}/{strike.phase}: noticed "
         f"{'never' if noticed is None else f'{noticed:.1f} s'}, running "
-        f"{'never' if ran is None else f'{ran:.1f} s'}"
+        f"{'never' if ran is None else f'{ran:.1f} s'}; states {before} | {after}"
     )
 
 

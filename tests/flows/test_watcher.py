@@ -103,6 +103,7 @@ async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator, key)
     watcher = Watcher(wait=0.5, lost_after=None)
     try:
         for _ in range(3):
+            print("LOOK", watcher._look_again_at, watcher._unread, watcher._seen.keys())
             await watcher.sweep()
     finally:
         await watcher.close()
@@ -334,3 +335,32 @@ async def test_a_change_seen_by_several_watchers_resumes_the_run_once(start_simu
         history = await client.read_flow_run_states(flow_run.id)
     assert [state.name for state in history].count("Resuming") == 1
     assert sum(len(watcher.resumed) for watcher in watchers) == 1
+
+
+async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
+    start_simulator, monkeypatch
+):
+    # Found by the crash trials: a watcher killed between claiming a resume and resuming left
+    # the run deferred for good. The other watcher saw the claim while it was fresh, and its
+    # backend run never changed again, so nobody looked at the run again.
+    from prefect_ito import claims
+
+    monkeypatch.setattr(claims, "CLAIM_STALE_SECONDS", 3.0)
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        seen = await client.read_flow_run(flow_run.id)
+        prefix = f"ito-resume-{seen.state.id}-"
+        assert await claims.claim_turn(client, flow_run.id, prefix, [], "")  # then it died
+    async with ItoCredentials(api_url=simulator.url).get_client() as backend:
+        await backend.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        await watcher.sweep()  # the claim is fresh: another watcher may be resuming it
+        assert watcher.resumed == [] and await is_paused(flow_run.id)
+        await asyncio.sleep(3.5)
+        await watcher.sweep()  # the claim is stale now: its holder never resumed
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [flow_run.id] and not await is_paused(flow_run.id)
