@@ -8,7 +8,7 @@ resumes the flow runs whose run changed in a way the flow must handle, then wait
 change: on the backend's account-wide change feed when the backend offers one, else on one
 long-poll per run, a bounded number at a time. A restarted watcher loses nothing (its first
 sweep reads everything again), and two watchers resume nothing twice (each resume is claimed
-first, :mod:`prefect_ito.claims`).
+first, :mod:`prefect_ito.claims`; a claim whose holder died is taken over once stale).
 
 It never resumes a run that waits for a person (those pause under other keys), never decides
 anything, and never submits: a re-entered flow run re-attaches to the run it recorded.
@@ -167,7 +167,8 @@ class Watcher:
         return self._due_in(record, self._seen.get(record.run_id)) <= 0
 
     def _due_in(self, record: Deferral, seen: _Seen | None) -> float:
-        """Seconds until the stall limit or the deadline of ``record`` comes due."""
+        """Seconds until the stall limit or the deadline of ``record`` comes due, or until a
+        resume another watcher claimed is to be looked at again."""
         now = deferral.wall_clock()
         due = [float("inf")]
         if record.run_id in self._look_again_at:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from flow_helpers import parameters
 from prefect import get_client
 from test_flow_boundaries import backend_events
 
-from prefect_ito import reporting
+from prefect_ito import event_relay, reporting
 from prefect_ito.flows import ito_training
 
 
@@ -56,3 +57,23 @@ async def test_an_event_lost_on_its_way_is_sent_again_before_the_flow_run_ends(
     expected = set(await backend_events(simulator, run_id))
     assert dropped and str(dropped[0]) in expected
     assert await held_events(f"ito.training-run.{run_id}", expected) == expected
+
+
+async def test_a_prefect_that_cannot_say_what_it_holds_never_stops_the_flow_run(
+    start_simulator, monkeypatch
+):
+    # Reading the events back is a check: when Prefect's events API fails, nothing counts as
+    # held, the events are sent again, and the flow run carries on to its end.
+    from prefect.client.orchestration import PrefectClient
+
+    simulator = start_simulator("default")
+
+    async def unavailable(self: Any, **_: Any) -> Any:
+        raise httpx.ConnectError("events API down")
+
+    monkeypatch.setattr(PrefectClient, "read_events", unavailable)
+    monkeypatch.setattr(event_relay, "SETTLE_PAUSES", (0.1, 0.1))
+
+    state = await ito_training(**parameters(simulator), return_state=True)
+
+    assert state.is_completed(), state.message
