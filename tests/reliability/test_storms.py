@@ -69,10 +69,13 @@ async def lane(client: ItoClient, submit: Any, index: int) -> Counter[str]:
     await call("eligibility", client.get_training_eligibility(booking))
     request = request_for(booking)
     await call("submission", submit(client, request, f"storm-{booking}"))
-    other = request_for(booking, budget_usd=1_000.0)
     # The same key for another request, and another request on the busy booking: both final.
+    # Two requests, not one sent twice: each asks for a quote first, and a quote given up on in
+    # the storm must not look like a quote resent at once by the next call.
+    other = request_for(booking, budget_usd=1_000.0)
     await call("reused key", submit(client, other, f"storm-{booking}"), IdempotencyKeyReused)
-    await call("busy booking", submit(client, other, f"storm-busy-{booking}"), BookingBusy)
+    another = request_for(booking, budget_usd=2_000.0)
+    await call("busy booking", submit(client, another, f"storm-busy-{booking}"), BookingBusy)
     await call("active runs", client.list_active_runs(booking))
     await call("run by key", client.find_run_by_idempotency_key(f"storm-{booking}"))
     return outcomes
