@@ -76,6 +76,8 @@ def simulator(
         login_scopes: The scopes a device login grants, to try a limited token (repeat it;
             default: every scope).
     """
+    if not 0 <= port <= 65535:
+        exit_with(InvalidParameters(f"port: {port} is not a TCP port (0-65535)", field="port"))
     try:
         chosen = resolve_scenario(scenario).with_options(
             scaffold=scaffold or None,

@@ -219,6 +219,16 @@ def test_an_unknown_simulator_scenario_is_one_line_naming_it():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("port", ["-5", "70000"])
+def test_a_simulator_port_out_of_range_is_one_line(port):
+    # Before, a traceback (OverflowError from the socket's bind).
+    result = prefect_ito("simulator", "--port", port, env=dict(os.environ), timeout=120)
+
+    assert result.returncode == ExitCode.INVALID_INPUT
+    assert result.stderr.startswith("error: port: ")
+    assert "Traceback" not in result.stderr
+
+
 def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulator, prefect_server):
     env = worker_env(simulator, prefect_server)
     token = env["ITO_COMPUTE_TOKEN"]
