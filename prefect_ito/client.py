@@ -66,8 +66,9 @@ from prefect_ito.contract import (
     TrainingRunList,
     TrainingRunRequest,
     WhoAmI,
+    segment_problem,
 )
-from prefect_ito.exceptions import ItoProtocolError, ItoTransportError
+from prefect_ito.exceptions import InvalidParameters, ItoProtocolError, ItoTransportError
 from prefect_ito.provenance import Provenance, ResponseNotes
 from prefect_ito.settings import ItoSettings
 
@@ -108,8 +109,18 @@ class _Call:
         return f"{self.method} {self.template}"
 
 
-def _segment(value: str) -> str:
-    # Ids are path segments: quote everything, so an id can never change the route.
+def _segment(value: str, field: str) -> str:
+    """Return the id ``value`` as one path segment; refuse one that would change the route.
+
+    Everything is quoted, and what quoting cannot make safe — empty, ``.``, ``..``, or a
+    separator a server decodes back (``%2F``) — is refused before anything is sent.
+
+    Raises:
+        InvalidParameters: ``value`` would change the request's path; names ``field``.
+    """
+    problem = segment_problem(value)
+    if problem is not None:
+        raise InvalidParameters(f"{field}: {problem}", field=field)
     return quote(value, safe="")
 
 
@@ -225,7 +236,8 @@ class ItoClient:
         Args:
             booking_id: The booking to ask about.
         """
-        path = f"{API_PREFIX}/bookings/{_segment(booking_id)}/training-eligibility"
+        booking = _segment(booking_id, "booking_id")
+        path = f"{API_PREFIX}/bookings/{booking}/training-eligibility"
         call = _Call("GET", "/v0/bookings/{booking_id}/training-eligibility", path)
         return await self._request(call, TrainingEligibility)
 
@@ -334,7 +346,7 @@ class ItoClient:
         if wait is not None:
             params["wait"] = min(max(wait, 0.0), float(MAX_WAIT_SECONDS))
             timeout = self._long_poll_timeout(params["wait"])
-        path = f"{API_PREFIX}/training-runs/{_segment(run_id)}"
+        path = f"{API_PREFIX}/training-runs/{_segment(run_id, 'run_id')}"
         call = _Call("GET", "/v0/training-runs/{run_id}", path, params=params, timeout=timeout)
         run = await self._request(call, TrainingRun)
         if after_version is not None and run.version < after_version:
@@ -381,7 +393,7 @@ class ItoClient:
             One page holding the events of every page the backend had, the ``last_seq`` of
             the last, and no ``next``.
         """
-        path = f"{API_PREFIX}/training-runs/{_segment(run_id)}/events"
+        path = f"{API_PREFIX}/training-runs/{_segment(run_id, 'run_id')}/events"
         events: list[RunEvent] = []
         last_seq = after
         template = "/v0/training-runs/{run_id}/events"
@@ -411,9 +423,8 @@ class ItoClient:
             decision: Approve or reject, by whom and why.
             idempotency_key: One key per logical decision, reused on every retry.
         """
-        path = (
-            f"{API_PREFIX}/training-runs/{_segment(run_id)}/actions/{_segment(action_id)}/decision"
-        )
+        run, action = _segment(run_id, "run_id"), _segment(action_id, "action_id")
+        path = f"{API_PREFIX}/training-runs/{run}/actions/{action}/decision"
         call = _Call(
             "POST",
             "/v0/training-runs/{run_id}/actions/{action_id}/decision",
@@ -436,7 +447,7 @@ class ItoClient:
         call = _Call(
             "POST",
             "/v0/training-runs/{run_id}/cancel",
-            f"{API_PREFIX}/training-runs/{_segment(run_id)}/cancel",
+            f"{API_PREFIX}/training-runs/{_segment(run_id, 'run_id')}/cancel",
             body=CancelRequest(reason=reason).model_dump(mode="json"),
             idempotency_key=idempotency_key,
         )

@@ -33,6 +33,7 @@ from prefect_ito.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.parameters import (
     SupervisionParameters,
     TrainingParameters,
+    check_id,
     derive_idempotency_key,
     resolve_booking,
 )
@@ -115,6 +116,7 @@ async def ito_attach_training(
         credentials: An ``ItoCredentials`` block or its name; default: ``ITO_COMPUTE_API_URL``.
     """
     try:
+        check_id(run_id, "run_id")
         steps = TaskSteps(
             await resolve_credentials(credentials), SupervisionParameters.parse(limits)
         )

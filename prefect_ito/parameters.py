@@ -28,6 +28,8 @@ from prefect_ito.contract import (
     TEXT_MAX_LENGTH,
     PostTraining,
     TrainingRequest,
+    id_problem,
+    segment_problem,
 )
 from prefect_ito.exceptions import InvalidParameters
 
@@ -36,6 +38,7 @@ __all__ = [
     "BookingClaim",
     "SupervisionParameters",
     "TrainingParameters",
+    "check_id",
     "derive_idempotency_key",
     "invalid_parameters",
     "resolve_booking",
@@ -217,7 +220,11 @@ class _Request(BaseModel):
         if value is None or isinstance(value, ItoBooking):
             return value
         if _is_text(value):
-            return _clean(value, ID_MAX_LENGTH)
+            booking_id = _clean(value, ID_MAX_LENGTH)
+            problem = segment_problem(booking_id)
+            if problem is not None:
+                raise ValueError(problem)
+            return booking_id
         if isinstance(value, dict):
             return ItoBooking.model_validate(value)
         raise ValueError(f"must be a booking id or an ItoBooking (got {_shown(value)})")
@@ -283,6 +290,21 @@ class TrainingParameters(SupervisionParameters, _Request):
             )
         except ValidationError as exc:
             raise invalid_parameters(exc) from None
+
+
+def check_id(value: str, field: str) -> str:
+    """Return ``value``, a booking, run or action id to send; refuse it before any request.
+
+    An id is 1 to 128 characters, without surrounding spaces or control characters, and never
+    changes the path of the request it goes into (see :func:`prefect_ito.contract.id_problem`).
+
+    Raises:
+        InvalidParameters: naming ``field`` and the rule ``value`` breaks.
+    """
+    problem = id_problem(value) if isinstance(value, str) else "must be a string"
+    if problem is not None:
+        raise InvalidParameters(f"{field}: {problem}", field=field)
+    return value
 
 
 def invalid_parameters(error: ValidationError) -> InvalidParameters:

@@ -9,6 +9,7 @@ JSON document (see :mod:`prefect_ito.cli.output`), and the line still goes to st
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 from collections.abc import Coroutine
 from typing import Any, NoReturn, TypeVar
@@ -17,9 +18,9 @@ import httpx
 from prefect.settings import PREFECT_API_URL
 
 from prefect_ito.cli import output
-from prefect_ito.exceptions import Detached, ItoError, PrefectUnreachable
+from prefect_ito.exceptions import Detached, InvalidParameters, ItoError, PrefectUnreachable
 
-__all__ = ["exit_with", "run_command"]
+__all__ = ["exit_with", "require_positive", "run_command"]
 
 T = TypeVar("T")
 
@@ -43,3 +44,23 @@ def exit_with(error: ItoError) -> NoReturn:
     print(f"error: {error}", file=sys.stderr)
     output.fail(error)
     sys.exit(int(error.exit_code))
+
+
+def require_positive(field: str, value: float, *, at_least: float | None = None) -> None:
+    """End the command naming ``field`` unless ``value`` is a finite number above 0.
+
+    ``nan`` and ``inf`` parse as floats, and compare false with every bound: each is refused
+    here by name, not met later as a loop that never waits or never ends.
+
+    Args:
+        field: The option's name, as the message names it.
+        value: What the option was given.
+        at_least: The smallest value allowed instead of "above 0" (a count's 1).
+    """
+    low_enough = value >= at_least if at_least is not None else value > 0
+    if math.isfinite(value) and low_enough:
+        return
+    rule = f"at least {at_least:g}" if at_least is not None else "above 0"
+    exit_with(
+        InvalidParameters(f"{field}: must be a finite number {rule} (got {value:g})", field=field)
+    )

@@ -18,9 +18,9 @@ from prefect_ito.cli import app, output
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import ID_MAX_LENGTH, TrainingRun
+from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import InvalidParameters, RunNotFound
-from prefect_ito.parameters import IDEMPOTENCY_KEY_PATTERN
+from prefect_ito.parameters import IDEMPOTENCY_KEY_PATTERN, check_id
 from prefect_ito.reporting import TrainingSummary
 
 __all__ = ["runs", "show"]
@@ -73,11 +73,8 @@ def _selection(run_id: str | None, key: str | None, booking: str | None) -> dict
                 "letter or digit",
                 field=name,
             )
-    elif not value.strip() or len(value) > ID_MAX_LENGTH or value != value.strip():
-        raise InvalidParameters(
-            f"{name}: must be 1 to {ID_MAX_LENGTH} characters, without surrounding spaces",
-            field=name,
-        )
+    else:
+        check_id(value, name)
     return given
 
 

@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from prefect_ito.cli import app
-from prefect_ito.cli.errors import exit_with
+from prefect_ito.cli.errors import exit_with, require_positive
 from prefect_ito.contract import Scope
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.parameters import invalid_parameters
@@ -72,18 +72,23 @@ def simulator(
         port: TCP port to listen on.
         scenario: A built-in scenario name or a JSON/YAML scenario file (default: ``default``).
         scaffold: Answer like production today: training runs are not live.
-        time_scale: Simulated seconds per real second (default: the scenario's).
+        time_scale: Simulated seconds per real second, a finite number above 0 (default: the
+            scenario's).
         login_scopes: The scopes a device login grants, to try a limited token (repeat it;
             default: every scope).
     """
     if not 0 <= port <= 65535:
         exit_with(InvalidParameters(f"port: {port} is not a TCP port (0-65535)", field="port"))
+    if time_scale is not None:
+        require_positive("time_scale", time_scale)
     try:
         chosen = resolve_scenario(scenario).with_options(
             scaffold=scaffold or None,
             time_scale=time_scale,
             login_scopes=None if login_scopes is None else _scopes(login_scopes),
         )
+    except ValidationError as error:  # an option the scenario's own rules refuse
+        exit_with(invalid_parameters(error))
     except InvalidParameters as error:
         exit_with(error)
     print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")

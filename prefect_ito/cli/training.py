@@ -50,7 +50,12 @@ from prefect_ito.exceptions import (
 )
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.outcomes import exit_code, outcome_error
-from prefect_ito.parameters import SupervisionParameters, TrainingParameters, resolve_booking
+from prefect_ito.parameters import (
+    SupervisionParameters,
+    TrainingParameters,
+    check_id,
+    resolve_booking,
+)
 from prefect_ito.reporting import read_status
 
 __all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
@@ -175,6 +180,10 @@ def attach(
         run_id: The backend's training run id.
     """
     output.use_json(json_output)
+    try:
+        check_id(run_id, "run_id")  # before Prefect or the backend is asked anything
+    except InvalidParameters as error:
+        _fail(error)
     _run_flow(
         ito_attach_training,
         {

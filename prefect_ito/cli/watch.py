@@ -12,8 +12,8 @@ from cyclopts import Parameter
 from prefect.settings import get_current_settings
 
 from prefect_ito.cli import app
-from prefect_ito.cli.errors import exit_with, run_command
-from prefect_ito.exceptions import InvalidParameters, PrefectServerRequired
+from prefect_ito.cli.errors import exit_with, require_positive, run_command
+from prefect_ito.exceptions import PrefectServerRequired
 from prefect_ito.terminal import has_real_server
 from prefect_ito.watcher import Watcher
 
@@ -23,15 +23,17 @@ __all__ = ["watch"]
 @app.command
 def watch(
     *,
-    wait: Annotated[float, Parameter(help="Seconds one long-poll may wait for a change.")] = 30,
+    wait: Annotated[
+        float, Parameter(help="Seconds one long-poll may wait for a change (above 0).")
+    ] = 30,
     max_concurrency: Annotated[
-        int, Parameter(help="Long-polls at once on a backend without a change feed.")
+        int, Parameter(help="Long-polls at once on a backend without a change feed (1 or more).")
     ] = 32,
     lost_after: Annotated[
         float | None,
         Parameter(
             help="Seconds without a flow-run heartbeat before a running (or starting) flow run "
-            "counts as lost and is re-entered (default: three heartbeat intervals, "
+            "counts as lost and is re-entered, above 0 (default: three heartbeat intervals, "
             "PREFECT_FLOWS_HEARTBEAT_FREQUENCY)."
         ),
     ] = None,
@@ -42,15 +44,17 @@ def watch(
     the backend's token in its own environment (ITO_COMPUTE_TOKEN) or keyring, never in Prefect.
     It keeps no state: stop and start it at will.
     """
+    # Options first, each by name: nan and inf would pass a plain comparison, then fail every
+    # sweep (or never wait) once the watcher runs.
+    require_positive("wait", wait)
+    require_positive("max_concurrency", max_concurrency, at_least=1)
+    if lost_after is not None:
+        require_positive("lost_after", lost_after)
     if not has_real_server():
         exit_with(
             PrefectServerRequired(
                 "`prefect-ito watch` needs a real Prefect server: set PREFECT_API_URL"
             )
-        )
-    if wait <= 0 or max_concurrency < 1 or (lost_after is not None and lost_after <= 0):
-        exit_with(
-            InvalidParameters("wait and lost_after must be positive, max_concurrency at least 1")
         )
     heartbeat = get_current_settings().flows.heartbeat_frequency or 180
     watcher = Watcher(

@@ -61,6 +61,8 @@ from prefect_ito.contract.envelope import (
     ModelSize,
     NonEmptyStr,
     QuoteId,
+    id_problem,
+    segment_problem,
 )
 from prefect_ito.contract.open_enum import OpenEnum
 from prefect_ito.contract.quotes import CostRange, PlanPreview, TrainingQuote
@@ -189,4 +191,6 @@ __all__ = [
     "TrainingRunList",
     "TrainingRunRequest",
     "WhoAmI",
+    "id_problem",
+    "segment_problem",
 ]

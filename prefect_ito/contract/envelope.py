@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from enum import StrEnum
 from typing import Annotated, Final, Generic, Literal, TypeVar
 
@@ -67,6 +68,43 @@ BookingId = Annotated[
     StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
     Field(description="A booking's id at the Itô desk."),
 ]
+
+
+PATH_SEPARATORS = ("/", "\\", "?", "#")
+"""Characters that would end an id's path segment (or the path) wherever a server decodes it."""
+
+
+def segment_problem(value: str) -> str | None:
+    """Return why ``value`` cannot be one path segment of a request, or None when it can.
+
+    An empty id, ``.`` or ``..``, or one holding a separator would change which route a request
+    reaches: an empty one the collection, dot segments the parent, and ``%2F`` is decoded back to
+    ``/`` by servers that route on the decoded path.
+    """
+    if not value:
+        return "must not be empty"
+    if value in (".", ".."):
+        return f"{value!r} is not an id: it would change the request's path"
+    if any(separator in value for separator in PATH_SEPARATORS):
+        return "must not contain '/', '\\', '?' or '#': it would change the request's path"
+    return None
+
+
+def id_problem(value: str) -> str | None:
+    """Return why ``value`` is not a booking, run or action id to send, or None when it is.
+
+    An id is 1 to :data:`ID_MAX_LENGTH` characters, without surrounding spaces or control
+    characters, and usable as one path segment (:func:`segment_problem`).
+    """
+    if not value.strip():
+        return "must not be empty"
+    if len(value) > ID_MAX_LENGTH:
+        return f"must be at most {ID_MAX_LENGTH} characters (got {len(value)})"
+    if value != value.strip():
+        return "must not start or end with a space"
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        return "must not contain a control character"
+    return segment_problem(value)
 
 
 class _Model(BaseModel):

@@ -36,9 +36,13 @@ DEFAULT_QUOTE_TTL_SECONDS = 900.0
 
 
 class _Spec(BaseModel):
-    """Base for scenario models: strict, so a typo in a scenario file is an error, not a no-op."""
+    """Base for scenario models: strict, so a typo in a scenario file is an error, not a no-op.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Every number is finite: a time, a rate or a loss of ``nan`` or ``inf`` is never meant, and
+    would pass the bounds (``inf > 0``) only to break the clock or the run later.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SimBooking(_Spec):

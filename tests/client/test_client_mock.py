@@ -339,11 +339,13 @@ async def test_long_poll_stretches_the_read_timeout_and_caps_wait() -> None:
     assert float(second.url.params["wait"]) == 60
 
 
-async def test_ids_cannot_change_the_route() -> None:
+async def test_ids_are_quoted_as_one_path_segment() -> None:
+    # An id that would change the route is refused before sending (test_client_paths.py).
     script = Script(ok(EventPage(events=[], last_seq=0)))
     async with mock_client(script) as client:
-        await client.list_events("../capabilities", after=5)
-    assert script.requests[0].url.raw_path == b"/v0/training-runs/..%2Fcapabilities/events?after=5"
+        await client.list_events("run 1:ä%", after=5)
+    path = script.requests[0].url.raw_path
+    assert path == b"/v0/training-runs/run%201%3A%C3%A4%25/events?after=5"
 
 
 async def test_bearer_header_is_attached_at_send_time_only() -> None:

@@ -401,3 +401,66 @@ def test_a_credentials_block_with_a_bad_url_names_the_field(ledger):
         "bad-input", trials=1, faults={"block field": 1}, outcomes={"refused naming the field": 1}
     )
     assert "not an http(s) URL" in str(refused.value)
+
+
+# --- the services' numeric options: finite and positive, refused before anything starts -------
+
+BAD_SERVICE_OPTIONS: list[tuple[list[str], str]] = [
+    (["simulator", "--port", "0", "--time-scale", "-1"], "time_scale"),
+    (["simulator", "--port", "0", "--time-scale", "0"], "time_scale"),
+    (["simulator", "--port", "0", "--time-scale", "nan"], "time_scale"),
+    (["simulator", "--port", "0", "--time-scale", "inf"], "time_scale"),
+    (["watch", "--lost-after", "nan"], "lost_after"),
+    (["watch", "--lost-after", "inf"], "lost_after"),
+    (["watch", "--lost-after", "-1"], "lost_after"),
+    (["watch", "--wait", "nan"], "wait"),
+    (["watch", "--wait", "inf"], "wait"),
+    (["watch", "--wait", "0"], "wait"),
+    (["watch", "--max-concurrency", "0"], "max_concurrency"),
+]
+
+
+@pytest.mark.parametrize(("args", "field"), BAD_SERVICE_OPTIONS)
+def test_a_bad_service_option_is_one_line_naming_it(args, field, capsys, sweep, ledger):
+    # Before, the simulator printed pydantic's traceback, and the watcher took nan and inf and
+    # then failed every sweep.
+    code, err = run_cli(args, capsys, sweep)
+
+    ledger.record(
+        "bad-input", trials=1, faults={"service option": 1}, outcomes={f"refused, exit {code}": 1}
+    )
+    assert code == ExitCode.INVALID_INPUT, err
+    assert err.startswith(f"error: {field}: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("field", ["time_scale", "quote_ttl_seconds"])
+@pytest.mark.parametrize("value", [".inf", ".nan", "-1"])
+def test_a_scenario_file_with_a_time_that_is_not_finite_is_refused(field, value, tmp_path):
+    path = tmp_path / "clock.yaml"
+    path.write_text(f"bookings: []\nrun: {{curriculum: [], post_training: []}}\n{field}: {value}\n")
+
+    with pytest.raises(InvalidParameters, match=f"^scenario {path}: {field}"):
+        resolve_scenario(str(path))
+
+
+# --- ids that go into a URL path: checked here, before any request ----------------------------
+
+BAD_IDS = ["", "   ", " run_1", "run/1", "..", ".", "run?x=1", "run#top", "run\x1b[2J",
+           "r" * (ID_MAX_LENGTH + 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("run_id", BAD_IDS)
+@pytest.mark.parametrize("command", ["attach", "runs show"])
+def test_a_bad_run_id_is_one_line_and_sends_nothing(
+    command, run_id, cli_backend, prefect_server, capsys, sweep, ledger
+):
+    # Before, `attach ''` reached the backend (HTTP 307) and exited 1.
+    code, err = run_cli([*command.split(), run_id], capsys, sweep)
+
+    ledger.record(
+        "bad-input", trials=1, faults={"run id": 1}, outcomes={f"refused, exit {code}": 1}
+    )
+    assert code == ExitCode.INVALID_INPUT, err
+    assert err.startswith("error: run_id: ") and err.count("\n") == 1, err
+    assert cli_backend.requests() == []
