@@ -31,6 +31,8 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 SHIPPED_YAML = CHECKOUT / "deployments" / "prefect.yaml"
 INSTALLED_YAML = CHECKOUT / "deployments" / "prefect-installed.yaml"
 """The installed-package route: module entrypoints, no pull step, deployable from anywhere."""
+PROCESS_TEMPLATE = CHECKOUT / "deployments" / "process-base-job-template.json"
+"""The process work pool's template: no job variable sets the command, environment or directory."""
 POOL = "ito-process"
 PLAIN_BOOKING = "bk-h200-2x8-ib"
 CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships with
