@@ -8,6 +8,7 @@ names a throwaway database (``.ci/run`` makes one); otherwise that variant is sk
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from e2e_stack import (
     INSTALLED_YAML,
     PLAIN_BOOKING,
     POOL,
+    PROCESS_TEMPLATE,
     SHIPPED_YAML,
     Stack,
     deploy,
@@ -41,7 +43,6 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.events.clients import PrefectEventsClient
 from prefect.events.worker import EventsWorker
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
 from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
 from prefect_ito.simulator import SimulatorServer
@@ -151,6 +152,7 @@ def _running_stack(
         worker_env = environment(
             api_url,
             scratch / "worker",
+            ITO_COMPUTE_API_URL=simulator.url,  # the one origin the token belongs to
             ITO_COMPUTE_TOKEN=token.get_secret_value(),
             XDG_DATA_HOME=str(scratch / "worker-keyring"),
             # Flow runs beat every 30 s (Prefect's least); 65 s of silence counts as lost.
@@ -191,12 +193,12 @@ def _save_blocks(api_url: str) -> None:
 
 
 def _create_work_pool() -> None:
-    """Create the process work pool the shipped prefect.yaml names.
+    """Create the process work pool the shipped prefect.yaml names, from the shipped template.
 
     Each end-to-end module starts its own stack, and the SQLite server is the session's: a later
     module finds the pool there already.
     """
-    template = ProcessWorker.get_default_base_job_template()
+    template = json.loads(PROCESS_TEMPLATE.read_text())
     with get_client(sync_client=True) as client:
         client.create_work_pool(
             WorkPoolCreate(name=POOL, type="process", base_job_template=template), overwrite=True

@@ -7,6 +7,7 @@ one server, worker and simulator per database and run in this order.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from e2e_stack import (
@@ -19,6 +20,8 @@ from e2e_stack import (
     CREDENTIALS_BLOCK,
     NIGHTLY,
     PLAIN_BOOKING,
+    POOL,
+    SHIPPED_YAML,
     STALLED_BOOKING,
     Stack,
     backend_runs,
@@ -27,6 +30,7 @@ from e2e_stack import (
     flow_run_processes,
     named,
     on_booking,
+    shipped_parameters,
     start_training,
     suspend_on_spike,
     train_until_stalled,
@@ -36,6 +40,7 @@ from e2e_stack import (
 )
 from prefect import get_client
 from prefect.deployments import run_deployment
+from prefect.exceptions import PrefectHTTPStatusError
 from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling
 
@@ -152,6 +157,37 @@ async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
     assert len(read_back) >= 3 + 5 and rows  # the runs above are all there
     assert not [text for text in read_back if canary in text]
     assert not [row for row in rows if canary in row]
+
+
+async def test_a_flow_run_cannot_choose_the_command_its_worker_runs(stack: Stack, tmp_path: Path):
+    """Anyone who can reach the Prefect API can give a flow run job variables.
+
+    With Prefect's default process template, this command ran in place of the flow, with the
+    worker's environment (its token included). The pool's template (deployments/
+    process-base-job-template.json) has no `command` to set.
+    """
+    stolen = tmp_path / "stolen-environment"
+    hostile = {"command": f"sh -c 'env > {stolen}'", "env": {"PYTHONPATH": str(tmp_path)}}
+    async with get_client() as client:
+        deployment = await client.read_deployment_by_name(NIGHTLY)
+        with pytest.raises(PrefectHTTPStatusError, match="422"):
+            await client.create_flow_run_from_deployment(deployment.id, job_variables=hostile)
+        # Prefect checks job variables against the template on the route above, not when a flow
+        # run is created directly: this one reaches the worker with them.
+        response = await client._client.post(
+            "/flow_runs/",
+            json={
+                "flow_id": str(deployment.flow_id), "deployment_id": str(deployment.id),
+                "work_pool_name": POOL, "job_variables": hostile,
+                "parameters": shipped_parameters(SHIPPED_YAML, "nightly"),
+                "state": {"type": "SCHEDULED"},
+            },
+        )  # fmt: skip
+        response.raise_for_status()
+
+    # The worker ran the flow itself, to the end.
+    await wait_for_flow_run(response.json()["id"], completed)
+    assert not stolen.exists()
 
 
 async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(stack: Stack):

@@ -9,6 +9,7 @@ Every process it starts is stopped by its own PID. See ``crash_trials.py``.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -29,6 +30,7 @@ from e2e_stack import (
     AUTHORIZATION_BLOCK,
     CREDENTIALS_BLOCK,
     POOL,
+    PROCESS_TEMPLATE,
     SHIPPED_YAML,
     deploy,
     deployment_file,
@@ -39,7 +41,6 @@ from e2e_stack import (
 from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 from pydantic import SecretStr
 
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
@@ -185,7 +186,7 @@ def _prepare(stack: TrialStack) -> None:
         authorized_by="Ada (crash trials)", max_budget_usd=1e7, booking_ids=["bk-*"],
         expires_at=datetime.now(UTC) + timedelta(days=1), note="crash trials",
     ).save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
-    template = ProcessWorker.get_default_base_job_template()
+    template = json.loads(PROCESS_TEMPLATE.read_text())
     with get_client(sync_client=True) as client:
         client.create_work_pool(
             WorkPoolCreate(name=POOL, type="process", base_job_template=template), overwrite=True
@@ -196,6 +197,7 @@ def _prepare(stack: TrialStack) -> None:
     stack.env = environment(
         stack.api_url,
         stack.scratch / "worker",
+        ITO_COMPUTE_API_URL=stack.simulator.url,  # the one origin the token belongs to
         ITO_COMPUTE_TOKEN=stack.simulator.mint_token("trials").get_secret_value(),
         XDG_DATA_HOME=str(stack.scratch / "worker-keyring"),
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY=HEARTBEAT_SECONDS,
