@@ -17,6 +17,7 @@ ItoError
 │   ├── ConfirmationRequired                                   (428)
 │   ├── ConfirmationMismatch, ConfirmationUsed                 (409)
 │   ├── ConfirmationExpired                                    (410)
+│   ├── PayloadTooLarge                                        (413)
 │   ├── CapabilityNotAvailable                                 (501)
 │   ├── RateLimited                                            (429)
 │   ├── BackendUnavailable                                     (503)
@@ -96,6 +97,7 @@ __all__ = [
     "NotFound",
     "NotLoggedIn",
     "NothingToDecide",
+    "PayloadTooLarge",
     "PrefectServerRequired",
     "PrefectUnreachable",
     "RateLimited",
@@ -492,6 +494,17 @@ class ConfirmationUsed(ItoAPIError):
     exit_code = ExitCode.NOT_CONFIRMED
 
 
+class PayloadTooLarge(ItoAPIError):
+    """The request body is larger than the backend reads: final, never retried.
+
+    Nothing was done with it. The backend names its limit in the message.
+    """
+
+    code = ErrorCode.PAYLOAD_TOO_LARGE.value
+    state_name = "InvalidParameters"
+    exit_code = ExitCode.INVALID_INPUT
+
+
 _API_ERRORS: dict[str, type[ItoAPIError]] = {
     cls.code: cls
     for cls in (
@@ -520,6 +533,7 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
         ConfirmationMismatch,
         ConfirmationExpired,
         ConfirmationUsed,
+        PayloadTooLarge,
     )
 }
 

@@ -17,7 +17,12 @@ from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.envelopes import error_response
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.faults import FaultMiddleware
-from prefect_ito.simulator.middleware import RequestLogMiddleware
+from prefect_ito.simulator.middleware import (
+    BodyLimitMiddleware,
+    BodyTooLarge,
+    RequestLogMiddleware,
+    too_large_response,
+)
 from prefect_ito.simulator.scenario import Scenario
 from prefect_ito.simulator.state import SimState
 
@@ -53,6 +58,7 @@ def create_app(scenario: Scenario | None = None) -> FastAPI:
     app.include_router(auth_routes.page_router)
     app.include_router(admin.router)
     app.add_middleware(FaultMiddleware, state=state)
+    app.add_middleware(BodyLimitMiddleware, state=state)
     app.add_middleware(RequestLogMiddleware, state=state)
     app.add_exception_handler(SimError, _sim_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -90,6 +96,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if isinstance(exc, BodyTooLarge):
+        return too_large_response(exc)
     if exc.status_code in (404, 405):
         # Unknown routes and methods: the contract has one NOT_FOUND code for both.
         return error_response(ErrorCode.NOT_FOUND, "no such route")

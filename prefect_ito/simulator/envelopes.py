@@ -119,6 +119,7 @@ def documented(
 
 COMMON_ERRORS = (
     ErrorCode.VALIDATION_ERROR,
+    ErrorCode.PAYLOAD_TOO_LARGE,
     ErrorCode.RATE_LIMITED,
     ErrorCode.BACKEND_UNAVAILABLE,
     ErrorCode.INTERNAL_ERROR,

@@ -1,4 +1,4 @@
-"""Request ids, the request log and the 500 envelope, around every answer of the simulator."""
+"""Request ids, the request log, the 500 envelope and the body limit, around every answer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from uuid import uuid4
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER, ErrorCode
@@ -69,3 +71,67 @@ class RequestLogMiddleware:
                 dropped=was_dropped(scope),
             )
         )
+
+
+class BodyLimitMiddleware:
+    """Refuse a request body over the scenario's ``max_body_bytes`` while it arrives (413).
+
+    A ``Content-Length`` over the limit is answered before any of the body is read; a chunked
+    body is counted as it is received, and refused once the count passes the limit. Either way
+    the answer is the contract's ``PAYLOAD_TOO_LARGE`` envelope, and the body is never held
+    whole.
+    """
+
+    def __init__(self, app: ASGIApp, state: SimState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.state.engine.scenario.max_body_bytes
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await too_large_response(BodyTooLarge(limit))(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def send_started(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, send_started)
+        except BodyTooLarge as error:  # only if no handler inside answered it
+            if started:
+                raise
+            await too_large_response(error)(scope, receive, send)
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` once the body passes the limit; answered 413 PAYLOAD_TOO_LARGE.
+
+    An ``HTTPException``, so that FastAPI — which turns any other failure while it reads a body
+    into a 400 — lets it through to the app's handler (or to :class:`BodyLimitMiddleware`).
+    """
+
+    def __init__(self, limit: int) -> None:
+        message = f"the request body is larger than {limit:,} bytes; nothing was done with it"
+        super().__init__(status_code=413, detail=message)
+
+
+def too_large_response(error: BodyTooLarge) -> JSONResponse:
+    """Return the contract's 413 envelope for ``error``."""
+    return error_response(ErrorCode.PAYLOAD_TOO_LARGE, error.detail, field="body")

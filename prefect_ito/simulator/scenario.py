@@ -33,6 +33,8 @@ DEFAULT_TERM_DAYS = 120
 """A booking's default term: long enough for the default run's estimate, from any date."""
 DEFAULT_QUOTE_TTL_SECONDS = 900.0
 """How long a training quote stays confirmable, in real seconds (15 minutes)."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body the simulator reads (1 MiB); a larger one is answered 413."""
 
 
 class _Spec(BaseModel):
@@ -263,6 +265,12 @@ class Scenario(_Spec):
         default=DEFAULT_QUOTE_TTL_SECONDS,
         gt=0,
         description="Real seconds a training quote can be confirmed after it was made.",
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        ge=1,
+        description="The largest request body read, in bytes; a larger one is answered "
+        "413 PAYLOAD_TOO_LARGE while it arrives, never read whole.",
     )
     bookings: list[SimBooking]
     run: RunScript

@@ -50,6 +50,7 @@ EXPECTED_CLASS = {
     ErrorCode.CONFIRMATION_MISMATCH: exc.ConfirmationMismatch,
     ErrorCode.CONFIRMATION_EXPIRED: exc.ConfirmationExpired,
     ErrorCode.CONFIRMATION_USED: exc.ConfirmationUsed,
+    ErrorCode.PAYLOAD_TOO_LARGE: exc.PayloadTooLarge,
 }
 
 
