@@ -7,12 +7,17 @@ from typing import Any
 
 from prefect import Flow, State, get_client
 from prefect.client.schemas.objects import FlowRun
+from prefect.context import FlowRunContext
+from prefect.input import create_flow_run_input
+from prefect.states import Running, Suspended
 from rich.console import Console
 from spend_helpers import covering_authorization
 
+from prefect_ito import answers
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.simulator import SimulatorServer
+from prefect_ito.contract import TrainingRequest
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
 from prefect_ito.terminal import run_training
 
 BOOKING = "bk-h200-2x8-ib"
@@ -70,3 +75,45 @@ async def answer_pauses_with(
 ) -> State[Any]:
     """Run ``flow`` here; a :class:`Person` answers its pauses through the resume API."""
     return await run_training(flow, {}, Person(approve), console, poll=0.3)
+
+
+async def answered_suspension(key: str, answer: dict[str, Any]) -> None:
+    """Record in this flow run what Prefect holds once its suspension under ``key`` was answered.
+
+    A suspension needs a deployment and a worker; the flow tests run their flows in-process. So
+    the records are written directly: the Suspended state, then the answer a person gave (stored
+    after it), then the flow run running again, as after a resume.
+    """
+    flow_run_id = FlowRunContext.get().flow_run.id
+    async with get_client() as client:
+        suspended = Suspended(timeout_seconds=300, pause_key=key)
+        await client.set_flow_run_state(flow_run_id, suspended, force=True)
+        await create_flow_run_input(
+            answers.response_key("suspended", key), answer, flow_run_id=flow_run_id
+        )
+        await client.set_flow_run_state(flow_run_id, Running(), force=True)
+
+
+def spiked_run() -> Any:
+    """Return a backend run that waits for a decision, as the simulator reports one."""
+    from spend_helpers import confirmed_on
+
+    from prefect_ito.simulator.engine import Engine
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    engine = Engine(builtin_scenario("loss-spike"), clock)
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
+        target="chat", budget_usd=1e5,
+    ).to_submission()  # fmt: skip
+    run_id = engine.submit("acct", "k", confirmed_on(engine, "acct", request)).run.run_id
+    while engine.runs[run_id].pending_action is None:
+        clock.now += 0.1
+        engine.advance()
+    return engine.runs[run_id].snapshot()

@@ -11,11 +11,11 @@ import sys
 from datetime import UTC, date, datetime
 from typing import Any
 
-from flow_helpers import Person, parameters, wait_for_pause
+from flow_helpers import Person, answered_suspension, parameters, spiked_run, wait_for_pause
 from prefect import flow, get_client
 from rich.console import Console
 
-from prefect_ito.contract import DecisionChoice, RunState, TrainingRequest
+from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.flows import ito_training
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.scenario import SpikeSpec
@@ -158,14 +158,10 @@ async def test_the_form_shows_evidence_with_headers_the_chart_the_spend_and_the_
 
 
 async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_again(
-    monkeypatch,
+    monkeypatch, prefect_server
 ):
     # After a resume from the UI, the logs said "Waiting for a person… Suspending flow run"
     # once more before "approved": the flow proposed a suspension Prefect then refused.
-    from prefect.context import FlowRunContext
-    from prefect.input import create_flow_run_input
-    from prefect.input.run_input import keyset_from_base_key
-
     from prefect_ito import approval, asking
 
     async def no_second_suspension(**_: Any) -> None:
@@ -174,42 +170,15 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
     monkeypatch.setattr(asking, "can_suspend", lambda: True)
     monkeypatch.setattr(asking, "asuspend_flow_run", no_second_suspension)
     run = spiked_run()
-    keyset = keyset_from_base_key(f"suspended-{approval.pause_key(run.pending_action)}")
 
     @flow
     async def resumed() -> approval.RestartDecision | None:
-        flow_run_id = FlowRunContext.get().flow_run.id
         # What Prefect stored when a person resumed with the earlier form's tick box.
         answer = {"approve": True, "decided_by": "Grace", "reason": "blip"}
-        await create_flow_run_input(keyset["response"], answer, flow_run_id=flow_run_id)
+        await answered_suspension(approval.pause_key(run.pending_action), answer)
         return await approval.ask_person(run, timeout=60, poll_interval=1)
 
     decision = await resumed()
 
     assert decision is not None and decision.decision == "approve"
     assert decision.to_request().decided_by == "Grace"
-
-
-def spiked_run() -> Any:
-    """Return a backend run that waits for a decision, as the simulator reports one."""
-    from spend_helpers import confirmed_on
-
-    from prefect_ito.simulator.engine import Engine
-
-    class Clock:
-        now = 0.0
-
-        def __call__(self) -> float:
-            return self.now
-
-    clock = Clock()
-    engine = Engine(builtin_scenario("loss-spike"), clock)
-    request = TrainingRequest(
-        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
-        target="chat", budget_usd=1e5,
-    ).to_submission()  # fmt: skip
-    run_id = engine.submit("acct", "k", confirmed_on(engine, "acct", request)).run.run_id
-    while engine.runs[run_id].pending_action is None:
-        clock.now += 0.1
-        engine.advance()
-    return engine.runs[run_id].snapshot()

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from flow_helpers import Person, parameters
+from flow_helpers import Person, answered_suspension, parameters
 from prefect import flow
 from rich.console import Console
 from spend_helpers import covering_authorization
@@ -193,10 +193,6 @@ async def test_a_resumed_suspension_takes_the_stored_confirmation_and_asks_once(
 ):
     # A flow run from a deployment suspends for the spend; resumed, it runs from the top and
     # quotes again: the answer stored under the manifest's pause key confirms the new quote.
-    from prefect.context import FlowRunContext
-    from prefect.input import create_flow_run_input
-    from prefect.input.run_input import keyset_from_base_key
-
     from prefect_ito import asking, desk
 
     async def no_second_suspension(**_: Any) -> None:
@@ -211,17 +207,15 @@ async def test_a_resumed_suspension_takes_the_stored_confirmation_and_asks_once(
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         first = await desk.quote(client, request)
         second = await desk.quote(client, request)  # after the resume: a new quote
-    keyset = keyset_from_base_key(f"suspended-{spend.pause_key(first.manifest_digest)}")
 
     @flow
     async def resumed() -> Any:
-        flow_run_id = FlowRunContext.get().flow_run.id
         answer = {
             "decision": "confirm",
             "confirmed_by": "Grace",
             "manifest_digest": request.digest(),
         }
-        await create_flow_run_input(keyset["response"], answer, flow_run_id=flow_run_id)
+        await answered_suspension(spend.pause_key(first.manifest_digest), answer)
         return await spend.ask_person(second, request, timeout=60, poll_interval=1)
 
     confirmation = await resumed()

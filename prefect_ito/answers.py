@@ -1,0 +1,115 @@
+"""Which questions a flow run asked, and which answers count, read from Prefect's own records.
+
+Anyone who can reach the Prefect API can write a flow run's inputs, also before the pause that
+would read them exists, and anyone can press Resume. So an answer counts only for a question
+the flow run asked:
+
+1. The question is a Paused or Suspended state of the flow run under the question's pause key.
+2. The answer is the response input of that pause (Prefect's keyset ``<state>-<key>-response``),
+   stored **after** that state began. Both timestamps are Prefect's server's (the state's
+   ``timestamp``, the input's ``created``), never this machine's clock.
+
+A pause key fires once per flow run in Prefect: pausing again under a used key returns at once
+with whatever input is stored. A question asked again gets a key of its own, the question's key
+and ``-again-2``, ``-again-3``…; all of them are one question's keys (:func:`question_keys`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.objects import FlowRunInput, State
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+from prefect.input.run_input import keyset_from_base_key
+
+__all__ = [
+    "Question",
+    "asked",
+    "discard",
+    "fired_keys",
+    "is_question_key",
+    "next_key",
+    "read_answer",
+]
+
+_AGAIN = "-again-"
+
+
+@dataclass(frozen=True)
+class Question:
+    """A pause the flow run made: its key, the kind of pause, and when it began (server time)."""
+
+    pause_key: str
+    kind: str
+    """``paused`` or ``suspended``: the first word of the pause's input keys."""
+    asked_at: datetime
+
+    @property
+    def response_key(self) -> str:
+        """The key of the flow-run input Prefect stores the answer under."""
+        return response_key(self.kind, self.pause_key)
+
+
+def response_key(kind: str, pause_key: str) -> str:
+    """Return the input key a ``kind`` pause under ``pause_key`` reads its answer from."""
+    return keyset_from_base_key(f"{kind}-{pause_key}")["response"]
+
+
+def is_question_key(key: str, pause_key: str) -> bool:
+    """Tell whether ``pause_key`` is one of the keys the question ``key`` was asked under."""
+    return re.fullmatch(re.escape(key) + rf"(?:{_AGAIN}\d+)?", pause_key) is not None
+
+
+def next_key(key: str, used: set[str]) -> str:
+    """Return the first of the question's keys that has not fired in this flow run."""
+    if key not in used:
+        return key
+    attempt = 2
+    while f"{key}{_AGAIN}{attempt}" in used:
+        attempt += 1
+    return f"{key}{_AGAIN}{attempt}"
+
+
+async def asked(client: PrefectClient, flow_run_id: UUID, key: str) -> list[Question]:
+    """Return the pauses the flow run made under the question's keys, oldest first."""
+    states = await client.read_flow_run_states(flow_run_id)
+    found = [_question(state) for state in states if _is_pause_of(state, key)]
+    return sorted(found, key=lambda question: question.asked_at)
+
+
+def _is_pause_of(state: State, key: str) -> bool:
+    pause_key = state.state_details.pause_key
+    return state.is_paused() and pause_key is not None and is_question_key(key, pause_key)
+
+
+def _question(state: State) -> Question:
+    # Prefect names a pause's inputs after its state: "Paused" or "Suspended".
+    return Question(str(state.state_details.pause_key), (state.name or "").lower(), state.timestamp)
+
+
+async def fired_keys(client: PrefectClient, flow_run_id: UUID) -> set[str]:
+    """Return the pause keys Prefect counts as fired in the flow run (pausing again returns)."""
+    flow_run = await client.read_flow_run(flow_run_id)
+    return set(flow_run.empirical_policy.pause_keys or ())
+
+
+async def read_answer(client: PrefectClient, flow_run_id: UUID, key: str) -> FlowRunInput | None:
+    """Return the flow-run input stored under exactly ``key``, with its server timestamps."""
+    # Prefect reads one input's value but not its record; the filter returns records.
+    found = await client.filter_flow_run_input(flow_run_id, key, limit=10, exclude_keys=set())
+    return next((record for record in found if record.key == key), None)
+
+
+async def discard(client: PrefectClient, record: FlowRunInput) -> None:
+    """Delete an input that is no answer; one already gone (Prefect deletes too) is fine."""
+    try:
+        await client.delete_flow_run_input(record.flow_run_id, record.key)
+    except ObjectNotFound:
+        pass
+    except PrefectHTTPStatusError as error:
+        if error.response.status_code != 404:
+            raise
