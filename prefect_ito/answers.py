@@ -12,6 +12,10 @@ the flow run asked:
 A pause key fires once per flow run in Prefect: pausing again under a used key returns at once
 with whatever input is stored. A question asked again gets a key of its own, the question's key
 and ``-again-2``, ``-again-3``…; all of them are one question's keys (:func:`question_keys`).
+
+The side that answers (``prefect-ito decide``, the terminal) resumes through
+:func:`resume_with`, which reads back which answer Prefect kept: of several answers sent at once,
+Prefect keeps the first and drops the others without an error.
 """
 
 from __future__ import annotations
@@ -19,14 +23,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+from prefect import get_client
 from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.objects import FlowRunInput, State
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-from prefect.input.run_input import keyset_from_base_key
+from prefect.input.run_input import keyset_from_base_key, keyset_from_paused_state
 
 __all__ = [
+    "Kept",
     "Question",
     "asked",
     "discard",
@@ -34,6 +42,7 @@ __all__ = [
     "is_question_key",
     "next_key",
     "read_answer",
+    "resume_with",
 ]
 
 _AGAIN = "-again-"
@@ -113,3 +122,46 @@ async def discard(client: PrefectClient, record: FlowRunInput) -> None:
     except PrefectHTTPStatusError as error:
         if error.response.status_code != 404:
             raise
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What Prefect kept for a pause after a resume: the answer stored, and whether it is ours."""
+
+    answer: dict[str, Any] | None
+    """The stored answer, or None when the pause ended without one (cancelled, timed out)."""
+    ours: bool
+
+    def describe(self) -> str:
+        """Return the kept answer in a few words: its choice and who gave it."""
+        answer = self.answer or {}
+        choice = answer.get("decision")
+        if choice is None and "approve" in answer:  # the earlier restart form: a tick box
+            choice = "approve" if answer["approve"] is True else "reject"
+        who = answer.get("decided_by") or answer.get("confirmed_by") or "someone unnamed"
+        return f"{choice or 'an answer'} by {who}"
+
+
+async def resume_with(flow_run_id: UUID, paused: State, answer: dict[str, Any]) -> Kept:
+    """Resume the pause ``paused`` with ``answer``; return which answer Prefect kept for it.
+
+    Several answers sent at once all "succeed" through Prefect's client: the first resume is
+    taken, the others are aborted (the run is no longer paused) without an error, or, on a
+    database that runs them side by side, fail on the stored answer's key. So the answer is read
+    back from the pause's response input.
+
+    Raises:
+        RuntimeError: Prefect's server refused the answer (the pause timed out, or the answer
+            does not fit the form); Prefect's own message.
+    """
+    key = keyset_from_paused_state(paused)["response"]
+    async with get_client() as client:
+        try:
+            result = await client.resume_flow_run(flow_run_id, run_input=answer)
+        except PrefectHTTPStatusError:
+            result = None  # another answer was stored meanwhile: read back which
+        if result is not None and result.status is SetStateStatus.REJECT:
+            raise RuntimeError(f"Cannot resume this run: {getattr(result.details, 'reason', '')}")
+        record = await read_answer(client, flow_run_id, key)
+    stored = None if record is None else record.decoded_value
+    return Kept(answer=stored, ours=stored == answer)

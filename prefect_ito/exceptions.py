@@ -29,6 +29,7 @@ ItoError
 ├── DeadlineExceeded                  supervision reached its deadline
 ├── Detached                          the person at the terminal detached; the run goes on
 ├── FlowRunNotFound, NothingToDecide  the Prefect flow run named is unknown, or not paused
+├── AnsweredByAnother                 another answer to the same question was taken first
 ├── PrefectServerRequired, PrefectUnreachable
 ├── NotLoggedIn                       no token was found
 ├── NoUsableKeyring                   no keyring a token can be kept in (none, or a refused one)
@@ -59,6 +60,7 @@ from prefect_ito.contract import ErrorCode, PendingAction
 __all__ = [
     "AccessDenied",
     "ActionNotPending",
+    "AnsweredByAnother",
     "AuthorizationPending",
     "AwaitingConfirmation",
     "AwaitingDecision",
@@ -140,6 +142,8 @@ class ExitCode(IntEnum):
     DECLINED = 11
     FORBIDDEN = 12
     """Authenticated, but the token may not do this (it lacks a scope)."""
+    ANSWERED_BY_ANOTHER = 13
+    """Another answer to the same question was taken first; this one was not."""
     DETACHED = 130
 
 
@@ -664,6 +668,18 @@ class NothingToDecide(ItoError):
     code = "NOTHING_TO_DECIDE"
     state_name = "NothingToDecide"
     exit_code = ExitCode.INVALID_INPUT
+
+
+class AnsweredByAnother(ItoError):
+    """Another answer to the question was taken first; Prefect dropped this one.
+
+    Several people (or scripts) may press Resume on one pause at once. Prefect keeps one answer
+    and drops the others without an error, so ``prefect-ito decide`` reads back which it kept.
+    """
+
+    code = "ANSWERED_BY_ANOTHER"
+    state_name = "AnsweredByAnother"
+    exit_code = ExitCode.ANSWERED_BY_ANOTHER
 
 
 class PrefectServerRequired(ItoError):

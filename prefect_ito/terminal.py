@@ -28,7 +28,6 @@ from prefect import Flow, State, get_client
 from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_engine import run_flow_async
-from prefect.flow_runs import aresume_flow_run
 from prefect.input import RunInput
 from prefect.input.run_input import keyset_from_paused_state
 from prefect.settings import (
@@ -40,6 +39,7 @@ from prefect.settings import (
 from rich.console import Console
 from rich.markdown import Markdown
 
+from prefect_ito import answers
 from prefect_ito.approval import Choice, RestartDecision
 from prefect_ito.cancellation import request_detach
 from prefect_ito.spend import SPEND_PREFIX, SpendDecision
@@ -205,6 +205,7 @@ class _Answerers:
 @dataclass(frozen=True)
 class _Pause:
     flow_run: FlowRun
+    state: State[Any]
     response_key: str
     description: str
     spend: bool
@@ -224,8 +225,13 @@ async def _answer_pauses(
         handled.add(pause.response_key)
         _announce_pause(console, flow_run_id, spend=pause.spend)
         answer = await _answer(pause, answerers)
-        if answer is not None:
-            await aresume_flow_run(flow_run_id, run_input=answer.model_dump(mode="json"))
+        if answer is None:
+            continue
+        kept = await answers.resume_with(flow_run_id, pause.state, answer.model_dump(mode="json"))
+        if not kept.ours and kept.answer is not None:
+            # Names come from whoever answered: printed as they are, never read as markup.
+            taken = f"Another answer was taken first: {kept.describe()}."
+            console.print(taken, style="yellow", markup=False, soft_wrap=True)
 
 
 async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
@@ -258,6 +264,7 @@ async def _waiting_pause(flow_run_id: UUID) -> _Pause | None:
     fields = json.loads(schema).get("properties", {})
     return _Pause(
         flow_run=flow_run,
+        state=state,
         response_key=keyset["response"],
         description=json.loads(description),
         spend=(state.state_details.pause_key or "").startswith(SPEND_PREFIX),

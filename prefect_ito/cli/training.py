@@ -19,11 +19,10 @@ from uuid import UUID
 from cyclopts import Parameter
 from prefect import Flow, State, get_client
 from prefect.exceptions import ObjectNotFound
-from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling
 from rich.console import Console
 
-from prefect_ito import provenance, terminal, views
+from prefect_ito import answers, provenance, terminal, views
 from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import resolve_authorization
 from prefect_ito.cancellation import cancel_for_flow_run
@@ -39,6 +38,7 @@ from prefect_ito.cli.options import (
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName
 from prefect_ito.exceptions import (
+    AnsweredByAnother,
     ConfirmationMismatch,
     ConfirmationRequired,
     ExitCode,
@@ -312,6 +312,12 @@ def _show_decision(sent: dict[str, Any]) -> None:
 
 
 async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
+    """Resume the flow run with ``decision``, and make sure it is the answer Prefect kept.
+
+    Raises:
+        NothingToDecide: the flow run waits for no decision, or stopped waiting meanwhile.
+        AnsweredByAnother: another answer to the question was taken first.
+    """
     flow_run = await _read_flow_run(flow_run_id)
     state = flow_run.state
     if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
@@ -320,9 +326,13 @@ async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
             f"(it is {state.name if state else 'without a state'})"
         )
     try:
-        await aresume_flow_run(flow_run_id, run_input=decision.model_dump(mode="json"))
+        kept = await answers.resume_with(flow_run_id, state, decision.model_dump(mode="json"))
     except RuntimeError as error:  # the server refused the resume, e.g. the pause timed out
         raise NothingToDecide(f"flow run {flow_run_id} could not be resumed: {error}") from None
+    if kept.answer is None:
+        raise NothingToDecide(f"flow run {flow_run_id} stopped waiting before this answer came")
+    if not kept.ours:
+        raise AnsweredByAnother(f"another answer was taken first: {kept.describe()}")
 
 
 @app.command

@@ -1,4 +1,4 @@
-"""Answers are taken only for questions asked: nothing read from Prefect skips a question.
+"""Answers are taken only for questions asked; of answers sent at once, one is taken and told so.
 
 Anyone with Prefect API access can write a flow run's inputs, also before the pause that reads
 them, and press Resume. These tests write what such a person could, through Prefect's own API,
@@ -14,15 +14,21 @@ from typing import Any
 import pytest
 from flow_helpers import answered_suspension, parameters, spiked_run, wait_for_pause
 from prefect import flow, get_client
+from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.flow_engine import run_flow_async
 from prefect.flow_runs import aresume_flow_run
 from prefect.input import create_flow_run_input
 from prefect.states import Paused, Running, Suspended
+from rich.console import Console
 
 from prefect_ito import answers, approval, asking, desk, spend
+from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cli.training import _decide
+from prefect_ito.exceptions import AnsweredByAnother
 from prefect_ito.parameters import BookingClaim, TrainingParameters
+from prefect_ito.terminal import run_training
 
 EVE = {"decision": "approve", "decided_by": "Eve", "reason": "written before anyone saw it"}
 ADA = {"decision": "reject", "decided_by": "Ada", "reason": "looked at the chart"}
@@ -214,3 +220,64 @@ async def test_a_question_whose_pause_key_fired_unanswered_is_asked_again(prefec
 
     assert paused.state_details.pause_key == f"{key}-again-2"
     assert (decision.decision, decision.decided_by) == ("reject", "Ada")
+
+
+async def test_of_four_answers_at_once_one_is_taken_and_the_three_others_are_told(
+    prefect_server, monkeypatch
+):
+    run = spiked_run()
+    # All four have seen the pause before any resumes: four people pressing at once.
+    everyone_saw_it = asyncio.Barrier(4)
+    resume_with = answers.resume_with
+
+    async def at_once(*args: Any) -> answers.Kept:
+        await everyone_saw_it.wait()
+        return await resume_with(*args)
+
+    monkeypatch.setattr(answers, "resume_with", at_once)
+
+    @flow
+    async def asked() -> Any:
+        return await approval.ask_person(run, timeout=120, poll_interval=1)
+
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(asked)
+    running = asyncio.ensure_future(run_flow_async(asked, flow_run=flow_run, return_type="state"))
+    await wait_for_pause(flow_run.id)
+    people = [("approve", "Ann"), ("reject", "Bo"), ("approve", "Cy"), ("reject", "Di")]
+
+    async def decide(choice: str, name: str) -> dict[str, Any]:
+        approve = choice == "approve"
+        return await _decide(
+            flow_run.id, approve=approve, reject=not approve, reason="seen it", name=name
+        )
+
+    results = await asyncio.gather(*(decide(*person) for person in people), return_exceptions=True)
+    decision = await (await asyncio.wait_for(running, timeout=120)).result()
+
+    sent = [result for result in results if isinstance(result, dict)]
+    told = [result for result in results if isinstance(result, AnsweredByAnother)]
+    assert len(sent) == 1 and len(told) == 3, results  # before: four "Sent"
+    assert (sent[0]["decision"], sent[0]["decided_by"]) == (decision.decision, decision.decided_by)
+    taken = f"another answer was taken first: {decision.decision} by {decision.decided_by}"
+    assert all(str(error) == taken for error in told)
+
+
+async def test_the_terminal_says_when_another_answer_was_taken_first(prefect_server):
+    run = spiked_run()
+
+    @flow
+    async def asked() -> Any:
+        return await approval.ask_person(run, timeout=120, poll_interval=1)
+
+    async def ada(flow_run: FlowRun, description: str) -> RestartDecision:
+        # While Ada reads the evidence, someone answers in the Prefect UI.
+        await aresume_flow_run(flow_run.id, run_input=EVE)
+        return RestartDecision.model_validate(ADA)
+
+    console = Console(record=True, width=200)
+    state = await run_training(asked, {}, ada, console, poll=0.3)
+
+    decision = await state.result()
+    assert (decision.decision, decision.decided_by) == ("approve", "Eve")
+    assert "Another answer was taken first: approve by Eve." in console.export_text()
