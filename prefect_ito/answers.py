@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 _AGAIN = "-again-"
+_PAGE = 100
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,18 @@ async def fired_keys(client: PrefectClient, flow_run_id: UUID) -> set[str]:
 
 async def read_answer(client: PrefectClient, flow_run_id: UUID, key: str) -> FlowRunInput | None:
     """Return the flow-run input stored under exactly ``key``, with its server timestamps."""
-    # Prefect reads one input's value but not its record; the filter returns records.
-    found = await client.filter_flow_run_input(flow_run_id, key, limit=10, exclude_keys=set())
-    return next((record for record in found if record.key == key), None)
+    # Prefect reads one input's value but not its record; its filter returns records, of every
+    # key that starts with ``key``. Anyone can write many such keys: page past them all.
+    others: set[str] = set()
+    while True:
+        found = await client.filter_flow_run_input(
+            flow_run_id, key, limit=_PAGE, exclude_keys=others
+        )
+        if (record := next((r for r in found if r.key == key), None)) is not None:
+            return record
+        if len(found) < _PAGE:
+            return None
+        others |= {record.key for record in found}
 
 
 async def discard(client: PrefectClient, record: FlowRunInput) -> None:

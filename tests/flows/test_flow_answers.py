@@ -169,6 +169,27 @@ async def test_an_answer_given_after_the_suspension_is_taken_and_nobody_asked_tw
     assert (decision.decision, decision.decided_by) == ("reject", "Ada")
 
 
+async def test_an_answer_is_found_behind_many_inputs_whose_keys_start_with_its_key(
+    prefect_server, suspensions
+):
+    # Prefect's input filter matches a key prefix, oldest first, a page at a time.
+    run = spiked_run()
+    key = approval.pause_key(run.pending_action)
+    response = answers.response_key("suspended", key)
+
+    @flow
+    async def resumed() -> Any:
+        for n in range(120):
+            await create_flow_run_input(f"{response}-{n}", EVE, flow_run_id=flow_run_id())
+        await answered_suspension(key, ADA)
+        return await approval.ask_person(run, timeout=60, poll_interval=1)
+
+    decision = await resumed()
+
+    assert suspensions == []  # before: the answer went unseen and the person was asked again
+    assert (decision.decision, decision.decided_by) == ("reject", "Ada")
+
+
 async def in_process(asked: Any, answer: dict[str, Any]) -> Any:
     """Run ``asked`` here; once it pauses, answer through Prefect's resume API, as the UI does."""
     async with get_client() as client:
