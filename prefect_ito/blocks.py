@@ -208,7 +208,9 @@ class ItoSpendAuthorization(Block):
         description="Who authorizes the spend; the backend records this name for each run.",
     )
     max_budget_usd: float = Field(
-        gt=0, description="The largest budget_usd a run may have, in US dollars."
+        gt=0,
+        allow_inf_nan=False,
+        description="The largest budget_usd a run may have, in US dollars (a finite amount).",
     )
     booking_ids: list[str] = Field(
         min_length=1,
@@ -231,6 +233,21 @@ class ItoSpendAuthorization(Block):
         if value.tzinfo is None:
             raise ValueError("expires_at needs a time zone, e.g. 2027-01-31T00:00:00Z")
         return value
+
+    @field_validator("authorized_by")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name who authorizes the spend, not be blank")
+        return value
+
+    @field_validator("booking_ids", "targets", "model_sizes")
+    @classmethod
+    def _no_blank_entry(cls, values: list[str]) -> list[str]:
+        # A blank pattern covers nothing; in a list a person wrote, it is a slip, not a choice.
+        if any(not value.strip() for value in values):
+            raise ValueError("holds a blank entry; each entry is an id, a value or a pattern")
+        return values
 
     @property
     def label(self) -> str:
@@ -297,6 +314,10 @@ async def resolve_authorization(
     if isinstance(authorization, str):
         try:
             return await ItoSpendAuthorization.aload(authorization)
+        except RuntimeError as exc:  # how Prefect reports a stored document that fails validation
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise _invalid_authorization(exc.__cause__, repr(authorization)) from None
         except ValueError as exc:
             raise InvalidParameters(
                 f"authorization: no ItoSpendAuthorization block named {authorization!r}"
@@ -304,6 +325,20 @@ async def resolve_authorization(
     try:
         return ItoSpendAuthorization.model_validate(authorization)
     except ValidationError as exc:
-        raise InvalidParameters(
-            f"authorization: not an ItoSpendAuthorization block ({exc.errors()[0]['msg']})"
-        ) from None
+        raise _invalid_authorization(exc, "given") from None
+
+
+def _invalid_authorization(error: ValidationError, which: str) -> InvalidParameters:
+    """Return the refusal of an authorization whose fields break a rule, naming the field.
+
+    Anyone with Prefect API access can write a block document, past the block's own checks, so
+    a stored one is checked on load like any other input.
+    """
+    from prefect_ito.parameters import invalid_parameters  # parameters imports this module
+
+    broken = invalid_parameters(error)
+    field = f"authorization.{broken.field}" if broken.field else "authorization"
+    where = f"{field}: " if not broken.field else "authorization."
+    return InvalidParameters(
+        f"{where}{broken} (the ItoSpendAuthorization block {which})", field=field
+    )

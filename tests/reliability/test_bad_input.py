@@ -464,3 +464,77 @@ def test_a_bad_run_id_is_one_line_and_sends_nothing(
     assert code == ExitCode.INVALID_INPUT, err
     assert err.startswith("error: run_id: ") and err.count("\n") == 1, err
     assert cli_backend.requests() == []
+
+
+# --- a standing authorization stored with bad data: refused on load, naming the field ---------
+
+BAD_AUTHORIZATIONS: list[tuple[dict[str, Any], str]] = [
+    ({"expires_at": "2027-01-31T00:00:00"}, "authorization.expires_at"),
+    ({"max_budget_usd": "NaN"}, "authorization.max_budget_usd"),
+    ({"max_budget_usd": "Infinity"}, "authorization.max_budget_usd"),
+    ({"max_budget_usd": -5}, "authorization.max_budget_usd"),
+    ({"booking_ids": []}, "authorization.booking_ids"),
+    ({"booking_ids": [""]}, "authorization.booking_ids"),
+    ({"targets": ["  "]}, "authorization.targets"),
+    ({"authorized_by": " "}, "authorization.authorized_by"),
+]
+
+
+async def store_bad_authorization(name: str, changes: dict[str, Any]) -> None:
+    """Save a valid authorization as ``name``, then change its stored data past the model.
+
+    Anyone with Prefect API access can write a block document (the REST API takes any data).
+    """
+    from prefect import get_client
+    from prefect.client.schemas.actions import BlockDocumentUpdate
+    from spend_helpers import covering_authorization
+
+    block_id = await covering_authorization().asave(name, overwrite=True)
+    async with get_client() as client:
+        stored = await client.read_block_document(block_id)
+        update = BlockDocumentUpdate(data={**stored.data, **changes}, merge_existing_data=False)
+        await client.update_block_document(block_id, update)
+
+
+@pytest.mark.parametrize(("changes", "field"), BAD_AUTHORIZATIONS)
+async def test_a_stored_authorization_with_bad_data_fails_its_flow_run_naming_the_field(
+    changes, field, backend, prefect_server, ledger
+):
+    # Before, loading it raised Prefect's RuntimeError: the flow run ended as a plain Failed.
+    from prefect_ito.flows import ito_training
+
+    target: Backend = backend()
+    name = f"bad-authorization-{field.rsplit('.', 1)[1].replace('_', '-')}"
+    await store_bad_authorization(name, changes)
+
+    state = await ito_training(
+        training=TrainingParameters.parse(VALID),
+        credentials=target.credentials(),
+        authorization=name,
+        return_state=True,
+    )
+
+    ledger.record(
+        "bad-input",
+        trials=1,
+        faults={"stored block data": 1},
+        outcomes={f"refused, flow {state.name}": 1},
+    )
+    assert state.name == "InvalidParameters", (state.name, state.message)
+    assert (state.message or "").startswith(f"InvalidParameters: {field}"), state.message
+    assert target.requests() == []
+
+
+@pytest.mark.parametrize(("changes", "field"), BAD_AUTHORIZATIONS[:5])
+def test_a_stored_authorization_with_bad_data_is_one_line_at_the_command_line(
+    changes, field, cli_backend, prefect_server, capsys, sweep
+):
+    name = f"bad-cli-authorization-{len(field)}-{sorted(changes)[0]}".replace("_", "-")
+    asyncio.run(store_bad_authorization(name, changes))
+
+    code, err = run_cli([*TRAIN, "--budget-usd", "1000", "--authorization", name], capsys, sweep)
+
+    assert code == ExitCode.INVALID_INPUT, err
+    assert err.startswith(f"error: {field}: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    assert cli_backend.requests() == []
