@@ -152,7 +152,9 @@ class RemoteSimulator:
 
 
 def use_token(sim: RemoteSimulator) -> None:
-    """Mint a token and put it where ``ItoCredentials`` looks first: ``ITO_COMPUTE_TOKEN``."""
+    """Mint a token and put it where ``ItoCredentials`` looks first: ``ITO_COMPUTE_TOKEN``,
+    beside ``ITO_COMPUTE_API_URL``, the origin it belongs to."""
+    os.environ["ITO_COMPUTE_API_URL"] = sim.url
     os.environ["ITO_COMPUTE_TOKEN"] = sim.mint_token()
 
 

@@ -280,7 +280,7 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
     flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs))
     # Nothing resumes before the measurement: every run waits, as it would for hours.
     assert all(asyncio.run(still_suspended(flow_run)) for flow_run in flow_runs[:3])
-    env = {**os.environ, "ITO_COMPUTE_TOKEN": token}
+    env = {**os.environ, "ITO_COMPUTE_API_URL": sim.url, "ITO_COMPUTE_TOKEN": token}
     watcher = subprocess.Popen(
         [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
         env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
@@ -326,6 +326,7 @@ def deferred() -> dict[str, dict[str, Figures]]:
         for n in SIZES:
             with RemoteSimulator(scenario(time_scale=1.0, bookings=n)) as sim:
                 token = sim.mint_token()
+                os.environ["ITO_COMPUTE_API_URL"] = sim.url
                 os.environ["ITO_COMPUTE_TOKEN"] = token
                 figures[str(n)] = measure(n, deployment, token, sim)
                 print(f"N={n}: {figures[str(n)]}", flush=True)

@@ -26,6 +26,7 @@ from prefect_ito.exceptions import (
     ItoTransportError,
     error_from_envelope,
 )
+from prefect_ito.origins import origin_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,21 +35,26 @@ _UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.Un
 
 
 class BearerAuth(httpx.Auth):
-    """Attach ``Authorization: Bearer …`` at send time, and take it off again afterwards.
+    """Attach ``Authorization: Bearer …`` at send time, to requests for the token's origin only.
 
     The token lives only in this object, as a ``SecretStr``; no request prefect-ito builds or
-    keeps carries it outside the moment of sending.
+    keeps carries it outside the moment of sending. A request for any other origin goes without
+    it: a token is sent only to the backend it belongs to (:mod:`prefect_ito.origins`).
     """
 
-    def __init__(self, token: SecretStr) -> None:
+    def __init__(self, token: SecretStr, origin: str) -> None:
         self._token = token
+        self._origin = origin
 
     def __repr__(self) -> str:
-        return "BearerAuth(token=SecretStr('**********'))"
+        return f"BearerAuth(token=SecretStr('**********'), origin={self._origin!r})"
 
     async def async_auth_flow(
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        if origin_of(request.url) != self._origin:
+            yield request
+            return
         request.headers["Authorization"] = f"Bearer {self._token.get_secret_value()}"
         try:
             yield request

@@ -1,13 +1,17 @@
 """Where the backend URL and the bearer token come from, and the device login that gets a token.
 
-The token is found by these rules, in order, and by nothing else:
+A token belongs to one backend origin (scheme, host and port; see :mod:`prefect_ito.origins`)
+and is found by these rules, in order, and by nothing else:
 
 1. The environment variable ``ITO_COMPUTE_TOKEN``, for headless workers whose orchestrator injects
    a secret into the worker's own environment (never through deployment job variables, which
-   Prefect stores in plain text).
-2. The OS keyring: service ``prefect-ito``, entry named by the normalised backend URL (or by an
-   explicit ``keyring_entry``). ``prefect-ito login`` writes it there. A keyring that cannot be
-   used (:func:`usable_keyring`) is not consulted.
+   Prefect stores in plain text). It belongs to the origin of ``ITO_COMPUTE_API_URL``, set beside
+   it, and is used for that origin only; set alone it is
+   :class:`~prefect_ito.exceptions.TokenWithoutOrigin`.
+2. The OS keyring: service ``prefect-ito``, entry named by the backend's origin (or
+   ``<origin>#<label>`` for an ``ItoCredentials`` block's ``keyring_entry`` label, a second
+   login at the same backend). ``prefect-ito login`` writes it there. No entry of one origin is
+   ever read for another. A keyring that cannot be used (:func:`usable_keyring`) is not consulted.
 3. Otherwise :class:`~prefect_ito.exceptions.NotLoggedIn`, whose message says to run
    ``prefect-ito login --api-url URL`` and, if the keyring was not consulted, why.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,12 +52,14 @@ from prefect_ito.exceptions import (
     NoUsableKeyring,
     SlowDown,
 )
+from prefect_ito.origins import ENV_API_URL, ENV_TOKEN, env_token_origin, origin_of
 from prefect_ito.settings import ItoSettings
 
 __all__ = [
     "ENV_API_URL",
     "ENV_TOKEN",
     "KEYRING_SERVICE",
+    "check_keyring_label",
     "delete_token",
     "load_stored_token",
     "login",
@@ -65,12 +72,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ENV_TOKEN = "ITO_COMPUTE_TOKEN"  # noqa: S105 (a variable name, not a secret)
-ENV_API_URL = "ITO_COMPUTE_API_URL"
 KEYRING_SERVICE = "prefect-ito"
 _ALLOW_PLAINTEXT_ENV = "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING"
 SLOW_DOWN_STEP_SECONDS = 5
 """RFC 8628: on ``slow_down`` the polling interval grows by five seconds."""
+
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A keyring label: names a second login at one backend, and can never spell another origin."""
 
 _PLAINTEXT_BACKENDS = frozenset({"keyrings.alt.file.PlaintextKeyring"})
 """Keyring backends (or their bases) that write secrets unencrypted to a file."""
@@ -89,6 +97,10 @@ def normalise_api_url(url: str) -> str:
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
         raise ItoError(f"not an http(s) URL for an Itô backend: {text!r}")
+    if parsed.userinfo or parsed.query or parsed.fragment:
+        raise ItoError(
+            f"an Itô backend URL has no user, query or fragment: {parsed.copy_with(userinfo=b'')}"
+        )
     return text
 
 
@@ -110,7 +122,7 @@ def resolve_api_url(explicit: str | None = None) -> str:
 
 
 def resolve_token(api_url: str, *, keyring_entry: str | None = None) -> SecretStr:
-    """Return the bearer token for ``api_url``, by the rules in this module's docstring.
+    """Return the bearer token for ``api_url``'s origin, by the rules in this module's docstring.
 
     A keyring that cannot be used (see :func:`usable_keyring`) is not consulted, so a missing
     token is always :class:`~prefect_ito.exceptions.NotLoggedIn`, whose message also says why the
@@ -118,23 +130,61 @@ def resolve_token(api_url: str, *, keyring_entry: str | None = None) -> SecretSt
 
     Args:
         api_url: The backend the token is for.
-        keyring_entry: The keyring entry to read instead of the normalised URL.
+        keyring_entry: A label for a second login at the same backend (see
+            :func:`check_keyring_label`).
 
     Raises:
-        NotLoggedIn: No token in the environment or the keyring.
+        NotLoggedIn: No token for that origin in the environment or the keyring.
+        TokenWithoutOrigin: ``ITO_COMPUTE_TOKEN`` is set without ``ITO_COMPUTE_API_URL``.
     """
-    from_env = os.environ.get(ENV_TOKEN, "").strip()
-    if from_env:
-        return SecretStr(from_env)
     url = normalise_api_url(api_url)
+    origin, env_origin = origin_of(url), env_token_origin()
+    if env_origin == origin:
+        return SecretStr(os.environ[ENV_TOKEN].strip())
+    elsewhere = f"{ENV_TOKEN} belongs to {env_origin} only" if env_origin else None
     try:
         stored = load_stored_token(url, keyring_entry=keyring_entry)
     except NoUsableKeyring as exc:
         logger.info("Not looking in the keyring for an Itô token: %s", exc.reason)
-        raise NotLoggedIn(api_url=url, reason=exc.reason) from None
+        reason = f"{exc.reason}; {elsewhere}" if elsewhere else exc.reason
+        raise NotLoggedIn(api_url=url, reason=reason) from None
+    if stored is None and elsewhere:
+        raise NotLoggedIn(
+            f"not logged in to {url} ({elsewhere}, and the keyring holds no token for {origin}): "
+            f"run `prefect-ito login --api-url {url}`, or set {ENV_API_URL} to this backend "
+            "beside its token"
+        )
     if stored is None:
         raise NotLoggedIn(api_url=url)
     return stored
+
+
+def check_keyring_label(label: str | None, api_url: str) -> str | None:
+    """Return the keyring label to use beside ``api_url``'s origin; None for the origin's own.
+
+    A label names a second login at the same backend (entry ``<origin>#<label>``). A label that
+    is a URL of the same origin means the origin's own entry; one of another origin is refused,
+    so no block or record can point one backend's token at another backend.
+
+    Raises:
+        ItoError: ``label`` names another origin, or is not a label (letters, digits, ``.``,
+            ``_`` and ``-``; at most 64).
+    """
+    if label is None or not label.strip():
+        return None
+    label = label.strip()
+    if "://" in label:
+        if origin_of(label) != origin_of(api_url):
+            raise ItoError(
+                f"keyring_entry names another backend ({origin_of(label)}) than api_url "
+                f"({origin_of(api_url)}): a token is read only for its own backend"
+            )
+        return None
+    if not _LABEL.fullmatch(label):
+        raise ItoError(
+            f"keyring_entry {label!r} is not a label (letters, digits, '.', '_', '-'; at most 64)"
+        )
+    return label
 
 
 def load_stored_token(api_url: str, *, keyring_entry: str | None = None) -> SecretStr | None:
@@ -244,7 +294,10 @@ def _why_unusable(backend: KeyringBackend) -> str | None:
 
 
 def _entry(api_url: str, keyring_entry: str | None) -> str:
-    return keyring_entry or normalise_api_url(api_url)
+    # The origin is always part of the entry's name: no label can reach another origin's token.
+    label = check_keyring_label(keyring_entry, api_url)
+    origin = origin_of(normalise_api_url(api_url))
+    return origin if label is None else f"{origin}#{label}"
 
 
 def _name(backend: KeyringBackend) -> str:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import fnmatch
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect.blocks.abstract import CredentialsBlock
 from prefect.blocks.core import Block
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from prefect_ito.auth import normalise_api_url, resolve_api_url, resolve_token
+from prefect_ito.auth import check_keyring_label, normalise_api_url, resolve_api_url, resolve_token
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import TrainingQuote, TrainingRequest
 from prefect_ito.exceptions import InvalidParameters, ItoError
+from prefect_ito.origins import admit
 
 __all__ = [
     "ItoBooking",
@@ -29,6 +30,8 @@ __all__ = [
     "resolve_credentials",
 ]
 
+B = TypeVar("B", bound=Block)
+
 _DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/credentials.md"
 _FLOWS_DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/flows.md"
 
@@ -37,7 +40,10 @@ class ItoCredentials(CredentialsBlock):
     """Where an Itô desk backend is, and which keyring entry holds its token (never the token).
 
     The token is resolved when a client is made: from ``ITO_COMPUTE_TOKEN`` in the process's own
-    environment, else from the OS keyring entry that ``prefect-ito login`` wrote.
+    environment when ``ITO_COMPUTE_API_URL`` names this block's origin, else from the OS keyring
+    entry that ``prefect-ito login`` wrote for that origin. Anyone with access to the Prefect API
+    can write a block, so a client is made only for an origin this process is configured for
+    (``ITO_COMPUTE_API_URL`` or ``ITO_COMPUTE_ALLOWED_ORIGINS``; see :mod:`prefect_ito.origins`).
 
     Example:
         Load a saved block and talk to the backend:
@@ -64,8 +70,8 @@ class ItoCredentials(CredentialsBlock):
     )
     keyring_entry: str | None = Field(
         default=None,
-        description="Keyring entry (service prefect-ito) to read the token from; "
-        "defaults to the backend URL.",
+        description="A label for a second login at the same backend (keyring entry "
+        "<origin>#<label>, service prefect-ito); by default the backend's own entry.",
     )
     timeout_seconds: float | None = Field(
         default=None,
@@ -84,13 +90,24 @@ class ItoCredentials(CredentialsBlock):
         except ItoError as error:
             raise ValueError(str(error)) from None
 
+    @model_validator(mode="after")
+    def _same_origin_entry(self) -> ItoCredentials:
+        # A label can never spell another origin's entry: the token for api_url is the only one.
+        try:
+            self.keyring_entry = check_keyring_label(self.keyring_entry, self.api_url)
+        except ItoError as error:
+            raise ValueError(str(error)) from None
+        return self
+
     def get_client(self) -> ItoClient:
         """Return a client for the backend, with the token resolved now.
 
         Raises:
+            OriginNotAllowed: This process is configured for other backends only.
             NotLoggedIn: No token in the environment or the keyring.
             InsecureKeyring: The keyring backend is a plaintext file and that was not allowed.
         """
+        admit(self.api_url, source="the ItoCredentials block")
         return ItoClient.from_settings(
             self.api_url,
             resolve_token(self.api_url, keyring_entry=self.keyring_entry),
@@ -142,26 +159,65 @@ class ItoBooking(Block):
     )
 
 
+async def aload_checked(block_type: type[B], name: str, parameter: str) -> B:
+    """Load the saved block ``name``, or say in one line which rule its document breaks.
+
+    Anyone with Prefect API access writes block documents through the API, past the block's own
+    checks, so a stored document is validated here as any other input is.
+
+    Raises:
+        InvalidParameters: No such block, or its document breaks a rule (naming the field).
+    """
+    try:
+        return await block_type.aload(name)
+    except RuntimeError as exc:  # how Prefect reports a document that fails validation
+        if not isinstance(exc.__cause__, ValidationError):
+            raise
+        # Imported here: parameters imports this module for ItoBooking.
+        from prefect_ito.parameters import invalid_parameters
+
+        broken = invalid_parameters(exc.__cause__)
+        raise InvalidParameters(
+            f"{parameter}: the {block_type.__name__} block {name!r} is not valid: {broken}",
+            field=parameter,
+        ) from None
+    except ValueError as exc:
+        raise InvalidParameters(
+            f"{parameter}: no {block_type.__name__} block named {name!r}", field=parameter
+        ) from exc
+
+
 async def resolve_credentials(
     credentials: ItoCredentials | str | dict[str, Any] | None,
 ) -> ItoCredentials:
     """Return the credentials block: given, loaded by name, or for ``ITO_COMPUTE_API_URL``.
 
-    A dict is a block's fields as Prefect stores a flow run's parameters.
+    A dict is a block's fields as Prefect stores a flow run's parameters. Whatever names the
+    backend, its origin must be one this process is configured for, checked here so that a flow
+    run stops before its first request (see :mod:`prefect_ito.origins`).
 
     Raises:
         InvalidParameters: no block has that name, or the fields are not a block's.
+        OriginNotAllowed: the block names a backend this process is not configured for.
         ItoError: nothing names a backend (no block and no ``ITO_COMPUTE_API_URL``).
     """
+    block = await _credentials_block(credentials)
+    source = (
+        f"the ItoCredentials block {credentials!r}"
+        if isinstance(credentials, str)
+        else "the credentials parameter"
+    )
+    admit(block.api_url, source=source)
+    return block
+
+
+async def _credentials_block(
+    credentials: ItoCredentials | str | dict[str, Any] | None,
+) -> ItoCredentials:
     if isinstance(credentials, ItoCredentials):
         return credentials
     if isinstance(credentials, str):
-        try:
-            return await ItoCredentials.aload(credentials)
-        except ValueError as exc:
-            raise InvalidParameters(
-                f"credentials: no ItoCredentials block named {credentials!r}"
-            ) from exc
+        return await aload_checked(ItoCredentials, credentials, "credentials")
     if isinstance(credentials, dict):
         try:
             return ItoCredentials.model_validate(credentials)

@@ -69,6 +69,7 @@ from prefect_ito.contract import (
     segment_problem,
 )
 from prefect_ito.exceptions import InvalidParameters, ItoProtocolError, ItoTransportError
+from prefect_ito.origins import origin_of
 from prefect_ito.provenance import Provenance, ResponseNotes
 from prefect_ito.settings import ItoSettings
 
@@ -165,7 +166,9 @@ class ItoClient:
         self._whoami: WhoAmI | None = None
         self._http = httpx.AsyncClient(
             base_url=self._base_url,
-            auth=BearerAuth(token) if token is not None else None,
+            auth=BearerAuth(token, origin_of(self._base_url)) if token is not None else None,
+            # A redirect could lead elsewhere; the contract has none, so none is followed.
+            follow_redirects=False,
             timeout=timeout,
             transport=transport,
             verify=_tls_context(),

@@ -13,6 +13,7 @@ always wait for a human, or an authorization a human created.
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,9 +30,13 @@ from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.flows import ito_training
 from prefect_ito.memory_keyring import MemoryKeyring
+from prefect_ito.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 from prefect_ito.simulator.builtins import BUILTIN_NAMES
+
+BACKEND_VARIABLES = (ENV_TOKEN, ENV_API_URL, ENV_ALLOWED_ORIGINS)
+"""The shell's Itô backend settings, which the demo leaves unused."""
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
 DEMO_TRAINING = TrainingParameters(
@@ -98,6 +103,12 @@ def run_demo(
         )
     console = Console()
     person = terminal.interactive() if interactive is None else interactive
+    if _forget_shell_backend():
+        console.print(
+            "The demo talks only to its own simulator: it leaves the Itô backend settings of "
+            "your shell (ITO_COMPUTE_*) unused, and sends their token nowhere.",
+            soft_wrap=True,
+        )
     with SimulatorServer(builtin_scenario(scenario)) as simulator:
         console.print(f"Reference desk simulator on {simulator.url} (scenario [bold]{scenario}[/])")
         keyring.set_keyring(MemoryKeyring())
@@ -122,6 +133,16 @@ def run_demo(
                     verbose=verbose,
                 )
             )
+
+
+def _forget_shell_backend() -> bool:
+    """Drop the shell's backend settings from this process; tell whether there were any.
+
+    The demo's token is for its own simulator, and the shell's token is for a real backend: one
+    must never reach the other, nor any child process this demo starts (its Prefect server).
+    """
+    found = [name for name in BACKEND_VARIABLES if os.environ.pop(name, None) is not None]
+    return bool(found)
 
 
 def _announced(authorization: ItoSpendAuthorization, console: Console) -> ItoSpendAuthorization:

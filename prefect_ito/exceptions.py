@@ -24,6 +24,7 @@ ItoError
 │   ├── InternalError                                          (500)
 │   └── AuthorizationPending, SlowDown, AccessDenied, ExpiredToken   (device login)
 ├── InvalidParameters                 a parameter breaks a rule; nothing was sent
+│   └── OriginNotAllowed              a URL from Prefect names a backend not configured here
 ├── SpendDeclined                     a person declined the spend; nothing was submitted
 ├── AwaitingConfirmation              nobody confirmed the spend in time; nothing was submitted
 ├── DeadlineExceeded                  supervision reached its deadline
@@ -32,6 +33,7 @@ ItoError
 ├── AnsweredByAnother                 another answer to the same question was taken first
 ├── PrefectServerRequired, PrefectUnreachable
 ├── NotLoggedIn                       no token was found
+├── TokenWithoutOrigin                ITO_COMPUTE_TOKEN is set without ITO_COMPUTE_API_URL
 ├── NoUsableKeyring                   no keyring a token can be kept in (none, or a refused one)
 │   └── InsecureKeyring               the keyring backend keeps secrets in plain text
 └── ItoRunOutcome                     a training run ended without success
@@ -99,6 +101,7 @@ __all__ = [
     "NotFound",
     "NotLoggedIn",
     "NothingToDecide",
+    "OriginNotAllowed",
     "PayloadTooLarge",
     "PrefectServerRequired",
     "PrefectUnreachable",
@@ -111,6 +114,7 @@ __all__ = [
     "SlowDown",
     "SpendDeclined",
     "TokenRevoked",
+    "TokenWithoutOrigin",
     "Unauthenticated",
     "ValidationFailed",
     "error_from_envelope",
@@ -606,6 +610,17 @@ class NotLoggedIn(ItoError):
         )
 
 
+class TokenWithoutOrigin(ItoError):
+    """``ITO_COMPUTE_TOKEN`` is set without ``ITO_COMPUTE_API_URL``, the origin it belongs to.
+
+    A token is sent only to its own backend's origin; one that names none is sent nowhere.
+    """
+
+    code = "TOKEN_WITHOUT_ORIGIN"
+    state_name = "Unauthenticated"
+    exit_code = ExitCode.AUTHENTICATION
+
+
 class InvalidParameters(ItoError, ValueError):
     """A flow, job or command parameter breaks a rule; nothing was sent to the backend.
 
@@ -620,6 +635,25 @@ class InvalidParameters(ItoError, ValueError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class OriginNotAllowed(InvalidParameters):
+    """A backend URL read from Prefect names an origin this process is not configured for.
+
+    Nothing was sent to it. The operator allows an origin with ``ITO_COMPUTE_ALLOWED_ORIGINS`` in
+    the worker's and the watcher's own environment (see :mod:`prefect_ito.origins`).
+
+    Attributes:
+        origin: The origin that was refused.
+    """
+
+    code = "ORIGIN_NOT_ALLOWED"
+    state_name = "OriginNotAllowed"
+    exit_code = ExitCode.INVALID_INPUT
+
+    def __init__(self, message: str, *, origin: str) -> None:
+        super().__init__(message, field="api_url")
+        self.origin = origin
 
 
 class SpendDeclined(ItoError):

@@ -25,8 +25,14 @@ from uuid import UUID
 import httpx
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+from prefect.exceptions import (
+    FlowPauseTimeout,
+    NotPausedError,
+    ObjectNotFound,
+    PrefectHTTPStatusError,
+)
 from prefect.flow_runs import aresume_flow_run
+from pydantic import ValidationError
 
 from prefect_ito import claims, deferral, desk
 from prefect_ito.blocks import ItoCredentials
@@ -43,6 +49,9 @@ __all__ = ["Watcher"]
 logger = logging.getLogger("prefect_ito.watcher")
 
 _RESUME_PREFIX = "ito-resume-"
+
+_CHANGED_UNDER_US = (ObjectNotFound, NotPausedError, FlowPauseTimeout, RuntimeError)
+"""What Prefect raises when a flow run was cancelled, resumed or deleted since the sweep read it."""
 
 
 @dataclass
@@ -91,6 +100,8 @@ class Watcher:
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _unread: set[str] = field(default_factory=set)
     _look_again_at: dict[str, float] = field(default_factory=dict)
+    _refused: set[tuple[str, str | None]] = field(default_factory=set)
+    _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.recovery = Recovery(self.lost_after)
@@ -148,17 +159,36 @@ class Watcher:
             key = flow_run.state.state_details.pause_key if flow_run.state else None
             if not key or not key.startswith(DEFER_PREFIX):
                 continue  # waits for a person, or for something else: never ours to resume
-            record = self._records.get((flow_run.id, key))
-            if record is None:
-                record = await deferral.read_deferral(flow_run.id, key)
-                if record is None:
-                    continue  # suspending right now: the record comes first, look again soon
-                self._records[(flow_run.id, key)] = record
-                # A new deferral is read once: its run may have moved before the feed's cursor.
-                self._unread.add(record.run_id)
-            found.append((flow_run, record))
+            record = await self._record(flow_run, key)
+            if record is not None:
+                found.append((flow_run, record))
         self.resumed = [run_id for run_id in self.resumed if run_id in {f.id for f, _ in found}]
         return found
+
+    async def _record(self, flow_run: FlowRun, key: str) -> Deferral | None:
+        """Return the record of a deferred run, or None: not written yet, or not a record."""
+        record = self._records.get((flow_run.id, key))
+        if record is not None or (flow_run.id, key) in self._unreadable:
+            return record
+        try:
+            record = await deferral.read_deferral(flow_run.id, key)
+        except ValidationError:
+            # Anyone with Prefect API access can write an input under a defer- key; one that is
+            # no record is that flow run's problem, never the sweep's. Said once.
+            self._unreadable.add((flow_run.id, key))
+            logger.warning(
+                "Flow run %s is suspended under %s beside a record that is not a deferral; "
+                "it is not watched.",
+                flow_run.id,
+                key,
+            )
+            return None
+        if record is None:
+            return None  # suspending right now: the record comes first, look again soon
+        self._records[(flow_run.id, key)] = record
+        # A new deferral is read once: its run may have moved before the feed's cursor.
+        self._unread.add(record.run_id)
+        return record
 
     def _needs_reading(self, record: Deferral) -> bool:
         if record.run_id in self._unread:
@@ -197,7 +227,14 @@ class Watcher:
                 except ItoError as error:
                     logger.warning("Could not read backend run %s: %s", record.run_id, error)
                     return
-            await self._judge(flow_run, record, run)
+            try:
+                await self._judge(flow_run, record, run)
+            except _CHANGED_UNDER_US as error:
+                logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
+            except PrefectHTTPStatusError as error:
+                if error.response.status_code not in (404, 409):
+                    raise
+                logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
 
         await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
 
@@ -264,8 +301,8 @@ class Watcher:
                 return
         try:
             await aresume_flow_run(flow_run.id)
-        except (RuntimeError, ObjectNotFound) as error:  # resumed or cancelled meanwhile
-            logger.debug("Flow run %s was not resumed: %s", flow_run.id, error)
+        except _CHANGED_UNDER_US as error:  # resumed, cancelled or deleted meanwhile
+            logger.info("Flow run %s was not resumed: %s", flow_run.id, error)
             return
         self.resumed.append(flow_run.id)
         logger.info(
@@ -279,13 +316,21 @@ class Watcher:
     async def _backend(self, api_url: str, entry: str | None) -> _Backend | None:
         """Return the backend for a record, with a client whose token this process resolves."""
         known = self._backends.get((api_url, entry))
-        if known is not None:
+        if known is not None or (api_url, entry) in self._refused:
             return known
         try:
+            # The record is what anyone with Prefect API access may write: the block admits
+            # only an origin this watcher is configured for, before any request.
             client = ItoCredentials(api_url=api_url, keyring_entry=entry).get_client()
+        except (ItoError, ValidationError) as error:
+            self._refused.add((api_url, entry))  # said once, not every sweep
+            logger.warning("Not watching runs recorded for %s: %s", api_url, _first_line(error))
+            return None
+        try:
             await client.__aenter__()
             feed = (await client.get_capabilities()).change_feed
         except ItoError as error:
+            await client.__aexit__(None, None, None)
             logger.warning("Cannot watch runs on %s: %s", api_url, error)
             return None
         backend = _Backend(client, feed)
@@ -316,3 +361,10 @@ def _by_backend(
     for flow_run, record in waiting:
         groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
     return groups
+
+
+def _first_line(error: Exception) -> str:
+    # A pydantic error spans lines; a log line says what was refused, once.
+    if isinstance(error, ValidationError):
+        return "; ".join(str(detail["msg"]) for detail in error.errors())
+    return str(error)

@@ -38,7 +38,13 @@ os.environ.update(
 (_SESSION_HOME / "pycache").mkdir()
 os.environ["PYTHONPYCACHEPREFIX"] = str(_SESSION_HOME / "pycache")
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-for _name in ("ITO_COMPUTE_TOKEN", "ITO_COMPUTE_API_URL", "PREFECT_API_URL", "PREFECT_API_KEY"):
+for _name in (
+    "ITO_COMPUTE_TOKEN",
+    "ITO_COMPUTE_API_URL",
+    "ITO_COMPUTE_ALLOWED_ORIGINS",
+    "PREFECT_API_URL",
+    "PREFECT_API_KEY",
+):
     os.environ.pop(_name, None)
 
 import inspect  # noqa: E402

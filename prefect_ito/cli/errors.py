@@ -9,6 +9,7 @@ JSON document (see :mod:`prefect_ito.cli.output`), and the line still goes to st
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import sys
 from collections.abc import Coroutine
@@ -30,6 +31,7 @@ def run_command(command: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(command)
     except ItoError as error:
+        _quiet_prefect_exit_warning()
         exit_with(error)
     except httpx.TransportError as error:
         # Only Prefect's own client lets httpx errors through: the Itô client maps its own.
@@ -37,6 +39,13 @@ def run_command(command: Coroutine[Any, Any, T]) -> T:
         exit_with(PrefectUnreachable(f"the Prefect API at {target} did not answer ({error})"))
     except KeyboardInterrupt:
         exit_with(Detached("interrupted"))
+
+
+def _quiet_prefect_exit_warning() -> None:
+    # Loading a block emits a Prefect event. A command that fails right after sends it on its
+    # way out, and Prefect's events worker then warns "Still processing items" about it: a
+    # second line under the one that says what went wrong, about nothing the person can act on.
+    logging.getLogger("EventsWorker").setLevel(logging.ERROR)
 
 
 def exit_with(error: ItoError) -> NoReturn:

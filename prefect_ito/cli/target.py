@@ -2,7 +2,9 @@
 
 ``login``, ``logout``, ``whoami``, ``capabilities`` and ``runs show`` take the backend the same
 way: ``--api-url``, else ``--credentials`` (the name of a saved ItoCredentials block, whose
-keyring entry is then used), else ``ITO_COMPUTE_API_URL``.
+keyring entry is then used), else ``ITO_COMPUTE_API_URL``. A block's URL is followed only to an
+origin this process is configured for (:func:`prefect_ito.origins.admit`); a URL a person types
+is theirs to choose, and gets only the token that belongs to its own origin.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ async def resolve_target(api_url: str | None, credentials: str | None) -> tuple[
                 f"could not load the ItoCredentials block {credentials!r}: the Prefect API did "
                 f"not answer ({type(exc).__name__})"
             ) from None
-        return block.api_url, block.keyring_entry
+        return block.api_url, block.keyring_entry  # admitted by resolve_credentials
     return resolve_api_url(api_url), None
 
 

@@ -78,7 +78,14 @@ def clean_env(home: Path, **settings: str) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("ITO_COMPUTE_TOKEN", "ITO_COMPUTE_API_URL", "PYTHON_KEYRING_BACKEND", ALLOW)
+        if key
+        not in (
+            "ITO_COMPUTE_TOKEN",
+            "ITO_COMPUTE_API_URL",
+            "ITO_COMPUTE_ALLOWED_ORIGINS",
+            "PYTHON_KEYRING_BACKEND",
+            ALLOW,
+        )
         and not key.startswith("KEYRING_PROPERTY_")
     }
     env.update(
@@ -181,7 +188,12 @@ def test_whoami_on_a_revoked_token_exits_with_the_authentication_code(
     )
     assert revoked.json()["data"] == {"revoked": True}
 
-    env = clean_env(tmp_path, PYTHON_KEYRING_BACKEND=FAIL, ITO_COMPUTE_TOKEN=token)
+    env = clean_env(
+        tmp_path,
+        PYTHON_KEYRING_BACKEND=FAIL,
+        ITO_COMPUTE_API_URL=simulator.url,
+        ITO_COMPUTE_TOKEN=token,
+    )
     result = prefect_ito("whoami", "--api-url", simulator.url, env=env)
 
     assert result.returncode == ExitCode.AUTHENTICATION, result.stdout + result.stderr
@@ -195,7 +207,8 @@ def test_an_unreachable_backend_is_one_line_naming_its_url(tmp_path: Path) -> No
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens while it is bound
         env = clean_env(tmp_path, PYTHON_KEYRING_BACKEND=PLAINTEXT, **{ALLOW: "true"})
         login = prefect_ito("login", "--api-url", url, env=env)
-        whoami = prefect_ito("whoami", "--api-url", url, env={**env, "ITO_COMPUTE_TOKEN": "t"})
+        with_token = {**env, "ITO_COMPUTE_API_URL": url, "ITO_COMPUTE_TOKEN": "t"}
+        whoami = prefect_ito("whoami", "--api-url", url, env=with_token)
         results = [login, whoami]
 
     for result in results:

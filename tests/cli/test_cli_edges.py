@@ -74,6 +74,7 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
     # Before, attach rebuilt the request, found nothing unfinished and submitted a new run.
     with SimulatorServer(builtin_scenario(scenario).with_options(time_scale=200_000)) as simulator:
         env = worker_env(simulator, prefect_server)
+        monkeypatch.setenv("ITO_COMPUTE_API_URL", env["ITO_COMPUTE_API_URL"])
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
         run_id = await start_run(simulator)
         if cancel_first:

@@ -141,6 +141,7 @@ async def test_runs_show_asks_the_backend_by_each_selector_and_only_reads(monkey
     scenario = builtin_scenario("default").with_options(time_scale=200_000)
     with SimulatorServer(scenario) as simulator:
         token = simulator.mint_token("cli").get_secret_value()
+        monkeypatch.setenv("ITO_COMPUTE_API_URL", simulator.url)
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", token)
         first, second = await finished_runs(simulator, ["chat", "code"])
         env = backend_env(simulator, token)

@@ -85,14 +85,21 @@ def test_server_commands_say_plainly_they_need_a_prefect_server(command):
     assert "needs a real Prefect server" in result.stderr
 
 
-def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode():
+def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode_whatever_the_shell_holds():
     with tempfile.TemporaryDirectory() as home:
         env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
-        env.update(PREFECT_HOME=home)
+        # A shell set up for a real backend: the demo must neither use nor send its token.
+        env.update(
+            PREFECT_HOME=home,
+            ITO_COMPUTE_API_URL="https://desk.example.com",
+            ITO_COMPUTE_TOKEN="shell-canary-7d2c",
+        )
         result = prefect_ito("demo", env=env, timeout=600)
 
     output = result.stdout + result.stderr
     assert result.returncode == ExitCode.SUCCESS, output
+    assert "shell-canary-7d2c" not in output
+    assert "leaves the Itô backend settings of your shell (ITO_COMPUTE_*) unused" in output
     assert "scripted demo operator approves" in output
     assert "Real runs wait for a human" in output
     assert "Final state: Completed" in output
@@ -107,6 +114,7 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
     scenario = builtin_scenario("default").with_options(time_scale=100_000)
     with SimulatorServer(scenario) as simulator:
         env = worker_env(simulator, prefect_server)
+        monkeypatch.setenv("ITO_COMPUTE_API_URL", env["ITO_COMPUTE_API_URL"])
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
         training = TrainingParameters(
             booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],

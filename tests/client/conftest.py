@@ -10,8 +10,8 @@ import keyring
 import pytest
 from keyrings.alt.file import PlaintextKeyring
 
-from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
 from prefect_ito.memory_keyring import MemoryKeyring
+from prefect_ito.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
 
 
 @pytest.fixture(autouse=True)
@@ -19,6 +19,7 @@ def _no_token_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Start every test with neither the token nor the URL in the environment."""
     monkeypatch.delenv(ENV_TOKEN, raising=False)
     monkeypatch.delenv(ENV_API_URL, raising=False)
+    monkeypatch.delenv(ENV_ALLOWED_ORIGINS, raising=False)
 
 
 def _use_keyring(backend: Any) -> Iterator[Any]:

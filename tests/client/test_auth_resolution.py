@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from prefect_ito.exceptions import (
     ItoError,
     NotLoggedIn,
     NoUsableKeyring,
+    TokenWithoutOrigin,
 )
 from prefect_ito.memory_keyring import MemoryKeyring
 
@@ -36,24 +38,74 @@ def test_env_token_comes_before_the_keyring(
     memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     auth.store_token(URL, SecretStr("from-keyring"))
+    monkeypatch.setenv(auth.ENV_API_URL, URL)
     monkeypatch.setenv(auth.ENV_TOKEN, "from-env")
     assert auth.resolve_token(URL).get_secret_value() == "from-env"
     monkeypatch.delenv(auth.ENV_TOKEN)
     assert auth.resolve_token(URL).get_secret_value() == "from-keyring"
 
 
-def test_keyring_entry_is_the_normalised_url(memory_keyring: MemoryKeyring) -> None:
-    auth.store_token("http://127.0.0.1:9///", SecretStr("t"))
+def test_keyring_entry_is_the_origin(memory_keyring: MemoryKeyring) -> None:
+    auth.store_token("HTTP://127.0.0.1:9///", SecretStr("t"))
     assert memory_keyring.secrets == {("prefect-ito", "http://127.0.0.1:9"): "t"}
     assert auth.resolve_token("http://127.0.0.1:9").get_secret_value() == "t"
+    assert auth.resolve_token("http://127.0.0.1:9/v0/anything").get_secret_value() == "t"
+    with pytest.raises(NotLoggedIn):
+        auth.resolve_token("http://127.0.0.1:10")
 
 
-def test_an_explicit_keyring_entry_is_used(memory_keyring: MemoryKeyring) -> None:
+def test_a_keyring_label_is_a_second_login_at_the_same_origin(
+    memory_keyring: MemoryKeyring,
+) -> None:
     auth.store_token(URL, SecretStr("t"), keyring_entry="team-desk")
-    assert ("prefect-ito", "team-desk") in memory_keyring.secrets
+    assert ("prefect-ito", "http://127.0.0.1:9#team-desk") in memory_keyring.secrets
     with pytest.raises(NotLoggedIn):
         auth.resolve_token(URL)
     assert auth.resolve_token(URL, keyring_entry="team-desk").get_secret_value() == "t"
+    with pytest.raises(NotLoggedIn):  # the same label at another origin is another entry
+        auth.resolve_token("http://127.0.0.1:10", keyring_entry="team-desk")
+
+
+def test_no_label_reads_another_origins_token(memory_keyring: MemoryKeyring) -> None:
+    auth.store_token("https://desk.example.com", SecretStr("real"))
+    # The attack: a block whose api_url is theirs and whose keyring entry names the real backend.
+    with pytest.raises(ItoError, match="another backend"):
+        auth.resolve_token("http://127.0.0.1:9", keyring_entry="https://desk.example.com")
+    for label in ("../x", "a b", "x" * 65, "desk.example.com/"):
+        with pytest.raises(ItoError, match="not a label"):
+            auth.resolve_token("http://127.0.0.1:9", keyring_entry=label)
+    assert auth.check_keyring_label("https://desk.example.com/", "https://desk.example.com") is None
+
+
+def test_the_environment_token_belongs_to_its_own_origin_only(
+    memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(auth.ENV_API_URL, "https://desk.example.com")
+    monkeypatch.setenv(auth.ENV_TOKEN, "real")
+    assert auth.resolve_token("https://DESK.example.com:443/").get_secret_value() == "real"
+    for elsewhere in (
+        "http://desk.example.com",  # another scheme
+        "https://desk.example.com:8443",  # another port
+        "https://desk.example.com.evil.test",
+        "http://127.0.0.1:9",
+    ):
+        with pytest.raises(
+            NotLoggedIn, match=re.escape("belongs to https://desk.example.com only")
+        ):
+            auth.resolve_token(elsewhere)
+
+
+def test_a_token_without_its_url_is_a_configuration_error(
+    memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(auth.ENV_TOKEN, "lonely")
+    with pytest.raises(TokenWithoutOrigin, match="ITO_COMPUTE_API_URL is not") as caught:
+        auth.resolve_token(URL)
+    assert "lonely" not in str(caught.value)
+    assert caught.value.exit_code == ExitCode.AUTHENTICATION
+    monkeypatch.setenv(auth.ENV_API_URL, "not a url")
+    with pytest.raises(TokenWithoutOrigin, match="not an http"):
+        auth.resolve_token(URL)
 
 
 def test_not_logged_in_says_how_to_log_in(memory_keyring: MemoryKeyring) -> None:
@@ -131,6 +183,7 @@ def test_a_refused_plaintext_keyring_is_not_consulted_for_a_token(
 def test_env_token_needs_no_keyring_at_all(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(keyring, "get_keyring", lambda: PlaintextKeyring())
     monkeypatch.setenv(ALLOW, "false")
+    monkeypatch.setenv(auth.ENV_API_URL, URL)
     monkeypatch.setenv(auth.ENV_TOKEN, "headless")
     assert auth.resolve_token(URL).get_secret_value() == "headless"
 

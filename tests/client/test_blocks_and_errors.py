@@ -11,7 +11,7 @@ from prefect.testing.standard_test_suites import BlockStandardTestSuite
 from pydantic import SecretStr
 
 from prefect_ito import exceptions as exc
-from prefect_ito.auth import ENV_TOKEN, store_token
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN, store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import CheckpointRef, PendingAction, TrainingRequest
 from prefect_ito.memory_keyring import MemoryKeyring
@@ -90,6 +90,7 @@ def test_get_client_without_a_token_says_to_log_in(memory_keyring: MemoryKeyring
 def test_get_client_takes_the_environment_token_without_a_keyring_entry(
     memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(ENV_API_URL, "http://127.0.0.1:9")
     monkeypatch.setenv(ENV_TOKEN, "from-env")
     client = ItoCredentials(api_url="http://127.0.0.1:9").get_client()
     assert "from-env" not in repr(client)
@@ -99,6 +100,7 @@ def test_get_client_takes_the_environment_token_without_a_keyring_entry(
 async def test_client_timeout_is_the_block_field_else_the_setting(
     monkeypatch: pytest.MonkeyPatch, field: dict[str, float], expected: float
 ) -> None:
+    monkeypatch.setenv(ENV_API_URL, "http://127.0.0.1:9")
     monkeypatch.setenv(ENV_TOKEN, "from-env")
     monkeypatch.setenv("PREFECT_INTEGRATIONS_ITO_REQUEST_TIMEOUT_SECONDS", "7")
     block = ItoCredentials(api_url="http://127.0.0.1:9", **field)

@@ -26,7 +26,7 @@ from ito_fakes import (
 )
 from pydantic import SecretStr
 
-from prefect_ito.auth import ENV_TOKEN, resolve_token
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN, resolve_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
@@ -148,6 +148,7 @@ def test_canary_from_the_environment_stays_out_of_blocks_and_clients(
     memory_keyring: MemoryKeyring,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.setenv(ENV_API_URL, "http://127.0.0.1:9")
     monkeypatch.setenv(ENV_TOKEN, CANARY)
     block = ItoCredentials(api_url="http://127.0.0.1:9")
     client = block.get_client()

@@ -24,7 +24,7 @@ from prefect.client.schemas.sorting import LogSort
 from prefect.logging.handlers import APILogHandler
 from prefect.settings import PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW, temporary_settings
 
-from prefect_ito.auth import ENV_TOKEN
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.exceptions import RunNotFound
 
@@ -106,6 +106,7 @@ async def test_nothing_prefect_persists_holds_the_token(
 ) -> None:
     token = sim.mint_token("canary-user")
     canary = token.get_secret_value()
+    monkeypatch.setenv(ENV_API_URL, sim.url)
     monkeypatch.setenv(ENV_TOKEN, canary)
     await ItoCredentials(api_url=sim.url).save("ito-canary", overwrite=True)
     await ItoBooking(

@@ -11,7 +11,7 @@ from ito_fakes import NOW, Script, Sleeps, fail, mock_client, ok, sample_run
 
 from prefect_ito import exceptions as exc
 from prefect_ito import supervision
-from prefect_ito.auth import ENV_TOKEN
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
 from prefect_ito.cli import auth as cli_auth
 from prefect_ito.contract import (
     ALL_SCOPES,
@@ -151,6 +151,7 @@ async def test_whoami_prints_the_principal_and_the_scopes(
     sim: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     token = sim.mint_token("acme", scopes=["training:read"], principal="service:nightly-train")
+    monkeypatch.setenv(ENV_API_URL, sim.url)
     monkeypatch.setenv(ENV_TOKEN, token.get_secret_value())
 
     cli_auth._show_whoami(await cli_auth._whoami(sim.url, None))

@@ -11,7 +11,7 @@ from ito_fakes import BASE_URL, Script, Sleeps, envelope, mock_client, sample_ru
 from pydantic import SecretStr
 
 from prefect_ito import supervision
-from prefect_ito.auth import ENV_TOKEN
+from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
 from prefect_ito.cli import auth as cli_auth
 from prefect_ito.cli import training as cli_training
 from prefect_ito.client import ItoClient
@@ -217,6 +217,7 @@ async def test_supervision_logs_where_the_answers_come_from(
 async def test_whoami_prints_whether_the_backend_is_live_and_its_notice(
     sim: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setenv(ENV_API_URL, sim.url)
     monkeypatch.setenv(ENV_TOKEN, sim.mint_token().get_secret_value())
 
     cli_auth._show_whoami(await cli_auth._whoami(sim.url, None))

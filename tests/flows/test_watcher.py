@@ -12,7 +12,7 @@ import pytest
 from flow_helpers import BOOKING, REQUEST
 from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
-from prefect.states import Crashed, Pending, Running, Suspended
+from prefect.states import Cancelled, Crashed, Pending, Running, Suspended
 from prefect.types.entrypoint import EntrypointType
 from spend_helpers import covering_authorization
 
@@ -364,3 +364,31 @@ async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
         await watcher.close()
 
     assert watcher.resumed == [flow_run.id] and not await is_paused(flow_run.id)
+
+
+async def test_a_run_cancelled_between_the_read_and_the_resume_costs_only_itself(
+    start_simulator, monkeypatch
+):
+    # Seen after `prefect-ito cancel` on a deferred run: Prefect's NotPausedError (neither a
+    # RuntimeError nor ObjectNotFound) failed the whole sweep, and every other run waited on.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    judge, judged = Watcher._judge, []
+
+    async def cancelled_meanwhile(self, flow_run, record, run):
+        judged.append(flow_run.id)  # a person cancels it after the sweep read it
+        async with get_client() as prefect:
+            await prefect.set_flow_run_state(flow_run.id, Cancelled(), force=True)
+        await judge(self, flow_run, record, run)
+
+    monkeypatch.setattr(Watcher, "_judge", cancelled_meanwhile)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    try:
+        await watcher.sweep()  # raised NotPausedError before
+    finally:
+        await watcher.close()
+    assert judged == [flow_run.id] and watcher.resumed == []
+    async with get_client() as client:
+        assert (await client.read_flow_run(flow_run.id)).state.is_cancelled()

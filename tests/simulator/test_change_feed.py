@@ -77,6 +77,7 @@ async def test_the_client_reads_the_feed_and_a_backend_without_one_is_not_found(
     desk_for, monkeypatch
 ):
     desk = desk_for("loss-spike")
+    monkeypatch.setenv("ITO_COMPUTE_API_URL", desk.sim.url)
     monkeypatch.setenv("ITO_COMPUTE_TOKEN", desk.token)
     async with ItoCredentials(api_url=desk.sim.url).get_client() as client:
         start = await client.list_changes()
@@ -85,6 +86,7 @@ async def test_the_client_reads_the_feed_and_a_backend_without_one_is_not_found(
     assert [change.run_id for change in page.changes] == [run["run_id"]]
 
     without = desk_for(builtin_scenario("default").model_copy(update={"change_feed": False}))
+    monkeypatch.setenv("ITO_COMPUTE_API_URL", without.sim.url)
     monkeypatch.setenv("ITO_COMPUTE_TOKEN", without.token)
     assert without.http.get("/v0/capabilities").json()["data"]["change_feed"] is False
     async with ItoCredentials(api_url=without.sim.url).get_client() as client:
