@@ -17,6 +17,7 @@ from prefect.input import RunInput
 from pydantic import Field, model_validator
 
 from prefect_ito import asking, charts
+from prefect_ito import markdown as md
 from prefect_ito.cards import when
 from prefect_ito.contract import (
     CheckpointRef,
@@ -101,9 +102,10 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
     svg = charts.draw(charts.loss_chart(run), width=charts.FORM_WIDTH, height=280)
     return "\n".join(
         [
-            f"### Loss spike in `{action.stage}` — a restart is proposed",
+            f"### Loss spike in {md.code(action.stage)} — a restart is proposed",
             "",
-            f"The Itô desk backend holds run `{run.run_id}` (booking `{run.booking_id}`) at step "
+            f"The Itô desk backend holds run {md.code(run.run_id)} "
+            f"(booking {md.code(run.booking_id)}) at step "
             f"{action.step:,} and proposes to restart from an earlier checkpoint. Nothing "
             "restarts until a person decides; prefect-ito never decides by itself.",
             "",
@@ -111,7 +113,7 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "|---|---|",
             f"| spike | loss {loss:.2f} at step {action.step:,} |",
             f"| baseline | loss {baseline:.2f}{times} |",
-            f"| restart from | `{checkpoint.checkpoint_id}` |",
+            f"| restart from | {md.code(checkpoint.checkpoint_id, cell=True)} |",
             f"| its step | {checkpoint.step:,} ({back:,} steps back) |",
             f"| proposed at | {when(action.proposed_at)} |",
             f"| spent so far | ${t.spend_usd:,.0f} of ${t.budget_usd:,.0f} "
@@ -121,7 +123,7 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "",
             "**Choose one** — the form has no default:",
             "",
-            f"- **approve**: the backend restarts from `{checkpoint.checkpoint_id}` at step "
+            f"- **approve**: the backend restarts from {md.code(checkpoint.checkpoint_id)} at step "
             f"{checkpoint.step:,} and trains the {back:,} steps since again; spend goes on "
             "meanwhile.",
             f"- **reject**: the run goes on from step {action.step:,} as it is, without "

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from prefect_ito import charts
+from prefect_ito import markdown as md
 from prefect_ito.contract import (
     DecisionChoice,
     PendingAction,
@@ -61,16 +62,16 @@ def progress_description(run: TrainingRun) -> str:
     done = sum(stage.status.done for stage in run.stages)
     where = f"{done} of {len(run.stages)} stages done"
     if run.state.terminal:
-        return f"{run.state.value.capitalize().replace('_', ' ')}: {where}."
+        return f"{md.text(run.state.value.capitalize().replace('_', ' '))}: {where}."
     if run.state is RunState.AWAITING_DECISION:
-        return f"{run.current_stage} waits for a decision; {where}."
-    return f"Now {run.current_stage or 'starting'}; {where}."
+        return f"{md.text(run.current_stage)} waits for a decision; {where}."
+    return f"Now {md.text(run.current_stage or 'starting')}; {where}."
 
 
 def gates_description(run: TrainingRun) -> str:
     """Return the gates card's one line: how many evals, and which failed."""
     rows = gate_rows(run)
-    failed = [f"{row['stage']} {row['eval']}" for row in rows if not row["pass"]]
+    failed = [md.text(f"{row['stage']} {row['eval']}") for row in rows if not row["pass"]]
     if not failed:
         return f"{len(rows)} evals, all passed."
     return f"{len(rows)} evals, {len(failed)} failed: {', '.join(failed)}."
@@ -159,15 +160,20 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
     One short two-column table per decision, so that who and why never scroll out of sight.
     """
     rows = decisions(run, actions)
-    lines = [f"## Restart decisions — run `{run.run_id}`", "", decisions_headline(rows, run), ""]
+    title = f"## Restart decisions — run {md.code(run.run_id)}"
+    lines = [title, "", decisions_headline(rows, run), ""]
     for number, row in enumerate(rows, start=1):
         checkpoint = (
-            f"`{row.checkpoint_id}` (step {row.checkpoint_step:,})" if row.checkpoint_id else "—"
+            f"{_code(row.checkpoint_id)} (step {_count(row.checkpoint_step)})"
+            if row.checkpoint_id
+            else "—"
         )
         spike = (
-            f"{_loss(row.loss)} at step {_count(row.step)} in `{row.stage}`" if row.stage else "—"
+            f"{_loss(row.loss)} at step {_count(row.step)} in {_code(row.stage)}"
+            if row.stage
+            else "—"
         )
-        by = f" by {row.decided_by}" if row.decided_by else ""
+        by = f" by {md.text(row.decided_by)}" if row.decided_by else ""
         lines += [
             f"### {number}. {row.outcome().split(':')[0].capitalize()}{by}",
             "",
@@ -202,7 +208,7 @@ def decisions_headline(rows: list[DecisionSummary], run: TrainingRun) -> str:
 
 def _code(value: str | None) -> str:
     """Return ``value`` as inline code for a table cell, or — when absent."""
-    return "—" if not value else f"`{_cell(value).replace('`', '')}`"
+    return "—" if not value else md.code(value, cell=True)
 
 
 def _count(value: int | None) -> str:
@@ -214,8 +220,8 @@ def _loss(value: float | None) -> str:
 
 
 def _cell(text: str | None) -> str:
-    """Return text safe inside a markdown table cell."""
-    return "—" if not text else text.replace("|", "\\|").replace("\n", " ")
+    """Return text safe inside a markdown table cell, or — when absent."""
+    return "—" if not text else md.text(text)
 
 
 def loss_summary(t: Telemetry, rows: list[DecisionSummary]) -> str:
@@ -243,7 +249,7 @@ def telemetry_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
     """Return the telemetry card: the loss chart, goodput, spend, and fault tolerance."""
     t: Telemetry = run.telemetry
     ft = run.fault_tolerance
-    lines = [f"## Telemetry — run `{run.run_id}` ({run.state.value})", ""]
+    lines = [f"## Telemetry — run {md.code(run.run_id)} ({md.text(run.state.value)})", ""]
     if t.loss_history:
         svg = charts.draw(charts.loss_chart(run, actions))
         lines += [charts.markdown_image(svg, "Training loss by step"), ""]
@@ -273,7 +279,7 @@ def telemetry_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
 def _staleness_rows(run: TrainingRun) -> list[str]:
     return [
         f"| post-training staleness bound | {stage.details.rlvr.staleness_bound_steps} steps "
-        f"({stage.details.rlvr.algorithm}) |"
+        f"({md.text(stage.details.rlvr.algorithm)}) |"
         for stage in run.stages
         if stage.details.rlvr is not None
     ]
@@ -290,7 +296,7 @@ def _interruption_lines(run: TrainingRun) -> list[str]:
             resume_ok = "✓" if item.resume_seconds < ft.resume_target_seconds else "✗"
             resumed = f"resumed in {item.resume_seconds / 60:.1f} min {resume_ok}"
         lines.append(
-            f"- `{item.stage}` at {when(item.at)}: detected in "
+            f"- {md.code(item.stage)} at {when(item.at)}: detected in "
             f"{item.detect_seconds / 60:.1f} min {detect_ok}, {resumed}"
         )
     return lines

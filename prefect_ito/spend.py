@@ -24,6 +24,7 @@ from prefect.input import RunInput
 from pydantic import Field
 
 from prefect_ito import asking
+from prefect_ito import markdown as md
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.cards import when
 from prefect_ito.contract import (
@@ -239,24 +240,24 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
     outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
     over = "" if quote.within_budget else " — **the estimate is above it**"
     lines = [
-        f"### Confirm the spend: training on booking `{quote.booking_id}`",
+        f"### Confirm the spend: training on booking {md.code(quote.booking_id)}",
         "",
         "Nothing is submitted until the spend is confirmed; prefect-ito never confirms by itself.",
         "",
         "| manifest | value |",
         "|---|---|",
-        f"| booking | `{request.booking_id}` |",
-        f"| model size | {request.model_size} |",
-        f"| target | {request.target} |",
+        f"| booking | {md.code(request.booking_id, cell=True)} |",
+        f"| model size | {md.text(request.model_size)} |",
+        f"| target | {md.text(request.target)} |",
         f"| data | {_data(request.data_refs)} |",
         f"| post-training | {request.post_training.value if request.post_training else 'none'} |",
         f"| budget | ${request.budget_usd:,.2f}{over} |",
         "",
-        f"Manifest digest: `{quote.manifest_digest}`",
+        f"Manifest digest: {md.code(quote.manifest_digest)}",
         "",
         f"**The backend's plan**: data {p.data} × tensor {p.tensor} × pipeline {p.pipeline} × "
-        f"expert {p.expert} × context {p.context}, {p.precision}; stages "
-        + " → ".join(plan.stages)
+        f"expert {p.expert} × context {p.context}, {md.text(p.precision)}; stages "
+        + " → ".join(md.text(stage) for stage in plan.stages)
         + ".",
         "",
         "Custom data: the 150M ladder checks it first, and may reject it."
@@ -273,7 +274,7 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
         f"This quote expires {when(quote.expires_at)}.",
     ]
     if quote.warnings:
-        lines += ["", "**Warnings:**", "", *(f"- {warning}" for warning in quote.warnings)]
+        lines += ["", "**Warnings:**", "", *(f"- {md.text(warning)}" for warning in quote.warnings)]
     if not choices:
         return "\n".join(lines)
     return "\n".join(
@@ -290,7 +291,7 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
 
 
 def _data(refs: list[str]) -> str:
-    shown = ", ".join(f"`{ref}`" for ref in refs[:SHOWN_DATA_REFS])
+    shown = ", ".join(md.code(ref, cell=True) for ref in refs[:SHOWN_DATA_REFS])
     more = len(refs) - SHOWN_DATA_REFS
     count = f"{len(refs)} reference{'s' if len(refs) != 1 else ''}"
     return f"{count}: {shown}" + (f" and {more} more" if more > 0 else "")
