@@ -7,9 +7,12 @@ one server, worker and simulator per database and run in this order.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from capture_server import CaptureServer
 from e2e_stack import (
     AFTER_BOOKING,
     APPROVE_BOOKING,
@@ -42,7 +45,7 @@ from prefect import get_client
 from prefect.deployments import run_deployment
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.flow_runs import aresume_flow_run
-from prefect.states import Cancelling
+from prefect.states import Cancelling, Running, Suspended
 
 from prefect_ito.blocks import ItoBooking
 from prefect_ito.chaining import emit_booking_completed
@@ -188,6 +191,89 @@ async def test_a_flow_run_cannot_choose_the_command_its_worker_runs(stack: Stack
     # The worker ran the flow itself, to the end.
     await wait_for_flow_run(response.json()["id"], completed)
     assert not stolen.exists()
+
+
+async def test_a_prefect_user_cannot_send_the_workers_token_anywhere(stack: Stack):
+    """The canary sweep of a full deployment run: server, worker and watcher.
+
+    A colleague with Prefect API access names their own server in a flow run's ``credentials``
+    and in a deferral record they forge. The worker and the watcher hold the token in their own
+    environment; it must reach nothing of theirs, and be held by no process it was not given to.
+    """
+    canary = stack.token.get_secret_value()
+    with CaptureServer() as theirs:
+        lured = await start_training(
+            {**on_booking(PLAIN_BOOKING), "credentials": {"api_url": theirs.url}}
+        )
+        forged = await forge_deferral(theirs.url)
+        ended = await wait_for_flow_run(lured.id, named("OriginNotAllowed"))
+        assert theirs.url in (ended.state.message or "")
+        assert stack.watcher_log is not None
+        await wait_for(
+            lambda: f"Not watching runs recorded for {theirs.url}" in stack.watcher_log.read_text()
+        )
+    assert theirs.received == []  # not one request, with or without the token
+
+    given = descendants(stack.worker.pid) | (
+        descendants(stack.watcher.pid) if stack.watcher else set()
+    )
+    assert set(processes_holding(canary)) <= given
+    scratch = stack.watcher_log.parent
+    assert [path for path in files_under(scratch) if canary.encode() in path.read_bytes()] == []
+    async with get_client() as client:
+        await client.delete_flow_run(forged)
+
+
+async def forge_deferral(api_url: str) -> Any:
+    """Suspend a new flow run under a defer- key, beside a record naming ``api_url``."""
+    key = "defer-1-forged-by-a-prefect-user"
+    record = {
+        "api_url": api_url, "run_id": "run_forged", "version": 1, "stage": "pretrain",
+        "events_seen": 0, "heartbeat_at": "2026-12-01T00:00:00Z", "heartbeat_seen_at": 0.0,
+        "stall_timeout": None, "deadline_at": None,
+    }  # fmt: skip
+    async with get_client() as client:
+        deployment = await client.read_deployment_by_name(NIGHTLY)
+        flow_run = await client.create_flow_run_from_deployment(
+            deployment.id, parameters=on_booking(PLAIN_BOOKING), state=Running()
+        )
+        await client.create_flow_run_input(flow_run.id, key, json.dumps(record))
+        await client.set_flow_run_state(flow_run.id, Suspended(pause_key=key), force=True)
+    return flow_run.id
+
+
+def descendants(pid: int) -> set[int]:
+    """``pid`` and every process below it, from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        found.add(current)
+        todo += children.get(current, [])
+    return found
+
+
+def processes_holding(secret: str) -> list[int]:
+    """Every process whose environment holds ``secret``."""
+    holding = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if secret.encode() in environ.read_bytes():
+                holding.append(int(environ.parent.name))
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+    return holding
+
+
+def files_under(root: Path) -> list[Path]:
+    """Every regular file below ``root``: logs, databases, deployment copies, results."""
+    return [path for path in root.rglob("*") if path.is_file() and not path.is_symlink()]
 
 
 async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(stack: Stack):
