@@ -170,21 +170,31 @@ async def aload_checked(block_type: type[B], name: str, parameter: str) -> B:
     """
     try:
         return await block_type.aload(name)
-    except RuntimeError as exc:  # how Prefect reports a document that fails validation
+    except RuntimeError as exc:  # how Prefect reports a stored document that fails validation
         if not isinstance(exc.__cause__, ValidationError):
             raise
-        # Imported here: parameters imports this module for ItoBooking.
-        from prefect_ito.parameters import invalid_parameters
-
-        broken = invalid_parameters(exc.__cause__)
-        raise InvalidParameters(
-            f"{parameter}: the {block_type.__name__} block {name!r} is not valid: {broken}",
-            field=parameter,
-        ) from None
+        which = f"the {block_type.__name__} block {name!r}"
+        raise invalid_block(exc.__cause__, parameter, which) from None
     except ValueError as exc:
         raise InvalidParameters(
             f"{parameter}: no {block_type.__name__} block named {name!r}", field=parameter
         ) from exc
+
+
+def invalid_block(error: ValidationError, parameter: str, which: str) -> InvalidParameters:
+    """Return the refusal of a block whose fields break a rule, naming the field.
+
+    Args:
+        error: What the block's model said.
+        parameter: The flow parameter or option the block came through.
+        which: Which block, for the message ("the ItoCredentials block 'desk'").
+    """
+    from prefect_ito.parameters import invalid_parameters  # parameters imports this module
+
+    broken = invalid_parameters(error)
+    field = f"{parameter}.{broken.field}" if broken.field else parameter
+    where = f"{field}: " if not broken.field else f"{parameter}."
+    return InvalidParameters(f"{where}{broken} ({which})", field=field)
 
 
 async def resolve_credentials(
@@ -222,10 +232,7 @@ async def _credentials_block(
         try:
             return ItoCredentials.model_validate(credentials)
         except ValidationError as exc:
-            # Imported here: parameters imports this module for ItoBooking.
-            from prefect_ito.parameters import invalid_parameters
-
-            raise InvalidParameters(f"credentials.{invalid_parameters(exc)}") from None
+            raise invalid_block(exc, "credentials", "the credentials parameter") from None
     try:
         return ItoCredentials(api_url=resolve_api_url(None))
     except ItoError as error:
@@ -368,33 +375,8 @@ async def resolve_authorization(
     if authorization is None or isinstance(authorization, ItoSpendAuthorization):
         return authorization
     if isinstance(authorization, str):
-        try:
-            return await ItoSpendAuthorization.aload(authorization)
-        except RuntimeError as exc:  # how Prefect reports a stored document that fails validation
-            if not isinstance(exc.__cause__, ValidationError):
-                raise
-            raise _invalid_authorization(exc.__cause__, repr(authorization)) from None
-        except ValueError as exc:
-            raise InvalidParameters(
-                f"authorization: no ItoSpendAuthorization block named {authorization!r}"
-            ) from exc
+        return await aload_checked(ItoSpendAuthorization, authorization, "authorization")
     try:
         return ItoSpendAuthorization.model_validate(authorization)
     except ValidationError as exc:
-        raise _invalid_authorization(exc, "given") from None
-
-
-def _invalid_authorization(error: ValidationError, which: str) -> InvalidParameters:
-    """Return the refusal of an authorization whose fields break a rule, naming the field.
-
-    Anyone with Prefect API access can write a block document, past the block's own checks, so
-    a stored one is checked on load like any other input.
-    """
-    from prefect_ito.parameters import invalid_parameters  # parameters imports this module
-
-    broken = invalid_parameters(error)
-    field = f"authorization.{broken.field}" if broken.field else "authorization"
-    where = f"{field}: " if not broken.field else "authorization."
-    return InvalidParameters(
-        f"{where}{broken} (the ItoSpendAuthorization block {which})", field=field
-    )
+        raise invalid_block(exc, "authorization", "the authorization parameter") from None

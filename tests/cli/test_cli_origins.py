@@ -90,7 +90,7 @@ async def test_a_block_pointing_their_server_at_the_real_keyring_entry_gets_noth
             "whoami", "--credentials", "lure", env=person_env(tmp_path, prefect_server)
         )
     line = refused(result, ExitCode.INVALID_INPUT)
-    assert "'lure' is not valid" in line and "another backend" in line
+    assert "credentials: " in line and "another backend" in line and "block 'lure'" in line
     assert theirs.received == []
     assert token not in result.stdout + result.stderr
 
