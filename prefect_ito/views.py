@@ -22,6 +22,7 @@ from typing import Any
 from prefect import State
 from prefect.logging.handlers import PrefectConsoleHandler
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prefect_ito import cards
@@ -106,7 +107,7 @@ def final_summary(state: State[Any]) -> TrainingSummary | None:
 
 def print_outcome(console: Console, state: State[Any]) -> None:
     """Print how the flow run ended, then the summary of its backend run."""
-    console.print(f"Final state: [bold]{state.name}[/] {state.message or ''}")
+    console.print(f"Final state: [bold]{escape(state.name or '')}[/] {escape(state.message or '')}")
     summary = final_summary(state)
     if summary is not None:
         print_summary(console, summary)
@@ -114,7 +115,10 @@ def print_outcome(console: Console, state: State[Any]) -> None:
 
 def print_summary(console: Console, summary: TrainingSummary) -> None:
     """Print the run's stages, gates, decisions and telemetry as tables."""
-    console.print(f"[bold]Backend run {summary.run_id}: {summary.state.value}[/]", soft_wrap=True)
+    console.print(
+        f"[bold]Backend run {escape(summary.run_id)}: {escape(summary.state.value)}[/]",
+        soft_wrap=True,
+    )
     console.print(_stages(summary))
     if summary.gates:
         console.print(_gates(summary))
@@ -122,7 +126,7 @@ def print_summary(console: Console, summary: TrainingSummary) -> None:
         console.print(part)
     console.print(_telemetry(summary))
     if summary.outcome is not None:
-        console.print(f"Outcome: {summary.outcome.code}: {summary.outcome.message}")
+        console.print(f"Outcome: {summary.outcome.code}: {summary.outcome.message}", markup=False)
 
 
 def _stages(summary: TrainingSummary) -> Table:
@@ -130,7 +134,9 @@ def _stages(summary: TrainingSummary) -> Table:
     for column in ("stage", "status", "gate"):
         table.add_column(column)
     for stage in summary.stages:
-        table.add_row(stage.name, stage.status.value, stage.gate or "—")
+        table.add_row(
+            *(escape(cell) for cell in (stage.name, stage.status.value, stage.gate or "—"))
+        )
     return table
 
 
@@ -140,9 +146,9 @@ def _gates(summary: TrainingSummary) -> Table:
         table.add_column(column)
     for row in summary.gates:
         table.add_row(
-            row["stage"],
-            row["battery"],
-            f"{row['eval']} ({row['metric']})",
+            escape(row["stage"]),
+            escape(row["battery"]),
+            escape(f"{row['eval']} ({row['metric']})"),
             f"{row['score']:g}",
             f"{row['threshold']:g}",
             "✓" if row["pass"] else "✗",
@@ -162,14 +168,16 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         )
         table.add_column("what")
         table.add_column("value")
-        table.add_row("decision", row.outcome())
-        table.add_row("decided by", row.decided_by or "—")
-        table.add_row("authenticated as", row.principal or "—")
+        table.add_row("decision", escape(row.outcome()))
+        table.add_row("decided by", escape(row.decided_by or "—"))
+        table.add_row("authenticated as", escape(row.principal or "—"))
         table.add_row("decided at", cards.when(row.decided_at))
-        table.add_row("why", row.reason or "—")
+        table.add_row("why", escape(row.reason or "—"))
         if row.step is not None and row.loss is not None:
-            table.add_row("loss spike", f"{row.loss:.2f} at step {row.step:,} in {row.stage}")
-        table.add_row("restart checkpoint", row.checkpoint_id or "—")
+            table.add_row(
+                "loss spike", escape(f"{row.loss:.2f} at step {row.step:,} in {row.stage}")
+            )
+        table.add_row("restart checkpoint", escape(row.checkpoint_id or "—"))
         tables.append(table)
     return tables
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prefect_ito import cards, provenance, views
@@ -126,24 +127,27 @@ def _print_pending(run: TrainingRun) -> None:
     action = run.pending_action
     if action is not None:
         _console.print(
-            f"[bold yellow]Pending decision:[/] {action.kind.value} at step {action.step:,} in "
-            f"{action.stage} (action {action.action_id})",
+            "[bold yellow]Pending decision:[/] "
+            + escape(
+                f"{action.kind.value} at step {action.step:,} in {action.stage} "
+                f"(action {action.action_id})"
+            ),
             soft_wrap=True,
         )
 
 
 def _table(found: list[TrainingRun]) -> Table:
-    table = Table(title=f"Training runs on {found[0].booking_id}", title_justify="left")
+    table = Table(title=f"Training runs on {escape(found[0].booking_id)}", title_justify="left")
     table.add_column("run", no_wrap=True)  # an id to copy: never broken or cut
     for column in ("state", "stage", "pending decision", "spend (USD)", "created"):
         table.add_column(column)
     for run in found:
         spent = run.telemetry
         table.add_row(
-            run.run_id,
-            run.state.value,
-            run.current_stage or "—",
-            run.pending_action.kind.value if run.pending_action else "—",
+            escape(run.run_id),
+            escape(run.state.value),
+            escape(run.current_stage or "—"),
+            escape(run.pending_action.kind.value if run.pending_action else "—"),
             f"{spent.spend_usd:,.0f} of {spent.budget_usd:,.0f}",
             cards.when(run.created_at),
         )

@@ -21,6 +21,7 @@ from prefect import Flow, State, get_client
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelling
 from rich.console import Console
+from rich.markup import escape
 
 from prefect_ito import answers, provenance, terminal, views
 from prefect_ito.approval import RestartDecision
@@ -308,7 +309,7 @@ async def _decide(
 
 
 def _show_decision(sent: dict[str, Any]) -> None:
-    _console.print(f"Sent: {sent['decision']} by {sent['decided_by']}.")
+    _console.print(f"Sent: {sent['decision']} by {sent['decided_by']}.", markup=False)
 
 
 async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
@@ -361,21 +362,25 @@ async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
 
 
 def _show_status(shown: dict[str, Any]) -> None:
-    _console.print(f"{shown['flow_run_name']}: [bold]{shown['state_name'] or '?'}[/]")
+    # Names and messages come from Prefect, where anyone with API access writes them: text only.
+    name, state = escape(shown["flow_run_name"]), escape(shown["state_name"] or "?")
+    _console.print(f"{name}: [bold]{state}[/]")
     if shown["state_message"]:
-        _console.print(shown["state_message"])
+        _console.print(shown["state_message"], markup=False)
     facts = shown["backend_run"]
     if facts is None:
         _console.print("Backend run: none reported yet.")
         return
-    _console.print(f"Backend run: {facts.get('run_id', '?')} ({facts.get('state', '?')})")
-    _console.print(f"Stage: {facts.get('stage') or '—'}")
-    _console.print(f"Spend: {facts.get('spend', '?')}")
+    _console.print(
+        f"Backend run: {facts.get('run_id', '?')} ({facts.get('state', '?')})", markup=False
+    )
+    _console.print(f"Stage: {facts.get('stage') or '—'}", markup=False)
+    _console.print(f"Spend: {facts.get('spend', '?')}", markup=False)
     pending = facts.get("pending_decision")
     if not pending:
         _console.print("Pending decision: none")
         return
-    _console.print(f"[bold yellow]Pending decision:[/] {pending}", soft_wrap=True)
+    _console.print(f"[bold yellow]Pending decision:[/] {escape(str(pending))}", soft_wrap=True)
     _console.print(
         f"Decide: prefect-ito decide {shown['flow_run_id']} --approve|--reject --reason TEXT "
         "--name NAME",

@@ -133,3 +133,17 @@ def test_one_card_per_concern_and_status_facts_on_the_progress_card():
     assert "of $250,000.00" in facts["spend"]
     assert "restart from ckpt-pretrain-10000 (step 10,000)" in facts["pending_decision"]
     assert all(len(value) <= 500 for value in facts.values())  # Prefect cuts longer values
+
+
+def test_text_from_people_and_the_backend_is_printed_as_text_at_the_terminal():
+    # Rich reads "[...]" in a string as markup: a reason like this became a live terminal link.
+    hostile = "[link=http://evil.example]click[/link] [bold red]urgent[/]"
+    run, _ = play("demo", decide="approve", reason=hostile)
+    console = Console(record=True, width=400, force_terminal=True)
+
+    print_summary(console, TrainingSummary.of(run))
+
+    assert hostile in console.export_text()
+    assert "evil.example" not in "".join(
+        str(segment.style.link) for segment in console._record_buffer if segment.style
+    )
