@@ -7,8 +7,10 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+from keyrings.alt.file import PlaintextKeyring
 from prefect.utilities.asyncutils import run_coro_as_sync
 from spend_helpers import covering_authorization
 
@@ -30,6 +32,7 @@ CONFIRMED = TrainingRequest(
 """The manifest digest of :data:`TRAIN`'s request."""
 TRAIN_CONFIRMED = [TRAIN[0], *TRAIN[3:], "--confirm", CONFIRMED]
 """:data:`TRAIN` confirmed with ``--confirm`` instead of the authorization (needs no block)."""
+ALLOW_PLAINTEXT = "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING"
 FLOW_RUN_LINE = re.compile(r"Flow run \S+ \(([0-9a-f-]{36})\)")  # what train prints first
 
 
@@ -103,3 +106,24 @@ def one_document(result: subprocess.CompletedProcess, *secrets: str) -> dict[str
         assert document["error"]["exit_code"] == result.returncode != 0, output
         assert {"code", "message", "exit_code"} <= set(document["error"]), document
     return document
+
+
+def person_env(home: Path, prefect_server: str, **settings: str) -> dict[str, str]:
+    """A person's shell: a file keyring in ``home`` (allowed here), the session's Prefect."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ITO_COMPUTE_")}
+    env.update(
+        PREFECT_API_URL=prefect_server,
+        PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
+        XDG_DATA_HOME=str(home),
+        PREFECT_INTEGRATIONS_ITO_MAX_RETRIES="0",
+        **{ALLOW_PLAINTEXT: "true"},
+    )
+    env.update(settings)
+    return env
+
+
+def stored_login(home: Path, api_url: str, token: str) -> None:
+    """Keep ``token`` for ``api_url`` where the command's file keyring will read it."""
+    backend = PlaintextKeyring()
+    backend.file_path = str(home / "python_keyring" / "keyring_pass.cfg")
+    backend.set_password("prefect-ito", api_url, token)

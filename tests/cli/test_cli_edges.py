@@ -19,9 +19,11 @@ from cli_helpers import (
     FLOW_RUN_LINE,
     TRAIN,
     TRAIN_CONFIRMED,
+    person_env,
     prefect_ito,
     read_flow_run_id,
     start_train,
+    stored_login,
     worker_env,
 )
 from spend_helpers import covering_authorization
@@ -138,8 +140,11 @@ def test_an_unreachable_backend_is_named_in_one_line(prefect_server):
 
 
 def test_train_takes_the_backend_and_data_from_options(simulator_default, prefect_server, tmp_path):
-    env = worker_env(simulator_default, prefect_server)
-    del env["ITO_COMPUTE_API_URL"]
+    # The backend comes from --api-url alone, its token from the keyring (kept for its origin).
+    token = simulator_default.mint_token("cli").get_secret_value()
+    stored_login(tmp_path, simulator_default.url, token)
+    worker_env(simulator_default, prefect_server)  # saves the authorization block
+    env = person_env(tmp_path, prefect_server)
     refs = tmp_path / "refs.txt"
     refs.write_text("# the corpus\ncatalog://ito/web-2026-10\n\n" + "\n".join(
         f"s3://acme/shard-{i:05d}/" for i in range(3_000)

@@ -7,13 +7,10 @@ API (past the model's checks) that names their server; a person then runs ``whoa
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 from capture_server import CaptureServer
-from cli_helpers import prefect_ito
-from keyrings.alt.file import PlaintextKeyring
+from cli_helpers import person_env, prefect_ito, stored_login
 from prefect import get_client
 from prefect.client.schemas.actions import BlockDocumentCreate
 from prefect.exceptions import ObjectNotFound
@@ -21,8 +18,6 @@ from prefect.exceptions import ObjectNotFound
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer
-
-ALLOW = "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING"
 
 
 async def write_raw_block(name: str, data: dict[str, object]) -> None:
@@ -42,27 +37,6 @@ async def write_raw_block(name: str, data: dict[str, object]) -> None:
                 name=name, data=data, block_schema_id=schema.id, block_type_id=block_type.id
             )
         )
-
-
-def person_env(home: Path, prefect_server: str, **settings: str) -> dict[str, str]:
-    """A person's shell: a file keyring in ``home`` (allowed here), the session's Prefect."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ITO_COMPUTE_")}
-    env.update(
-        PREFECT_API_URL=prefect_server,
-        PYTHON_KEYRING_BACKEND="keyrings.alt.file.PlaintextKeyring",
-        XDG_DATA_HOME=str(home),
-        PREFECT_INTEGRATIONS_ITO_MAX_RETRIES="0",
-        **{ALLOW: "true"},
-    )
-    env.update(settings)
-    return env
-
-
-def stored_login(home: Path, api_url: str, token: str) -> None:
-    """Keep ``token`` for ``api_url`` where the command's file keyring will read it."""
-    backend = PlaintextKeyring()
-    backend.file_path = str(home / "python_keyring" / "keyring_pass.cfg")
-    backend.set_password("prefect-ito", api_url, token)
 
 
 @pytest.fixture

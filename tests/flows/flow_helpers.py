@@ -117,3 +117,24 @@ def spiked_run() -> Any:
         clock.now += 0.1
         engine.advance()
     return engine.runs[run_id].snapshot()
+
+
+async def training_deployment(name: str) -> Any:
+    """Deploy ``ito-training`` to a process pool of the same name that no worker serves.
+
+    For flow runs a test puts into a state by hand (suspended, running, lost), as a deployment's
+    runs would be.
+    """
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.types.entrypoint import EntrypointType
+
+    from prefect_ito.flows import ito_training
+
+    async with get_client() as client:
+        await client.create_work_pool(WorkPoolCreate(name=name, type="process"), overwrite=True)
+    return await ito_training.adeploy(
+        name=name,
+        work_pool_name=name,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+        print_next_steps=False,
+    )

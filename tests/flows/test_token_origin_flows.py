@@ -14,11 +14,9 @@ from datetime import UTC, datetime
 
 import pytest
 from capture_server import CaptureServer
-from flow_helpers import BOOKING, REQUEST, Person, parameters
+from flow_helpers import BOOKING, REQUEST, Person, parameters, training_deployment
 from prefect import get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.states import Running, Suspended
-from prefect.types.entrypoint import EntrypointType
 from rich.console import Console
 
 from prefect_ito.deferral import DEFER_PREFIX, Deferral
@@ -58,16 +56,7 @@ async def test_a_credentials_parameter_naming_their_server_sends_it_nothing(
 
 async def _forged_deferral(api_url: str, keyring_entry: str | None = None):
     """A flow run suspended under a defer- key, beside a record a Prefect user wrote."""
-    async with get_client() as client:
-        await client.create_work_pool(
-            WorkPoolCreate(name="origin-tests", type="process"), overwrite=True
-        )
-    deployment = await ito_training.adeploy(
-        name="origin-tests",
-        work_pool_name="origin-tests",
-        entrypoint_type=EntrypointType.MODULE_PATH,
-        print_next_steps=False,
-    )
+    deployment = await training_deployment("origin-tests")
     key = f"{DEFER_PREFIX}1-forged{time.monotonic_ns()}"
     record = Deferral(
         api_url=api_url, keyring_entry=keyring_entry, run_id="run_forged", version=1,

@@ -9,17 +9,14 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from flow_helpers import BOOKING, REQUEST
+from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.states import Cancelled, Crashed, Pending, Running, Suspended
-from prefect.types.entrypoint import EntrypointType
 from spend_helpers import covering_authorization
 
 from prefect_ito import deferral, spend
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.deferral import Deferral, deferral_key
-from prefect_ito.flows import ito_training
 from prefect_ito.jobs import ItoTrainingJob
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import builtin_scenario
@@ -38,16 +35,7 @@ async def deferred_flow_run(simulator, *, key: str | None = None):
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         while run.current_stage is None:
             run = await client.get_training_run(run.run_id)
-    async with get_client() as client:
-        await client.create_work_pool(
-            WorkPoolCreate(name="watcher-tests", type="process"), overwrite=True
-        )
-    deployment = await ito_training.adeploy(
-        name="watcher-tests",
-        work_pool_name="watcher-tests",
-        entrypoint_type=EntrypointType.MODULE_PATH,
-        print_next_steps=False,
-    )
+    deployment = await training_deployment("watcher-tests")
     async with get_client() as client:
         flow_run = await client.create_flow_run_from_deployment(
             deployment, parameters={"training": training.model_dump(mode="json")}
