@@ -606,7 +606,7 @@ class NotLoggedIn(ItoError):
         why = why or "no Itô token in ITO_COMPUTE_TOKEN or the keyring"
         super().__init__(
             f"not logged in to {target} ({why}): run `prefect-ito login --api-url {target}`, "
-            "or set ITO_COMPUTE_TOKEN in the worker's own environment"
+            "or set ITO_COMPUTE_TOKEN and ITO_COMPUTE_API_URL in the worker's own environment"
         )
 
 

@@ -123,9 +123,9 @@ def admit(url: str, *, source: str) -> None:
     if not origins or origin in origins:
         return
     raise OriginNotAllowed(
-        f"{source} names the Itô backend {origin}, which this process is not configured for "
-        f"({', '.join(sorted(origins))}); to allow it, add {origin} to {ENV_ALLOWED_ORIGINS} "
-        "in this process's own environment",
+        f"{source} names the Itô backend {origin} — this process is configured for "
+        f"{' and '.join(sorted(origins))} only; to allow it, add {origin} to "
+        f"{ENV_ALLOWED_ORIGINS} in this process's own environment",
         origin=origin,
     )
 
