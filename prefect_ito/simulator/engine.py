@@ -94,14 +94,17 @@ class Engine:
         """Return simulated seconds since the scenario was loaded."""
         return (self._clock() - self._started) * self.scenario.time_scale
 
-    def _epoch_for_new_run(self) -> datetime:
-        """Return the epoch that dates a run created now at the real time since the load.
+    def _new_run_clock(self) -> tuple[datetime, float]:
+        """Return the epoch and the simulated now of a run created at this real moment.
 
         Only the run's own progress is scaled: a run created ``t`` real seconds after the load
-        says it was created at ``start_at + t``, not ``t × time_scale`` later.
+        says it was created at ``start_at + t``, not ``t × time_scale`` later. Both come from
+        one reading of the clock: the microseconds between two readings, times the time scale,
+        would date the run seconds after the answer that created it.
         """
         real_seconds = self._clock() - self._started
-        return self._anchor + timedelta(seconds=real_seconds - self.now())
+        simulated = real_seconds * self.scenario.time_scale
+        return self._anchor + timedelta(seconds=real_seconds - simulated), simulated
 
     def wall_now(self) -> datetime:
         """Return the timestamp of this real moment (from ``start_at``, at the real rate)."""
@@ -443,6 +446,7 @@ class Engine:
         self, account: str, key: str, request: TrainingRunRequest, booking: SimBooking
     ) -> RunRecord:
         script = self.scenario.script_for(booking.booking_id)
+        epoch, created = self._new_run_clock()
         rec = RunRecord(
             run_id=f"run_{uuid4().hex[:16]}",
             account=account,
@@ -450,8 +454,8 @@ class Engine:
             request=request,
             booking=booking,
             script=script,
-            epoch=self._epoch_for_new_run(),
-            created=self.now(),
+            epoch=epoch,
+            created=created,
             stages=plan_stages(request, script),
         )
         rec.emit(EventType.RUN_ACCEPTED, "run accepted", booking_id=booking.booking_id)

@@ -106,3 +106,22 @@ def test_the_heartbeat_keeps_going_at_the_real_rate_while_a_run_waits():
 
     assert after.version == before.version  # no progress while it waits
     assert timedelta(seconds=29) < after.heartbeat_at - before.heartbeat_at < timedelta(seconds=31)
+
+
+def test_runs_are_dated_when_created_and_listed_in_that_order(desk):
+    # Before, a new run's created_at came from two reads of the scaled clock: the microseconds
+    # between them, times the time scale, dated it seconds after the answer, with jitter, so a
+    # list (oldest first) was not in created_at order.
+    answered = []
+    for n in range(5):
+        run = desk.start(desk.body(budget_usd=250_000.0 + n), key=f"key-{n}")
+        answered.append(datetime.now(UTC))
+        desk.http.post(f"/v0/training-runs/{run['run_id']}/cancel", json={})
+        assert datetime.fromisoformat(run["created_at"]) <= answered[-1]
+
+    runs = desk.http.get("/v0/training-runs").json()["data"]["runs"]
+
+    created = [datetime.fromisoformat(run["created_at"]) for run in runs]
+    assert len(created) == 5
+    assert created == sorted(created)
+    assert all(at <= answer for at, answer in zip(created, answered, strict=True))
