@@ -386,8 +386,18 @@ class Engine:
             )
 
     def quote(self, account: str, request: TrainingRunRequest) -> TrainingQuote:
-        """Return a quote for ``request``: the plan, the estimate, a confirmable id. No work."""
+        """Return a quote for ``request``: the plan, the estimate, a confirmable id. No work.
+
+        Raises:
+            SimError: ``CAPABILITY_NOT_AVAILABLE`` on a backend that does not say
+                ``spend_confirmation: true``, as for training runs that are not live.
+        """
         self._check_request(request)
+        if not self.scenario.spend_confirmation:
+            raise SimError(
+                ErrorCode.CAPABILITY_NOT_AVAILABLE,
+                "this backend serves no training quotes (spend_confirmation is false)",
+            )
         booking = self.booking(account, request.booking_id)
         eligibility = booking.eligibility(account)
         if not eligibility.eligible:

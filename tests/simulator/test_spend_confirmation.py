@@ -102,6 +102,18 @@ def test_a_backend_that_cannot_train_quotes_nothing(desk_for):
     assert error(desk.quote()) == (501, "CAPABILITY_NOT_AVAILABLE", None)
 
 
+def test_a_backend_without_spend_confirmation_serves_no_quotes(desk_for):
+    # Before, the quote was served although Capabilities.spend_confirmation said it was not.
+    scenario = builtin_scenario("default").model_copy(update={"spend_confirmation": False})
+    desk = desk_for(scenario)
+
+    response = desk.quote()
+
+    assert error(response) == (501, "CAPABILITY_NOT_AVAILABLE", None)
+    assert "spend_confirmation" in response.json()["error"]["message"]
+    assert desk.http.get("/v0/capabilities").json()["data"]["spend_confirmation"] is False
+
+
 def test_a_new_run_without_a_confirmation_is_refused(desk):
     response = desk.submit(confirm=False)
 
