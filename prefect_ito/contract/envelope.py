@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 from enum import StrEnum
-from typing import Annotated, Final, Generic, Literal, TypeVar
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -181,6 +181,13 @@ class ApiError(_Model):
     code: ErrorCode
     message: str
     field: str | None = Field(default=None, description="The offending request field, if any.")
+    details: dict[str, Any] | None = Field(
+        default=None,
+        description="v0.3: machine-readable facts about the error, by code: `fields` (the "
+        "request fields that differ) for `CONFIRMATION_MISMATCH`, `interval` (the seconds to "
+        "poll at from now on) for `SLOW_DOWN`. Absent when there are none; a client ignores "
+        "members it does not know.",
+    )
 
 
 _LIVE = Field(description="True only when a live production backend produced this answer.")

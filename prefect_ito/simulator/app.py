@@ -81,7 +81,9 @@ async def _tick(state: SimState) -> None:
 
 async def _sim_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, SimError)
-    return error_response(exc.code, exc.message, field=exc.field, headers=exc.headers)
+    return error_response(
+        exc.code, exc.message, field=exc.field, headers=exc.headers, details=exc.details
+    )
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

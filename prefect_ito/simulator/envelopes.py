@@ -70,15 +70,20 @@ def error_response(
     *,
     field: str | None = None,
     headers: dict[str, str] | None = None,
+    details: dict[str, Any] | None = None,
 ) -> JSONResponse:
     """Return the error envelope for a code, with the status the contract pins to it."""
     body = ErrorEnvelope(
         ok=False,
         live_api_contacted=False,
         notice=NOTICE,
-        error=ApiError(code=code, message=message, field=field),
+        error=ApiError(code=code, message=message, field=field, details=details),
     )
-    return JSONResponse(body.model_dump(mode="json"), ERROR_STATUS[code], headers=headers)
+    # ``details`` appears only when an error has some, as older backends never sent it.
+    content = body.model_dump(
+        mode="json", exclude={"error": {"details"}} if details is None else None
+    )
+    return JSONResponse(content, ERROR_STATUS[code], headers=headers)
 
 
 def documented(

@@ -22,6 +22,8 @@ from prefect_ito.simulator.scenario import Scenario
 TOKEN_TTL = timedelta(days=30)
 SLOW_DOWN_TOLERANCE = 0.9
 """A poll counts as too fast below this share of the interval, so timer jitter is forgiven."""
+SLOW_DOWN_STEP_SECONDS = 5
+"""RFC 8628 section 3.5: each ``slow_down`` adds five seconds to the grant's polling interval."""
 _USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels: no accidental words
 
 
@@ -62,6 +64,8 @@ class DeviceGrant:
     device_code: str
     user_code: str
     expires: float
+    interval: int
+    """The seconds to poll at: the scenario's, plus five for each ``slow_down`` answered."""
     status: DeviceStatus = DeviceStatus.PENDING
     account: str = "sim-user"
     last_poll: float | None = field(default=None)
@@ -135,6 +139,7 @@ class Identity:
             device_code=secrets.token_urlsafe(24),
             user_code=user_code,
             expires=self._clock() + ttl,
+            interval=self._scenario.device_interval_seconds,
         )
         self._devices[grant.device_code] = grant
         uri = base_url.rstrip("/") + "/device"
@@ -165,14 +170,21 @@ class Identity:
         if grant is None or grant.expires <= now:
             self._devices.pop(device_code, None)
             raise SimError(ErrorCode.EXPIRED_TOKEN, "the device code is unknown or expired")
-        interval = self._scenario.device_interval_seconds * SLOW_DOWN_TOLERANCE
-        too_fast = grant.last_poll is not None and now - grant.last_poll < interval
+        too_fast = (
+            grant.last_poll is not None
+            and now - grant.last_poll < grant.interval * SLOW_DOWN_TOLERANCE
+        )
         grant.last_poll = now
         if grant.status is DeviceStatus.DENIED:
             del self._devices[device_code]
             raise SimError(ErrorCode.ACCESS_DENIED, "the person denied this device")
         if too_fast:
-            raise SimError(ErrorCode.SLOW_DOWN, "polling faster than the interval")
+            grant.interval += SLOW_DOWN_STEP_SECONDS
+            raise SimError(
+                ErrorCode.SLOW_DOWN,
+                f"polling faster than the interval: poll every {grant.interval} s from now on",
+                details={"interval": grant.interval},
+            )
         if grant.status is DeviceStatus.PENDING:
             raise SimError(ErrorCode.AUTHORIZATION_PENDING, "waiting for the person to approve")
         del self._devices[device_code]

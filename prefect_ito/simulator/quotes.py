@@ -84,6 +84,36 @@ def _warnings(quote: TrainingQuote) -> list[str]:
     return warnings
 
 
+def _check_match(quote: TrainingQuote, request: TrainingRunRequest) -> None:
+    """Refuse a submission made for another booking, budget or manifest than its quote.
+
+    Every field that differs is named. The booking and the budget are part of the manifest, so
+    a different one changes the digest too: they come first, and ``field`` names the first, so
+    that the answer says what a person changed rather than only that the digest differs.
+    """
+    differ = [
+        (name, quoted)
+        for name, quoted, sent in (
+            ("booking_id", quote.booking_id, request.booking_id),
+            ("budget_usd", quote.budget_usd, request.budget_usd),
+            ("manifest_digest", quote.manifest_digest, request.manifest_digest),
+        )
+        if quoted != sent
+    ]
+    if not differ:
+        return
+    shown = ", ".join(
+        f"{name} {quoted:,.2f}" if isinstance(quoted, float) else f"{name} {quoted}"
+        for name, quoted in differ
+    )
+    raise SimError(
+        ErrorCode.CONFIRMATION_MISMATCH,
+        f"the quote was made for another {', '.join(name for name, _ in differ)} ({shown})",
+        field=differ[0][0],
+        details={"fields": [name for name, _ in differ]},
+    )
+
+
 class QuoteBook:
     """The quotes one simulator issued, each confirmable until it expires or is used."""
 
@@ -141,17 +171,7 @@ class QuoteBook:
                 field="confirmation.quote_id",
             )
         quote = held.quote
-        for name, quoted, sent in (
-            ("booking_id", quote.booking_id, request.booking_id),
-            ("manifest_digest", quote.manifest_digest, request.manifest_digest),
-            ("budget_usd", quote.budget_usd, request.budget_usd),
-        ):
-            if quoted != sent:
-                raise SimError(
-                    ErrorCode.CONFIRMATION_MISMATCH,
-                    f"the quote was made for another {name} ({quoted})",
-                    field=name,
-                )
+        _check_match(quote, request)
         if held.used_by is not None:
             raise SimError(
                 ErrorCode.CONFIRMATION_USED, f"the quote was already used by run {held.used_by}"

@@ -59,13 +59,17 @@ def test_denied_device_gets_access_denied(desk):
     assert denied.json()["error"]["code"] == "ACCESS_DENIED"
 
 
-def test_polling_too_fast_gets_slow_down(desk):
+def test_polling_too_fast_gets_slow_down_with_the_interval_to_keep(desk):
+    # Before, SLOW_DOWN said nothing of how much slower; RFC 8628 adds five seconds each time.
     device = _start(desk)
 
     _poll(desk, device)
     fast = _poll(desk, device)
+    faster = _poll(desk, device)
 
     assert fast.json()["error"]["code"] == "SLOW_DOWN"
+    assert fast.json()["error"]["details"] == {"interval": device["interval"] + 5}
+    assert faster.json()["error"]["details"] == {"interval": device["interval"] + 10}
 
 
 @pytest.mark.parametrize("device_code", ["unknown-code"])

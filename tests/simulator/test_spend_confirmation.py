@@ -122,12 +122,30 @@ def test_a_new_run_without_a_confirmation_is_refused(desk):
 
 
 def test_a_confirmation_must_be_of_a_quote_for_this_very_request(desk):
-    other = desk.confirmed(desk.body(budget_usd=1_000.0))["confirmation"]
-    unknown = {**other, "quote_id": "quote_never_made"}
+    other_data = desk.confirmed(desk.body(data_refs=["catalog://other"]))["confirmation"]
+    unknown = {**other_data, "quote_id": "quote_never_made"}
 
-    for confirmation, field in ((other, "manifest_digest"), (unknown, "confirmation.quote_id")):
+    for confirmation, field in (
+        (other_data, "manifest_digest"),
+        (unknown, "confirmation.quote_id"),
+    ):
         response = desk.submit({**desk.body(), "confirmation": confirmation})
         assert error(response) == (409, "CONFIRMATION_MISMATCH", field)
+    assert desk.sim.runs() == []
+
+
+def test_a_mismatch_names_every_field_that_differs_the_budget_first(desk):
+    # Before, a quote for another budget was refused naming only manifest_digest (the budget is
+    # part of the manifest, so its digest differs too): nothing said that the budget was at fault.
+    other_budget = desk.confirmed(desk.body(budget_usd=1_000.0))["confirmation"]
+
+    response = desk.submit({**desk.body(), "confirmation": other_budget})
+
+    assert error(response) == (409, "CONFIRMATION_MISMATCH", "budget_usd")
+    problem = response.json()["error"]
+    assert problem["details"] == {"fields": ["budget_usd", "manifest_digest"]}
+    assert "budget_usd" in problem["message"]
+    assert "1000" in problem["message"].replace(",", "")
     assert desk.sim.runs() == []
 
 
