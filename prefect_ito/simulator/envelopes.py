@@ -27,12 +27,21 @@ from prefect_ito.contract import (
 NOTICE = "Reference desk simulator: no live backend was contacted and nothing is trained."
 
 Header = dict[str, Any]
+CACHE_CONTROL_HEADER = "Cache-Control"
+NO_STORE = "no-store"
+"""Every answer's ``Cache-Control``: answers carry tokens, quotes and run state."""
 
 ANSWER_HEADERS: dict[str, Header] = {
     REQUEST_ID_HEADER: {
         "description": "The answer's id: quote it when you report a problem.",
         "required": True,
         "schema": {"type": "string", "minLength": 1},
+    },
+    CACHE_CONTROL_HEADER: {
+        "description": "`no-store`: answers carry tokens, quotes and run state, which no cache "
+        "may keep (RFC 9111).",
+        "required": True,
+        "schema": {"type": "string", "const": NO_STORE},
     },
     DEPRECATION_HEADER: {
         "description": "RFC 9745: the endpoint is deprecated (or will be) as of this time, "

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER, ErrorCode
-from prefect_ito.simulator.envelopes import error_response
+from prefect_ito.simulator.envelopes import CACHE_CONTROL_HEADER, NO_STORE, error_response
 from prefect_ito.simulator.faults import was_dropped
 from prefect_ito.simulator.state import RequestLogEntry, SimState
 
@@ -21,7 +21,8 @@ logger = logging.getLogger("prefect_ito.simulator")
 
 
 class RequestLogMiddleware:
-    """Give every answer an ``X-Request-Id`` and log every non-admin request (never a header).
+    """Give every answer an ``X-Request-Id`` and ``Cache-Control: no-store``, and log every
+    non-admin request (never a header).
 
     It is the outermost of the simulator's own middleware, so it also turns an unexpected
     exception into the contract's 500 ``INTERNAL_ERROR`` envelope, with its request id; Starlette's
@@ -44,7 +45,10 @@ class RequestLogMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                MutableHeaders(scope=message).append(REQUEST_ID_HEADER, request_id)
+                headers = MutableHeaders(scope=message)
+                headers.append(REQUEST_ID_HEADER, request_id)
+                # Answers carry tokens, quotes and run state, which no cache may keep.
+                headers[CACHE_CONTROL_HEADER] = NO_STORE
             await send(message)
 
         try:

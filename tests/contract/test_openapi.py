@@ -101,6 +101,8 @@ def test_every_answer_declares_its_headers(
 ):
     headers = response["headers"]
     assert headers["X-Request-Id"]["required"] is True
+    assert headers["Cache-Control"]["required"] is True
+    assert headers["Cache-Control"]["schema"]["const"] == "no-store"
     assert {"Deprecation", "Sunset"} <= set(headers)
     if status == "429":
         assert headers["Retry-After"]["required"] is True

@@ -1,0 +1,45 @@
+"""Every answer of the contract says `Cache-Control: no-store`: answers carry tokens, quotes, runs."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+
+
+def _token_exchange(desk) -> list[httpx.Response]:
+    """Walk a device login through the form; return the answers of its contract routes."""
+    url = desk.sim.url
+    started = httpx.post(f"{url}/v0/auth/device")
+    device = started.json()["data"]
+    body = {"device_code": device["device_code"]}
+    pending = httpx.post(f"{url}/v0/auth/token", json=body)
+    page = httpx.get(device["verification_uri_complete"])
+    code = re.search(r'name="user_code" value="([^"]+)"', page.text).group(1)
+    httpx.post(f"{url}/device", data={"user_code": code, "decision": "approve"})
+    time.sleep(device["interval"])
+    granted = httpx.post(f"{url}/v0/auth/token", json=body)
+    return [started, pending, granted]
+
+
+def test_every_answer_says_no_store(desk):
+    # Before, no answer said Cache-Control: a cache could keep a token, a quote or a run.
+    run = desk.start()
+    answers = [
+        *_token_exchange(desk),
+        desk.http.get("/v0/capabilities"),
+        desk.http.get("/v0/auth/whoami"),
+        desk.quote(),
+        desk.http.get(f"/v0/training-runs/{run['run_id']}"),
+        desk.http.get("/v0/training-runs"),
+        desk.http.get(f"/v0/training-runs/{run['run_id']}/events"),
+        desk.http.get("/v0/training-runs/run_missing"),  # 404 RUN_NOT_FOUND
+        desk.http.get("/v0/no-such-route"),  # 404 NOT_FOUND
+        httpx.get(f"{desk.sim.url}/v0/capabilities"),  # 401 UNAUTHENTICATED
+        desk.http.post("/v0/training-runs", json={}),  # 422: no Idempotency-Key
+    ]
+
+    assert answers[2].status_code == 200, answers[2].text  # the token exchange gave a token
+    for answer in answers:
+        assert answer.headers.get("Cache-Control") == "no-store", answer.request.url
