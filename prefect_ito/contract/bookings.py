@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     Field,
+    WithJsonSchema,
     field_validator,
 )
 
@@ -17,7 +18,7 @@ from prefect_ito.contract.envelope import (
     SCHEMA_VERSION_PATTERN,
     _Model,
 )
-from prefect_ito.contract.open_enum import OpenEnum, note_unknown
+from prefect_ito.contract.open_enum import OpenEnum, note_unknown, open_enum_schema
 
 
 class PostTraining(StrEnum):
@@ -41,7 +42,10 @@ class Capabilities(_Model):
         "minor version such as `ito.training.v0.2`.",
     )
     training_run: Capability
-    post_training_recipes: list[PostTraining] = Field(
+    post_training_recipes: list[
+        # Open in answers (the backend may offer a recipe added later), closed in requests.
+        Annotated[PostTraining, WithJsonSchema(open_enum_schema(PostTraining, title="Recipe"))]
+    ] = Field(
         description="The recipes offered. A client skips those it does not know: it cannot ask "
         "for them."
     )

@@ -10,8 +10,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     StringConstraints,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from prefect_ito.contract.open_enum import open_enum_json_schema
 
 SCHEMA_VERSION: Final = "ito.training.v0.3"
 """The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 3."""
@@ -114,7 +119,19 @@ class _Model(BaseModel):
 
 
 class ErrorCode(StrEnum):
-    """Stable error codes carried in ``error.code``."""
+    """Stable error codes carried in ``error.code``.
+
+    Open in the OpenAPI document: a backend may add codes within v0, and a client treats a code
+    it does not know by the HTTP status of the answer. prefect-ito reads ``error.code`` from an
+    answer as a string (``prefect_ito._http``), so an unknown code becomes a plain
+    :class:`~prefect_ito.exceptions.ItoAPIError`; this enum names the codes it knows.
+    """
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return open_enum_json_schema(cls, core_schema, handler)
 
     UNAUTHENTICATED = "UNAUTHENTICATED"
     TOKEN_REVOKED = "TOKEN_REVOKED"

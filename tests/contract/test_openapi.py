@@ -8,7 +8,18 @@ from typing import Any
 import pytest
 from openapi_spec_validator import validate
 
-from prefect_ito.contract import ID_MAX_LENGTH, IDEMPOTENCY_KEY_MAX_LENGTH
+from prefect_ito.contract import (
+    ID_MAX_LENGTH,
+    IDEMPOTENCY_KEY_MAX_LENGTH,
+    ActionKind,
+    BookingStatus,
+    ErrorCode,
+    EventType,
+    GateStatus,
+    PostTraining,
+    RunState,
+    StageStatus,
+)
 from prefect_ito.simulator.openapi import DOCUMENT_PATH, openapi_document, render
 
 DOCUMENT = json.loads(DOCUMENT_PATH.read_text(encoding="utf-8"))
@@ -152,3 +163,82 @@ def test_idempotency_key_has_one_length_limit_as_header_and_query():
         optional = _nullable(_parameter(path, "post", "Idempotency-Key"))
         assert optional["maxLength"] == IDEMPOTENCY_KEY_MAX_LENGTH
     assert header["maxLength"] == query["maxLength"] == IDEMPOTENCY_KEY_MAX_LENGTH
+
+
+def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
+    """Follow a ``$ref`` and drop the ``null`` branch of an optional member."""
+    schema = _nullable(schema)
+    while "$ref" in schema:
+        schema = _nullable(DOCUMENT["components"]["schemas"][schema["$ref"].split("/")[-1]])
+    return schema
+
+
+def _member(schema: str, *path: str) -> dict[str, Any]:
+    node = DOCUMENT["components"]["schemas"][schema]
+    for name in path:
+        node = _resolve(node)
+        node = node["items"] if name == "[]" else node["properties"][name]
+    return _resolve(node)
+
+
+OPEN_ENUMS = [
+    # Every enum docs/contract.md calls open ("Extensions and deprecation"), where answers carry it.
+    (("TrainingRun", "state"), RunState),
+    (("RunChange", "state"), RunState),
+    (("Stage", "status"), StageStatus),
+    (("Gate", "status"), GateStatus),
+    (("RunEvent", "type"), EventType),
+    (("PendingAction", "kind"), ActionKind),
+    (("TrainingEligibility", "status"), BookingStatus),
+    (("Capabilities", "post_training_recipes", "[]"), PostTraining),
+    (("ApiError", "code"), ErrorCode),
+]
+
+
+@pytest.mark.parametrize(
+    ("where", "known"), OPEN_ENUMS, ids=[".".join(where) for where, _ in OPEN_ENUMS]
+)
+def test_enums_in_answers_are_open(where: tuple[str, ...], known: type[Any]):
+    # Before, each was a closed `enum`: a client generated from this document rejected a whole
+    # answer holding a value a backend added within v0, which the contract allows.
+    schema = _member(*where)
+
+    assert "enum" not in schema
+    assert schema["type"] == "string"
+    assert schema["x-extensible-enum"] == [member.value for member in known]
+    assert "x-extensible-enum" in schema["description"]
+
+
+def test_a_confirmations_via_is_an_open_string_in_answers():
+    schema = _member("ConfirmationRecord", "via")
+
+    assert schema["type"] == "string"
+    assert "enum" not in schema
+
+
+def _referenced(node: Any, seen: set[str]) -> set[str]:
+    """Return the component schemas ``node`` refers to, transitively."""
+    if isinstance(node, dict):
+        ref = node.get("$ref", "")
+        name = ref.split("/")[-1]
+        if ref.startswith("#/components/schemas/") and name not in seen:
+            seen.add(name)
+            _referenced(DOCUMENT["components"]["schemas"][name], seen)
+        for value in node.values():
+            _referenced(value, seen)
+    elif isinstance(node, list):
+        for value in node:
+            _referenced(value, seen)
+    return seen
+
+
+def test_only_enums_a_client_sends_are_closed():
+    requests: set[str] = set()
+    for _, _, operation in OPERATIONS:
+        _referenced([operation.get("requestBody"), operation.get("parameters")], requests)
+    closed = {
+        name for name, schema in DOCUMENT["components"]["schemas"].items() if "enum" in schema
+    }
+
+    assert closed <= requests, closed - requests
+    assert {"DecisionChoice", "PostTraining", "ConfirmationVia"} <= closed

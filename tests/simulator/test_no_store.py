@@ -1,4 +1,4 @@
-"""Every answer of the contract says `Cache-Control: no-store`: answers carry tokens, quotes, runs."""
+"""Every answer of the contract says `Cache-Control: no-store`: it may carry a token or a quote."""
 
 from __future__ import annotations
 
