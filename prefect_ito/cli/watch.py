@@ -41,8 +41,9 @@ def watch(
     """Resume deferred ito-training flow runs when their backend run changes; re-enter lost ones.
 
     Run one (or two, for availability) beside your workers, with the same PREFECT_API_URL and
-    the backend's token in its own environment (ITO_COMPUTE_TOKEN) or keyring, never in Prefect.
-    It keeps no state: stop and start it at will.
+    ITO_COMPUTE_API_URL, and the backend's token in its own environment (ITO_COMPUTE_TOKEN) or
+    keyring, never in Prefect. It follows only runs on that backend's origin, or on one listed in
+    ITO_COMPUTE_ALLOWED_ORIGINS. It keeps no state: stop and start it at will.
     """
     # Options first, each by name: nan and inf would pass a plain comparison, then fail every
     # sweep (or never wait) once the watcher runs.
