@@ -50,6 +50,15 @@ CATALOG_SCHEME = "catalog://"
 CHECKPOINT_BYTES_PER_PARAM = 14
 """bf16 weights plus fp32 master weights and Adam moments."""
 _SIZE_UNITS = {"M": 1e6, "B": 1e9, "T": 1e12}
+REFERENCE_MODEL_SIZE = "8B"
+"""The model size a scenario's training-stage hours are written for.
+
+Training compute is about 6 × parameters × tokens. The tokens are the script's (steps times
+``tokens_per_step``) whatever the size, and the booking's GPUs are the same, so a training stage
+of another size takes its hours times the ratio of parameter counts: a 70B model 8.75 times as
+long as an 8B one, a 150M model under 2 % of it. Data preparation, the 150M ladder and planning
+do not depend on the size.
+"""
 
 
 class Signal(Enum):
@@ -75,6 +84,11 @@ def parameters(model_size: str) -> float:
     match = re.fullmatch(r"([0-9.]+)([MBT])", model_size)
     assert match is not None, model_size
     return float(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
+def size_factor(model_size: str) -> float:
+    """Return how many times longer than the script says a training stage of this size takes."""
+    return parameters(model_size) / parameters(REFERENCE_MODEL_SIZE)
 
 
 def is_custom_data(data_refs: list[str]) -> bool:
@@ -185,11 +199,13 @@ def plan_parallelism(model_size: str, booking: SimBooking, script: RunScript) ->
 def planned_hours(request: TrainingRunRequest, script: RunScript) -> float:
     """Return the simulated hours a run of ``request`` takes without restarts.
 
-    Data preparation (and the ladder for custom data), planning, every training stage, and the
-    detection and resumption of each scripted interruption.
+    Data preparation (and the ladder for custom data), planning, every training stage (for the
+    request's model size, see :data:`REFERENCE_MODEL_SIZE`), and the detection and resumption of
+    each scripted interruption.
     """
     ladder = script.ladder_hours if is_custom_data(request.data_refs) else 0.0
-    stages = sum(spec.hours for spec in training_specs(request, script))
+    hours = sum(spec.hours for spec in training_specs(request, script))
+    stages = hours * size_factor(request.model_size)
     names = {spec.name for spec in training_specs(request, script)}
     outages = sum(
         (i.detect_seconds + i.resume_seconds) / 3600
@@ -232,7 +248,8 @@ def _marks(rec: RunRecord, spec: StageSpec) -> list[_Mark]:
 def _train(rec: RunRecord, spec: StageSpec) -> Generator[Step, None, bool]:
     rlvr = RlvrDetails(staleness_bound_steps=rec.script.rlvr_staleness_bound_steps)
     _start(rec, spec.name, StageDetails(rlvr=rlvr) if spec.name.endswith("rlvr") else None)
-    base_step, seconds = rec.counters.step, spec.hours * 3600
+    base_step = rec.counters.step
+    seconds = spec.hours * 3600 * size_factor(rec.request.model_size)
     marks, position, index = _marks(rec, spec), 0.0, 0
     saved: list[tuple[float, Checkpoint]] = []
     done: set[int] = set()

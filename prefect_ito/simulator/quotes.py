@@ -141,7 +141,10 @@ class QuoteBook:
             plan=plan,
             within_budget=plan.cost_usd.high <= request.budget_usd,
             term_end=booking.term_end,
-            ends_before_term=now + timedelta(hours=plan.duration_hours.high) <= booking.term_end,
+            # Compared in hours: a model of thousands of trillions of parameters would date the
+            # end of its run past the year 9999.
+            ends_before_term=plan.duration_hours.high * 3600
+            <= (booking.term_end - now).total_seconds(),
             expires_at=now + timedelta(seconds=self._ttl),
         )
         quote = quote.model_copy(update={"warnings": _warnings(quote)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from openapi_spec_validator import validate
 from prefect_ito.contract import (
     ID_MAX_LENGTH,
     IDEMPOTENCY_KEY_MAX_LENGTH,
+    SCHEMA_VERSION,
     ActionKind,
     BookingStatus,
     ErrorCode,
@@ -242,3 +244,16 @@ def test_only_enums_a_client_sends_are_closed():
 
     assert closed <= requests, closed - requests
     assert {"DecisionChoice", "PostTraining", "ConfirmationVia"} <= closed
+
+
+def test_the_docs_name_the_contract_version_the_simulator_serves():
+    # Before, docs/simulator.md said the simulator served contract v0.1 while it served v0.3.
+    version = "v" + SCHEMA_VERSION.removeprefix("ito.training.v")
+    docs = DOCUMENT_PATH.parents[1]
+    simulator = (docs / "simulator.md").read_text(encoding="utf-8")
+    contract = (docs / "contract.md").read_text(encoding="utf-8")
+
+    assert f"contract {version}" in simulator.split("\n\n")[1]
+    assert not set(re.findall(r"contract (v0\.[0-9]+)", simulator)) - {version}
+    assert f"contract {version}" in contract.splitlines()[0]
+    assert DOCUMENT["info"]["version"] == version.removeprefix("v")

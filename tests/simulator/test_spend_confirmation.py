@@ -207,3 +207,48 @@ def test_the_same_manifest_on_a_busy_booking_stays_the_same_submission(desk_for)
     assert again.status_code == 200, again.text
     assert again.json()["data"]["run"]["run_id"] == first["run_id"]
     assert len(desk.sim.runs()) == 1
+
+
+def test_the_estimate_grows_with_the_model_size(desk):
+    # Before, 150M, 8B and 1.5T were quoted the same: the estimate ignored the model size.
+    quotes = {
+        size: desk.quote(desk.body(model_size=size)).json()["data"]
+        for size in ("150M", "8B", "70B", "1.5T")
+    }
+
+    for estimate in ("gpu_hours", "cost_usd", "duration_hours"):
+        highs = [quote["plan"][estimate]["high"] for quote in quotes.values()]
+        assert highs == sorted(highs), estimate
+        assert len(set(highs)) == 4, estimate
+    # Training hours follow the parameter count (compute is about 6 × parameters × tokens, and
+    # the tokens are the script's); data preparation and planning do not.
+    script = builtin_scenario("default").run
+    fixed = script.data_prep_hours + script.parallelism_hours
+    training = {
+        size: q["plan"]["duration_hours"]["high"] / 1.3 - fixed for size, q in quotes.items()
+    }
+    assert training["70B"] / training["8B"] == pytest.approx(70 / 8)
+    assert training["1.5T"] / training["8B"] == pytest.approx(1500 / 8)
+    assert quotes["8B"]["within_budget"] is True  # 250,000 USD covers the 8B run
+    assert quotes["70B"]["within_budget"] is False
+    assert quotes["1.5T"]["ends_before_term"] is False
+    assert len(quotes["1.5T"]["warnings"]) == 2
+
+
+def test_a_run_takes_as_long_as_its_model_size_needs(desk):
+    run = desk.finished(desk.start(desk.body(model_size="150M")))
+
+    assert run["state"] == "succeeded"
+    pretrain = next(stage for stage in run["stages"] if stage["name"] == "pretrain")
+    took = datetime.fromisoformat(pretrain["finished_at"]) - datetime.fromisoformat(
+        pretrain["started_at"]
+    )
+    hours = builtin_scenario("default").run.curriculum[0].hours
+    assert took.total_seconds() / 3600 == pytest.approx(hours * 0.15 / 8, rel=1e-3)
+
+
+def test_a_model_too_large_for_any_term_is_quoted_not_refused_with_a_500(desk):
+    quote = desk.quote(desk.body(model_size="9999.99T"))
+
+    assert quote.status_code == 201, quote.text
+    assert quote.json()["data"]["ends_before_term"] is False
