@@ -259,7 +259,7 @@ class ItoClient:
             "POST",
             "/v0/training-quotes",
             f"{API_PREFIX}/training-quotes",
-            body=request.model_dump(mode="json", exclude={"confirmation"}),
+            body=request.model_dump(mode="json", exclude={"confirmation", "client_reference"}),
             repeatable=True,
         )
         return await self._request(call, TrainingQuote)
@@ -280,11 +280,13 @@ class ItoClient:
         Returns:
             The run, with ``replayed`` set when it already existed.
         """
+        # Without a reference the member is left out: a backend before it refuses unknown members.
+        unset = {"client_reference"} if request.client_reference is None else None
         call = _Call(
             "POST",
             "/v0/training-runs",
             f"{API_PREFIX}/training-runs",
-            body=request.model_dump(mode="json"),
+            body=request.model_dump(mode="json", exclude=unset),
             idempotency_key=idempotency_key,
         )
 
@@ -301,6 +303,16 @@ class ItoClient:
         """Return the run submitted with ``key``, or None if there is none."""
         runs = await self._list_runs({"idempotency_key": key})
         return runs[0] if runs else None
+
+    async def find_runs_by_client_reference(self, reference: str) -> list[TrainingRun]:
+        """Return the runs submitted with ``client_reference`` ``reference`` (at most one).
+
+        Ask only a backend whose capabilities say ``client_reference: true``: one that does not
+        know the filter would list every run. Runs that do not carry the reference are dropped
+        here all the same.
+        """
+        runs = await self._list_runs({"client_reference": reference})
+        return [run for run in runs if run.client_reference == reference]
 
     async def list_active_runs(self, booking_id: str) -> list[TrainingRun]:
         """Return a booking's unfinished runs, so a new supervisor can re-attach."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from prefect_ito.exceptions import (
     BookingBusy,
     BookingNotEligible,
     CapabilityNotAvailable,
+    ClientReferenceInUse,
     DeadlineExceeded,
     IdempotencyKeyReused,
     InsufficientScope,
@@ -45,6 +47,9 @@ from prefect_ito.settings import ItoSettings
 
 CANCEL_CONFIRM_SECONDS = 120.0
 """How long a cancel waits for the backend to report the workload terminal."""
+
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
+_logger = logging.getLogger(__name__)
 
 
 async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingEligibility:
@@ -165,18 +170,30 @@ async def quote(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
 
 
 async def find_attachable_run(
-    client: ItoClient, request: TrainingRequest, idempotency_key: str | None = None
+    client: ItoClient,
+    request: TrainingRequest,
+    idempotency_key: str | None = None,
+    client_reference: str | None = None,
+    logger: Logger = _logger,
 ) -> TrainingRun | None:
-    """Return this very request's run: the booking's unfinished one, or the one its key made.
+    """Return this very request's run: the one its client reference or its key made, or the
+    booking's unfinished one.
 
-    The run ``idempotency_key`` made is looked up too, finished or not: a supervisor that lost
-    its record of a run (or a person sending the same key again) attaches to it, and nobody is
-    asked to confirm a spend that cannot happen again.
+    The run ``client_reference`` made comes first, finished or not, and is found however long
+    ago it was submitted (:func:`find_referenced_run`). The run ``idempotency_key`` made is
+    looked up too, finished or not, within the key's retention: a supervisor that lost its
+    record of a run (or a person sending the same key again) attaches to it, and nobody is asked
+    to confirm a spend that cannot happen again.
 
     Raises:
+        ClientReferenceInUse: ``client_reference`` already made a run of a different request.
         BookingBusy: the booking has an unfinished run for a different request.
         IdempotencyKeyReused: ``idempotency_key`` already made a run of a different request.
     """
+    if client_reference is not None:
+        referenced = await find_referenced_run(client, request, client_reference, logger)
+        if referenced is not None:
+            return referenced
     digest = request.digest()
     for run in await client.list_active_runs(request.booking_id):
         if run.manifest_digest == digest:
@@ -196,20 +213,69 @@ async def find_attachable_run(
     return earlier
 
 
+async def find_referenced_run(
+    client: ItoClient, request: TrainingRequest, client_reference: str, logger: Logger = _logger
+) -> TrainingRun | None:
+    """Return the run submitted with ``client_reference``, finished or not, or None.
+
+    A backend keeps a reference for as long as the run exists, whatever its idempotency keys'
+    retention. One that does not advertise references (``Capabilities.client_reference``,
+    contract v0.3) is not asked: re-attaching then goes by the booking and the key only, as
+    before, and ``logger`` says so.
+
+    Raises:
+        ClientReferenceInUse: the reference made a run of a different request.
+    """
+    if not (await client.get_capabilities()).client_reference:
+        logger.info(
+            "The backend does not advertise client references (contract v0.3): re-attaching "
+            "goes by the booking's unfinished run and the idempotency key only, which a backend "
+            "keeps for at least 24 hours."
+        )
+        return None
+    runs = await client.find_runs_by_client_reference(client_reference)
+    if not runs:
+        return None
+    run, digest = runs[0], request.digest()
+    if run.manifest_digest != digest:
+        raise ClientReferenceInUse(
+            f"client reference {client_reference} already made run {run.run_id} of another "
+            f"manifest ({run.manifest_digest}); this request is {digest}, and nothing is "
+            "submitted again under that reference"
+        )
+    return run
+
+
 async def submit(
     client: ItoClient,
     request: TrainingRequest,
     confirmation: SpendConfirmation,
     idempotency_key: str,
+    client_reference: str | None = None,
 ) -> TrainingRun:
     """Submit the confirmed request once under ``idempotency_key``; return the backend's run.
 
     The one call that creates work. A lost answer is resolved inside the client by looking the
-    run up by its key, so this is never retried blindly.
+    run up by its key, so this is never retried blindly. ``client_reference`` goes with the
+    submission when the backend takes references; when the backend answers that the reference
+    already made a run (another process of the same flow run submitted first), that run is
+    returned if it is for this request.
+
+    Raises:
+        ClientReferenceInUse: the reference made a run of a different request.
     """
-    submission = await client.submit_training_run(
-        request.to_submission().confirmed(confirmation), idempotency_key=idempotency_key
-    )
+    body = request.to_submission().confirmed(confirmation)
+    if client_reference is not None and (await client.get_capabilities()).client_reference:
+        body = body.referenced(client_reference)
+    try:
+        submission = await client.submit_training_run(body, idempotency_key=idempotency_key)
+    except ClientReferenceInUse:
+        if client_reference is None:  # not sent, so not this reference: the backend's word
+            raise
+        earlier = await find_referenced_run(client, request, client_reference)
+        if earlier is None:
+            raise
+        return earlier
     return submission.run
 
 

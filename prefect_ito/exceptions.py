@@ -12,7 +12,7 @@ ItoError
 │   ├── ValidationFailed                                       (422)
 │   ├── NotFound, BookingNotFound, RunNotFound                 (404)
 │   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
-│   │   ActionNotPending, DecisionConflict,
+│   │   ActionNotPending, DecisionConflict, ClientReferenceInUse,
 │   │   IdempotencyKeyInFlight (retried)                       (409)
 │   ├── ConfirmationRequired                                   (428)
 │   ├── ConfirmationMismatch, ConfirmationUsed                 (409)
@@ -72,6 +72,7 @@ __all__ = [
     "BookingNotFound",
     "BudgetExhausted",
     "CapabilityNotAvailable",
+    "ClientReferenceInUse",
     "ConfirmationExpired",
     "ConfirmationMismatch",
     "ConfirmationRequired",
@@ -377,6 +378,19 @@ class BookingBusy(ItoAPIError):
     exit_code = ExitCode.BOOKING
 
 
+class ClientReferenceInUse(ItoAPIError):
+    """The client reference is already on another run of the account: final, never retried.
+
+    prefect-ito's reference is the flow run's id, so the flow run has made its run before; it
+    re-attaches to that run rather than make another, and ends with this only when that run is
+    for a different request.
+    """
+
+    code = ErrorCode.CLIENT_REFERENCE_IN_USE.value
+    state_name = "ClientReferenceInUse"
+    exit_code = ExitCode.INVALID_INPUT
+
+
 class RunNotFound(ItoAPIError):
     """The backend knows no such training run."""
 
@@ -542,6 +556,7 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
         ConfirmationExpired,
         ConfirmationUsed,
         PayloadTooLarge,
+        ClientReferenceInUse,
     )
 }
 

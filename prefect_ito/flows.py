@@ -82,13 +82,14 @@ async def ito_training(
         )
         claim = await resolve_booking(parameters)
         request = parameters.to_request(claim)
+        flow_run_id = current_flow_run_id()
         run = await supervision.start(
             steps,
             claim,
             request,
-            lambda: (
-                parameters.idempotency_key or derive_idempotency_key(request, current_flow_run_id())
-            ),
+            lambda: parameters.idempotency_key or derive_idempotency_key(request, flow_run_id),
+            # The flow run's id: re-entered, it finds its run by this before anything is quoted.
+            client_reference=str(flow_run_id) if flow_run_id is not None else None,
         )
     except ItoError as error:
         return _failed(error)

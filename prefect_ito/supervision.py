@@ -82,9 +82,10 @@ class Steps(ABC):
 
     @abstractmethod
     async def find_attachable_run(
-        self, request: TrainingRequest, idempotency_key: str
+        self, request: TrainingRequest, idempotency_key: str, client_reference: str | None
     ) -> TrainingRun | None:
-        """Return this request's unfinished run or the run its key made (``desk``'s rules)."""
+        """Return the run this request's client reference or key made, or its unfinished run
+        (``desk``'s rules)."""
 
     @abstractmethod
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
@@ -123,10 +124,14 @@ class Steps(ABC):
 
     @abstractmethod
     async def submit(
-        self, request: TrainingRequest, confirmation: SpendConfirmation, idempotency_key: str
+        self,
+        request: TrainingRequest,
+        confirmation: SpendConfirmation,
+        idempotency_key: str,
+        client_reference: str | None,
     ) -> TrainingRun:
-        """Submit the confirmed request once under ``idempotency_key``: the one step that creates
-        work."""
+        """Submit the confirmed request once under ``idempotency_key``, with ``client_reference``
+        where the backend takes one: the one step that creates work."""
 
     @abstractmethod
     async def read_run(self, run_id: str) -> TrainingRun:
@@ -185,13 +190,16 @@ async def start(
     claim: BookingClaim,
     request: TrainingRequest,
     idempotency_key: Callable[[], str],
+    client_reference: str | None = None,
 ) -> TrainingRun:
-    """Re-attach to this request's run (unfinished, or made under its key); otherwise verify,
-    check, quote, have the spend confirmed, and submit it once.
+    """Re-attach to this request's run (made under its client reference or its key, or
+    unfinished); otherwise verify, check, quote, have the spend confirmed, and submit it once.
 
     Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
     backend already accepted work for, nor asks anyone again; the booking's active runs are
-    listed once.
+    listed once. ``client_reference`` (the flow run's id) finds the run this supervisor
+    submitted however long ago, after its idempotency key expired too, and goes with the
+    submission.
     """
     recorded = await steps.recorded_run_id()
     if recorded is not None:
@@ -199,13 +207,16 @@ async def start(
         known = await steps.read_run(recorded)
         steps.logger.info("Re-attached to backend run %s (%s).", known.run_id, known.state.value)
         return known
-    attachable = await steps.find_attachable_run(request, idempotency_key())
+    attachable = await steps.find_attachable_run(request, idempotency_key(), client_reference)
     if attachable is not None:
         steps.logger.info(
-            "Re-attached to backend run %s (%s), made for this request under its idempotency key "
-            "or still running on the booking: nothing is submitted again.",
+            "Re-attached to backend run %s (%s), %s: nothing is quoted, confirmed or submitted "
+            "again.",
             attachable.run_id,
             attachable.state.value,
+            f"which this flow run submitted (client reference {client_reference})"
+            if client_reference is not None and attachable.client_reference == client_reference
+            else "made for this request under its idempotency key or still running on the booking",
         )
         await steps.record_run(attachable)
         return attachable
@@ -221,7 +232,7 @@ async def start(
     await steps.check_training_capability(request)
     quote = await steps.quote(request)
     confirmation = await steps.confirm_spend(quote, request)
-    run = await _submit(steps, request, confirmation, idempotency_key())
+    run = await _submit(steps, request, confirmation, idempotency_key(), client_reference)
     on_record = run.confirmation
     principal = on_record.principal if on_record is not None else None
     steps.logger.info(
@@ -235,7 +246,11 @@ async def start(
 
 
 async def _submit(
-    steps: Steps, request: TrainingRequest, confirmation: SpendConfirmation, key: str
+    steps: Steps,
+    request: TrainingRequest,
+    confirmation: SpendConfirmation,
+    key: str,
+    reference: str | None,
 ) -> TrainingRun:
     """Submit the confirmed request; quote it once more if the quote expired meanwhile.
 
@@ -243,7 +258,7 @@ async def _submit(
     budget: a new quote for the same digest carries the same confirmation, without asking again.
     """
     try:
-        return await steps.submit(request, confirmation, key)
+        return await steps.submit(request, confirmation, key, reference)
     except ConfirmationExpired:
         quote = await steps.quote(request)  # for the same digest: desk.quote checks it
         spend.refuse_unworkable(quote)
@@ -254,7 +269,7 @@ async def _submit(
             quote.manifest_digest,
         )
         renewed = confirmation.model_copy(update={"quote_id": quote.quote_id})
-        return await steps.submit(request, renewed, key)
+        return await steps.submit(request, renewed, key, reference)
 
 
 async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
@@ -385,10 +400,12 @@ class ClientSteps(Steps):
         return await call()
 
     async def find_attachable_run(
-        self, request: TrainingRequest, idempotency_key: str
+        self, request: TrainingRequest, idempotency_key: str, client_reference: str | None
     ) -> TrainingRun | None:
         return await self._again(
-            lambda: desk.find_attachable_run(self.client, request, idempotency_key)
+            lambda: desk.find_attachable_run(
+                self.client, request, idempotency_key, client_reference, self.logger
+            )
         )
 
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
@@ -412,9 +429,15 @@ class ClientSteps(Steps):
         return await super().ask_to_confirm(quote, request)
 
     async def submit(
-        self, request: TrainingRequest, confirmation: SpendConfirmation, idempotency_key: str
+        self,
+        request: TrainingRequest,
+        confirmation: SpendConfirmation,
+        idempotency_key: str,
+        client_reference: str | None,
     ) -> TrainingRun:
-        return await desk.submit(self.client, request, confirmation, idempotency_key)
+        return await desk.submit(
+            self.client, request, confirmation, idempotency_key, client_reference
+        )
 
     async def read_run(self, run_id: str) -> TrainingRun:
         return await self._again(lambda: self.client.get_training_run(run_id))

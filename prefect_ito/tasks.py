@@ -95,15 +95,22 @@ async def check_training_capability(credentials: ItoCredentials, request: Traini
 
 @_retried_task(
     "reattach_training_run",
-    "Find this request's backend run, if any: unfinished, or made under its idempotency key.",
+    "Find this request's backend run, if any: made under its client reference or idempotency "
+    "key, or unfinished on the booking.",
 )
 async def reattach_training_run(
-    credentials: ItoCredentials, request: TrainingRequest, idempotency_key: str
+    credentials: ItoCredentials,
+    request: TrainingRequest,
+    idempotency_key: str,
+    client_reference: str | None = None,
 ) -> TrainingRun | None:
-    """Return this request's run (``desk.find_attachable_run``); raise ``BookingBusy`` for
-    another request's unfinished run, ``IdempotencyKeyReused`` for another request's key."""
+    """Return this request's run (``desk.find_attachable_run``); raise
+    ``ClientReferenceInUse`` or ``IdempotencyKeyReused`` when the reference or the key made a
+    run of another request, ``BookingBusy`` for another request's unfinished run."""
     async with credentials.get_client() as client:
-        return await desk.find_attachable_run(client, request, idempotency_key)
+        return await desk.find_attachable_run(
+            client, request, idempotency_key, client_reference, get_run_logger()
+        )
 
 
 @task(
@@ -116,10 +123,12 @@ async def delegate_training_run(
     request: TrainingRequest,
     confirmation: SpendConfirmation,
     idempotency_key: str,
+    client_reference: str | None = None,
 ) -> TrainingRun:
-    """Submit the confirmed request under ``idempotency_key``: the one task that creates work."""
+    """Submit the confirmed request under ``idempotency_key`` (and ``client_reference``, where
+    the backend takes one): the one task that creates work."""
     async with credentials.get_client() as client:
-        return await desk.submit(client, request, confirmation, idempotency_key)
+        return await desk.submit(client, request, confirmation, idempotency_key, client_reference)
 
 
 @_retried_task(
@@ -241,9 +250,11 @@ class TaskSteps(Steps):
         self.deferred = _defers(supervision)
 
     async def find_attachable_run(
-        self, request: TrainingRequest, idempotency_key: str
+        self, request: TrainingRequest, idempotency_key: str, client_reference: str | None
     ) -> TrainingRun | None:
-        return await reattach_training_run(self.credentials, request, idempotency_key)
+        return await reattach_training_run(
+            self.credentials, request, idempotency_key, client_reference
+        )
 
     async def verify_booking(self, claim: BookingClaim) -> TrainingEligibility:
         return await verify_booking(self.credentials, claim)
@@ -255,9 +266,15 @@ class TaskSteps(Steps):
         return await quote_training_run(self.credentials, request)
 
     async def submit(
-        self, request: TrainingRequest, confirmation: SpendConfirmation, idempotency_key: str
+        self,
+        request: TrainingRequest,
+        confirmation: SpendConfirmation,
+        idempotency_key: str,
+        client_reference: str | None,
     ) -> TrainingRun:
-        return await delegate_training_run(self.credentials, request, confirmation, idempotency_key)
+        return await delegate_training_run(
+            self.credentials, request, confirmation, idempotency_key, client_reference
+        )
 
     async def read_run(self, run_id: str) -> TrainingRun:
         return await read_training_run(self.credentials, run_id)

@@ -32,6 +32,7 @@ from prefect_ito.contract.bookings import (
 from prefect_ito.contract.changes import ChangePage, RunChange
 from prefect_ito.contract.envelope import (
     API_PREFIX,
+    CLIENT_REFERENCE_PATTERN,
     CURSOR_MAX_LENGTH,
     DEFAULT_PAGE_LIMIT,
     DEPRECATION_HEADER,
@@ -54,6 +55,7 @@ from prefect_ito.contract.envelope import (
     TEXT_MAX_LENGTH,
     ApiError,
     BookingId,
+    ClientReference,
     Envelope,
     ErrorCode,
     ErrorEnvelope,
@@ -109,6 +111,7 @@ from prefect_ito.contract.runs import (
 __all__ = [
     "ALL_SCOPES",
     "API_PREFIX",
+    "CLIENT_REFERENCE_PATTERN",
     "CURSOR_MAX_LENGTH",
     "DEFAULT_PAGE_LIMIT",
     "DEPRECATION_HEADER",
@@ -139,6 +142,7 @@ __all__ = [
     "ChangePage",
     "Checkpoint",
     "CheckpointRef",
+    "ClientReference",
     "ConfirmationRecord",
     "ConfirmationVia",
     "CostRange",

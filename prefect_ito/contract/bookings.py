@@ -60,6 +60,11 @@ class Capabilities(_Model):
         description="Contract v0.3: whether POST /v0/training-quotes is served and a submission "
         "must carry a confirmation. prefect-ito submits nothing to a live backend without it.",
     )
+    client_reference: bool = Field(
+        default=False,
+        description="Contract v0.3: whether a submission may carry `client_reference`, kept on "
+        "the run, and GET /v0/training-runs finds runs by it with no retention limit.",
+    )
 
     @field_validator("post_training_recipes", mode="before")
     @classmethod

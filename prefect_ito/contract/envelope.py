@@ -43,6 +43,8 @@ DEFAULT_PAGE_LIMIT = 100
 MAX_PAGE_LIMIT = 500
 """The largest ``limit`` a page of runs or events may ask for."""
 CURSOR_MAX_LENGTH = 255
+CLIENT_REFERENCE_PATTERN = r"^[!-~]{1,128}$"
+"""A client reference: 1–128 visible ASCII characters (letters, digits, punctuation; no space)."""
 DETECT_TARGET_SECONDS = 600
 """The backend's target for detecting an interruption (10 minutes)."""
 RESUME_TARGET_SECONDS = 900
@@ -67,6 +69,15 @@ QuoteId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
     Field(description="A training quote's id at the Itô desk."),
+]
+ClientReference = Annotated[
+    str,
+    StringConstraints(pattern=CLIENT_REFERENCE_PATTERN),
+    Field(
+        description="The caller's own stable reference for a submission (contract v0.3): 1–128 "
+        "visible ASCII characters, no space. prefect-ito sends the Prefect flow run id.",
+        examples=["0b1d6d2e-6f5c-4a8e-9a7e-3c2b1a0f9e8d"],
+    ),
 ]
 BookingId = Annotated[
     str,
@@ -159,6 +170,7 @@ class ErrorCode(StrEnum):
     CONFIRMATION_EXPIRED = "CONFIRMATION_EXPIRED"
     CONFIRMATION_USED = "CONFIRMATION_USED"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    CLIENT_REFERENCE_IN_USE = "CLIENT_REFERENCE_IN_USE"
 
 
 ERROR_STATUS: dict[ErrorCode, int] = {
@@ -188,6 +200,7 @@ ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.CONFIRMATION_EXPIRED: 410,
     ErrorCode.CONFIRMATION_USED: 409,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.CLIENT_REFERENCE_IN_USE: 409,
 }
 """The HTTP status that goes with each code."""
 
@@ -202,8 +215,9 @@ class ApiError(_Model):
         default=None,
         description="v0.3: machine-readable facts about the error, by code: `fields` (the "
         "request fields that differ) for `CONFIRMATION_MISMATCH`, `interval` (the seconds to "
-        "poll at from now on) for `SLOW_DOWN`. Absent when there are none; a client ignores "
-        "members it does not know.",
+        "poll at from now on) for `SLOW_DOWN`, `run_id` (the run that holds the reference) for "
+        "`CLIENT_REFERENCE_IN_USE`. Absent when there are none; a client ignores members it "
+        "does not know.",
     )
 
 

@@ -15,6 +15,7 @@ from pydantic import (
 from prefect_ito.contract.bookings import PostTraining
 from prefect_ito.contract.envelope import (
     BookingId,
+    ClientReference,
     ManifestDigest,
     ModelSize,
     NonEmptyStr,
@@ -96,7 +97,8 @@ class SpendConfirmation(_Model):
 class TrainingRunRequest(TrainingRequest):
     """The body of ``POST /v0/training-runs``: the request, its manifest digest, its confirmation.
 
-    The confirmation is not part of the manifest: the digest covers the six request fields only.
+    Neither the confirmation nor the client reference is part of the manifest: the digest covers
+    the six request fields only.
     """
 
     manifest_digest: ManifestDigest
@@ -105,10 +107,22 @@ class TrainingRunRequest(TrainingRequest):
         description="Contract v0.3: a new run needs one (`CONFIRMATION_REQUIRED` without it); a "
         "replay of an earlier submission does not.",
     )
+    client_reference: ClientReference | None = Field(
+        default=None,
+        description="Contract v0.3: the caller's stable reference for this submission, kept on "
+        "the run and found with `GET /v0/training-runs?client_reference=…` for as long as the "
+        "run exists. A backend makes at most one run per reference and account "
+        "(`CLIENT_REFERENCE_IN_USE`). Send it only to a backend whose capabilities say "
+        "`client_reference: true`.",
+    )
 
     def confirmed(self, confirmation: SpendConfirmation) -> TrainingRunRequest:
         """Return this submission carrying ``confirmation``."""
         return self.model_copy(update={"confirmation": confirmation})
+
+    def referenced(self, client_reference: str | None) -> TrainingRunRequest:
+        """Return this submission carrying ``client_reference`` (None: without one)."""
+        return self.model_validate({**self.model_dump(), "client_reference": client_reference})
 
 
 class DecisionChoice(StrEnum):

@@ -308,6 +308,11 @@ class TrainingRun(_Model):
         default=None,
         description="Contract v0.3: who confirmed the spend, and how (absent from older runs).",
     )
+    client_reference: str | None = Field(
+        default=None,
+        description="Contract v0.3: the submission's `client_reference`, kept for as long as "
+        "the run exists (null when the submission carried none; absent from older backends).",
+    )
     terminal: bool | None = Field(
         default=None,
         description="Whether the run has ended (contract v0.1; absent from v0 backends). A "

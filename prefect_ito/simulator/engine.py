@@ -220,6 +220,7 @@ class Engine:
             long_poll=True,
             change_feed=self.scenario.change_feed,
             spend_confirmation=self.scenario.spend_confirmation,
+            client_reference=self.scenario.client_reference,
         )
 
     def changes(self, account: str, after: int | None) -> ChangePage:
@@ -288,13 +289,17 @@ class Engine:
         idempotency_key: str | None = None,
         booking_id: str | None = None,
         active: bool | None = None,
+        client_reference: str | None = None,
         cursor: str | None = None,
         limit: int = DEFAULT_PAGE_LIMIT,
     ) -> TrainingRunList:
         """Return a page of the account's runs matching every filter given, oldest first.
 
         The cursor is the id of the last run of the previous page, so a page never repeats or
-        skips a run, even when runs are added or finish in between.
+        skips a run, even when runs are added or finish in between. A client reference is kept
+        on its run, so it finds the run whatever the idempotency keys' retention; a backend that
+        does not take references (``client_reference: false``) ignores the filter, as an older
+        one ignores a query parameter it does not know.
         """
         self.advance()
         runs = [rec for rec in self.runs.values() if rec.account == account]
@@ -306,6 +311,8 @@ class Engine:
         if idempotency_key is not None:
             claim = self._claim(account, idempotency_key)
             runs = [rec for rec in runs if claim is not None and rec.run_id == claim.run_id]
+        if client_reference is not None and self.scenario.client_reference:
+            runs = [rec for rec in runs if rec.client_reference == client_reference]
         if booking_id is not None:
             runs = [rec for rec in runs if rec.request.booking_id == booking_id]
         if active is not None:
@@ -417,6 +424,13 @@ class Engine:
         the confirmation keeps ``principal``, whose token submitted it.
         """
         self._check_request(request)
+        if request.client_reference is not None and not self.scenario.client_reference:
+            # As an older backend refuses a member it does not know, before anything else.
+            raise SimError(
+                ErrorCode.VALIDATION_ERROR,
+                "client_reference: this backend takes no client references",
+                field="client_reference",
+            )
         self.advance()
         fingerprint = f"submit:{request.manifest_digest}"
         claim = self._check_key(account, key, fingerprint)
@@ -437,20 +451,49 @@ class Engine:
             # The same manifest on the same booking is the same logical submission.
             self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
+        self._check_reference(account, request.client_reference)
         # An older backend (spend_confirmation false) takes no confirmation.
         held = (
             self.quotes.check(account, request, self._clock())
             if self.scenario.spend_confirmation
             else None
         )
-        # The run keeps the manifest it was asked for; the confirmation is recorded beside it.
-        rec = self._create(account, key, request.model_copy(update={"confirmation": None}), booking)
+        # The run keeps the manifest it was asked for; the confirmation and the client reference
+        # are recorded beside it.
+        asked = request.model_copy(update={"confirmation": None, "client_reference": None})
+        rec = self._create(account, key, asked, booking)
+        rec.client_reference = request.client_reference
         if held is not None and request.confirmation is not None:
             rec.confirmation = self.quotes.use(
                 held, request.confirmation, rec.run_id, self.wall_now(), principal
             )
         self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)
+
+    def _check_reference(self, account: str, reference: str | None) -> None:
+        """Refuse a client reference that one of the account's runs already carries.
+
+        Checked for a run that would be new, after every replay and before the confirmation, so
+        a refused submission uses no quote.
+        """
+        if reference is None:
+            return
+        holder = next(
+            (
+                rec
+                for rec in self.runs.values()
+                if rec.account == account and rec.client_reference == reference
+            ),
+            None,
+        )
+        if holder is not None:
+            raise SimError(
+                ErrorCode.CLIENT_REFERENCE_IN_USE,
+                f"client_reference {reference!r} is already on run {holder.run_id}; find it with "
+                "GET /v0/training-runs?client_reference=…",
+                field="client_reference",
+                details={"run_id": holder.run_id},
+            )
 
     def _create(
         self, account: str, key: str, request: TrainingRunRequest, booking: SimBooking

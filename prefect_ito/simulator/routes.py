@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from prefect_ito.contract import (
+    CLIENT_REFERENCE_PATTERN,
     CURSOR_MAX_LENGTH,
     DEFAULT_PAGE_LIMIT,
     ID_MAX_LENGTH,
@@ -138,6 +139,7 @@ async def create_training_quote(
         ErrorCode.CONFIRMATION_MISMATCH,
         ErrorCode.CONFIRMATION_EXPIRED,
         ErrorCode.CONFIRMATION_USED,
+        ErrorCode.CLIENT_REFERENCE_IN_USE,
         status=201,
         replay=Envelope[Submission],
     ),
@@ -171,16 +173,25 @@ async def list_training_runs(
     ] = None,
     booking_id: Annotated[str | None, Query(min_length=1, max_length=ID_MAX_LENGTH)] = None,
     active: bool | None = None,
+    client_reference: Annotated[
+        str | None,
+        Query(
+            pattern=CLIENT_REFERENCE_PATTERN,
+            description="Only the runs submitted with this `client_reference` (v0.3), "
+            "whatever the idempotency keys' retention.",
+        ),
+    ] = None,
     cursor: Cursor = None,
     limit: Limit = DEFAULT_PAGE_LIMIT,
 ) -> Envelope[TrainingRunList]:
-    """Find runs by idempotency key, or a booking's (unfinished) runs, to re-attach; paged."""
+    """Find runs by idempotency key, client reference, or booking (unfinished); paged."""
     return ok(
         state.engine.find(
             account,
             idempotency_key=idempotency_key,
             booking_id=booking_id,
             active=active,
+            client_reference=client_reference,
             cursor=cursor,
             limit=limit,
         )

@@ -83,6 +83,7 @@ class RunRecord:
     stalled: bool = False
     cancel_reason: str | None = None
     confirmation: ConfirmationRecord | None = None
+    client_reference: str | None = None
 
     def __post_init__(self) -> None:
         self.clock = self.updated = self.heartbeat = self.created
@@ -200,5 +201,6 @@ class RunRecord:
             telemetry=self.telemetry,
             outcome=self.outcome,
             confirmation=self.confirmation,
+            client_reference=self.client_reference,
             terminal=self.state.terminal,
         )

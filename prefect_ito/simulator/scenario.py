@@ -261,6 +261,12 @@ class Scenario(_Spec):
         description="Advertise and require spend confirmations (contract v0.3); false answers "
         "like an older backend that takes none, which prefect-ito submits nothing to.",
     )
+    client_reference: bool = Field(
+        default=True,
+        description="Advertise, keep and find client references (contract v0.3); false answers "
+        "like an older backend: a submission carrying one is refused (422), as an unknown "
+        "member, and the list filters by none.",
+    )
     quote_ttl_seconds: float = Field(
         default=DEFAULT_QUOTE_TTL_SECONDS,
         gt=0,

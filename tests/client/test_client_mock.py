@@ -51,6 +51,7 @@ EXPECTED_CLASS = {
     ErrorCode.CONFIRMATION_EXPIRED: exc.ConfirmationExpired,
     ErrorCode.CONFIRMATION_USED: exc.ConfirmationUsed,
     ErrorCode.PAYLOAD_TOO_LARGE: exc.PayloadTooLarge,
+    ErrorCode.CLIENT_REFERENCE_IN_USE: exc.ClientReferenceInUse,
 }
 
 
@@ -371,9 +372,21 @@ async def test_submission_sends_the_contract_body_and_key() -> None:
     async with mock_client(script) as client:
         submission = await client.submit_training_run(request, idempotency_key="k-12")
     sent = script.requests[0]
-    assert json.loads(sent.content) == request.model_dump(mode="json")
+    # Without a reference the member is left out: a backend before v0.3 refuses unknown members.
+    assert json.loads(sent.content) == request.model_dump(mode="json", exclude={"client_reference"})
     assert sent.headers[IDEMPOTENCY_HEADER] == "k-12"
     assert submission.run == run
+
+
+async def test_a_submission_with_a_client_reference_sends_it() -> None:
+    run = sample_run()
+    script = Script(
+        ok({"run": run.model_dump(mode="json"), "replayed": False}, status=201),
+    )
+    request = sample_request().referenced("flow-run-1")
+    async with mock_client(script) as client:
+        await client.submit_training_run(request, idempotency_key="k-12")
+    assert json.loads(script.requests[0].content)["client_reference"] == "flow-run-1"
 
 
 async def test_a_key_still_in_flight_is_resent_with_the_same_key_after_retry_after() -> None:

@@ -106,13 +106,14 @@ class _Response404:
 
 async def test_a_new_submission_lists_the_booking_s_active_runs_once(start_simulator):
     # Re-attach, verify, check and delegate happen in one place; the flow listed them twice.
-    # Two listings now, each once: the booking's active runs, and the run the key made.
+    # Three listings now, each once: the run the flow run's client reference made, the booking's
+    # active runs, and the run the key made.
     simulator = start_simulator("default")
     state = await ito_training(**parameters(simulator), return_state=True)
 
     assert state.is_completed(), state.message
     listings = [r for r in simulator.requests() if (r.method, r.path) == ("GET", LIST_RUNS)]
-    assert len(listings) == 2
+    assert len(listings) == 3
     submissions = [r for r in simulator.requests() if (r.method, r.path) == ("POST", LIST_RUNS)]
     assert len(submissions) == 1
 
