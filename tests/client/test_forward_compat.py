@@ -67,7 +67,10 @@ def test_an_unknown_value_is_kept_as_unknown_with_its_raw_value(enum: type) -> N
 
 def test_the_document_still_lists_only_the_values_prefect_ito_knows() -> None:
     schema = TrainingRun.model_json_schema()
-    assert schema["$defs"]["RunState"]["enum"] == [state.value for state in RunState]
+    # An open enum: the known values are listed, and a plain string admits any other.
+    run_state = schema["$defs"]["RunState"]
+    assert run_state["x-extensible-enum"] == [state.value for state in RunState]
+    assert run_state["type"] == "string" and "enum" not in run_state
 
 
 def test_an_unknown_value_is_logged_once_per_process(caplog: pytest.LogCaptureFixture) -> None:
