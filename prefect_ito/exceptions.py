@@ -10,12 +10,14 @@ ItoError
 │   ├── Unauthenticated, TokenRevoked                          (401)
 │   ├── InsufficientScope                                      (403)
 │   ├── ValidationFailed                                       (422)
-│   ├── NotFound, BookingNotFound, RunNotFound                 (404)
+│   ├── NotFound, BookingNotFound, RunNotFound,
+│   │   QuoteNotFound, SpendAuthorizationNotFound              (404)
 │   ├── BookingNotEligible, IdempotencyKeyReused, BookingBusy,
 │   │   ActionNotPending, DecisionConflict, ClientReferenceInUse,
 │   │   IdempotencyKeyInFlight (retried)                       (409)
 │   ├── ConfirmationRequired                                   (428)
-│   ├── ConfirmationMismatch, ConfirmationUsed                 (409)
+│   ├── ConfirmationMismatch, ConfirmationUsed,
+│   │   QuoteAlreadyDecided                                    (409)
 │   ├── ConfirmationExpired                                    (410)
 │   ├── PayloadTooLarge                                        (413)
 │   ├── CapabilityNotAvailable                                 (501)
@@ -106,6 +108,8 @@ __all__ = [
     "PayloadTooLarge",
     "PrefectServerRequired",
     "PrefectUnreachable",
+    "QuoteAlreadyDecided",
+    "QuoteNotFound",
     "RateLimited",
     "RunCancelled",
     "RunFailed",
@@ -113,6 +117,7 @@ __all__ = [
     "RunRefused",
     "RunStalled",
     "SlowDown",
+    "SpendAuthorizationNotFound",
     "SpendDeclined",
     "TokenRevoked",
     "TokenWithoutOrigin",
@@ -527,6 +532,33 @@ class PayloadTooLarge(ItoAPIError):
     exit_code = ExitCode.INVALID_INPUT
 
 
+class QuoteNotFound(ItoAPIError):
+    """The backend knows no such quote for this account (contract v0.4)."""
+
+    code = ErrorCode.QUOTE_NOT_FOUND.value
+    state_name = "NotFound"
+    exit_code = ExitCode.NOT_FOUND
+
+
+class QuoteAlreadyDecided(ItoAPIError):
+    """The quote was already answered the other way, or by another person: final (v0.4).
+
+    ``details.state`` and ``details.principal`` of the answer say how and by whom.
+    """
+
+    code = ErrorCode.QUOTE_ALREADY_DECIDED.value
+    state_name = "NotConfirmed"
+    exit_code = ExitCode.NOT_CONFIRMED
+
+
+class SpendAuthorizationNotFound(ItoAPIError):
+    """The backend knows no such standing authorization for this account (contract v0.4)."""
+
+    code = ErrorCode.SPEND_AUTHORIZATION_NOT_FOUND.value
+    state_name = "NotFound"
+    exit_code = ExitCode.NOT_FOUND
+
+
 _API_ERRORS: dict[str, type[ItoAPIError]] = {
     cls.code: cls
     for cls in (
@@ -557,6 +589,9 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
         ConfirmationUsed,
         PayloadTooLarge,
         ClientReferenceInUse,
+        QuoteNotFound,
+        QuoteAlreadyDecided,
+        SpendAuthorizationNotFound,
     )
 }
 

@@ -28,10 +28,21 @@ class Scope(StrEnum):
     """Relaying a person's decision on a pending action."""
     CANCEL = "training:cancel"
     """Cancelling a run's workload."""
+    CONFIRM = "spend:confirm"
+    """v0.4: confirming a quote as the person the token speaks for. Only a person's token."""
+    AUTHORIZE = "spend:authorize"
+    """v0.4: creating and revoking standing spend authorizations. Only a person's token."""
 
 
+TRAINING_SCOPES: Final = (Scope.READ, Scope.SUBMIT, Scope.DECIDE, Scope.CANCEL)
+"""The four training scopes: what a workload's token holds at most."""
+SPEND_SCOPES: Final = (Scope.CONFIRM, Scope.AUTHORIZE)
+"""The spend scopes (v0.4): held only by a person's token (principal ``user:…``)."""
 ALL_SCOPES: Final = tuple(Scope)
-"""Every scope, in the order above: what a device login grants unless the backend limits it."""
+"""Every scope, in the order above: what a person's device login grants unless the backend
+limits it."""
+PERSON_PRINCIPAL_PREFIX: Final = "user:"
+"""The principals of people; a backend grants a spend scope to no other principal."""
 
 Principal = Annotated[
     str,

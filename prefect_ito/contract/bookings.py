@@ -65,6 +65,12 @@ class Capabilities(_Model):
         description="Contract v0.3: whether a submission may carry `client_reference`, kept on "
         "the run, and GET /v0/training-runs finds runs by it with no retention limit.",
     )
+    spend_authority: bool = Field(
+        default=False,
+        description="Contract v0.4 (draft): whether a person confirms a quote at the backend "
+        "(POST /v0/training-quotes/{quote_id}/confirmations, scope `spend:confirm`) and "
+        "standing authorizations are backend objects (/v0/spend-authorizations).",
+    )
 
     @field_validator("post_training_recipes", mode="before")
     @classmethod

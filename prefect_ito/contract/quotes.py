@@ -15,7 +15,9 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 
 from prefect_ito.contract.envelope import ManifestDigest, QuoteId, _Model
+from prefect_ito.contract.requests import TrainingRequest
 from prefect_ito.contract.runs import ParallelismPlan
+from prefect_ito.contract.spend import QuoteConfirmation, QuoteState
 
 
 class CostRange(_Model):
@@ -75,4 +77,30 @@ class TrainingQuote(_Model):
     )
     warnings: list[str] = Field(
         default_factory=list, description="What a person should know before confirming."
+    )
+    manifest: TrainingRequest | None = Field(
+        default=None,
+        description="v0.4: the manifest the quote was made for (the six fields of the "
+        "canonical manifest), as the backend read it: what a person confirms.",
+    )
+    confirm_url: str | None = Field(
+        default=None,
+        description="v0.4: the backend's page where a person signs in, reads this quote and "
+        "confirms or declines it (the device-login pattern).",
+    )
+    user_code: str | None = Field(
+        default=None,
+        max_length=32,
+        description="v0.4: a short code that names this quote on the confirm page, for a "
+        "person to compare with what the terminal shows.",
+    )
+    state: QuoteState | None = Field(
+        default=None,
+        description="v0.4: `pending`, `confirmed`, `declined`, `expired` or `used`. An open "
+        "enum; a state a client does not know is not confirmed.",
+    )
+    confirmation: QuoteConfirmation | None = Field(
+        default=None,
+        description="v0.4: the person's answer (confirmed or declined), with the principal the "
+        "backend authenticated; absent while nobody answered.",
     )

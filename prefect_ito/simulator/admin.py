@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from prefect_ito.contract import ALL_SCOPES, Envelope, Principal, Scope, TrainingRun
+from prefect_ito.contract import TRAINING_SCOPES, Envelope, Principal, Scope, TrainingRun
 from prefect_ito.simulator.envelopes import ok
 from prefect_ito.simulator.scenario import Scenario, SimBooking
 from prefect_ito.simulator.state import RequestLogEntry, SimStateDep
@@ -24,9 +24,10 @@ class MintRequest(BaseModel):
 
     account: str = Field(default="sim-user", min_length=1, max_length=128)
     scopes: list[Scope] = Field(
-        default_factory=lambda: list(ALL_SCOPES),
-        description="What the token may do; an empty list mints a token that may do nothing "
-        "but say who it is.",
+        default_factory=lambda: list(TRAINING_SCOPES),
+        description="What the token may do (default the four training scopes); an empty list "
+        "mints a token that may do nothing but say who it is. `spend:confirm` and "
+        "`spend:authorize` are minted only for a person's principal (`user:…`).",
     )
     principal: Principal | None = Field(
         default=None, description="Who the token speaks for; default `user:<account>`."
@@ -66,7 +67,10 @@ async def put_scenario(state: SimStateDep, scenario: Scenario) -> Envelope[Loade
 
 @router.post("/tokens")
 async def mint_token(state: SimStateDep, body: MintRequest | None = None) -> Envelope[MintedToken]:
-    """Mint a bearer token without device login, with every scope or only those asked for."""
+    """Mint a bearer token without device login: the training scopes, or those asked for.
+
+    A spend scope for a principal that is not a person's is refused with ``VALIDATION_ERROR``.
+    """
     wanted = body or MintRequest()
     scopes = tuple(scope.value for scope in wanted.scopes)
     token = state.identity.mint(wanted.account, scopes=scopes, principal=wanted.principal)

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from prefect_ito.contract import SCHEMA_VERSION, ErrorCode
-from prefect_ito.simulator import admin, auth_routes, routes
+from prefect_ito.simulator import admin, auth_routes, confirm_page, routes, spend_routes
 from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.envelopes import error_response
 from prefect_ito.simulator.errors import SimError
@@ -54,6 +54,8 @@ def create_app(scenario: Scenario | None = None) -> FastAPI:
     app = FastAPI(title=TITLE, version=API_VERSION, description=DESCRIPTION, lifespan=lifespan)
     app.state.sim = state
     app.include_router(routes.router)
+    app.include_router(spend_routes.router)
+    app.include_router(confirm_page.router)
     app.include_router(auth_routes.router)
     app.include_router(auth_routes.page_router)
     app.include_router(admin.router)

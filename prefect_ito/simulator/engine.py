@@ -38,6 +38,7 @@ from prefect_ito.contract import (
     TrainingRunList,
     TrainingRunRequest,
 )
+from prefect_ito.simulator.authorizations import AuthorizationBook
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
 from prefect_ito.simulator.quotes import QuoteBook
@@ -87,6 +88,7 @@ class Engine:
         self._changed_at: dict[str, int] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self.quotes = QuoteBook(scenario.quote_ttl_seconds)
+        self.authorizations = AuthorizationBook()
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -105,6 +107,10 @@ class Engine:
         real_seconds = self._clock() - self._started
         simulated = real_seconds * self.scenario.time_scale
         return self._anchor + timedelta(seconds=real_seconds - simulated), simulated
+
+    def real_now(self) -> float:
+        """Return the real clock's reading, on which quotes expire."""
+        return self._clock()
 
     def wall_now(self) -> datetime:
         """Return the timestamp of this real moment (from ``start_at``, at the real rate)."""
@@ -221,6 +227,7 @@ class Engine:
             change_feed=self.scenario.change_feed,
             spend_confirmation=self.scenario.spend_confirmation,
             client_reference=self.scenario.client_reference,
+            spend_authority=self.scenario.spend_confirmation,
         )
 
     def changes(self, account: str, after: int | None) -> ChangePage:
@@ -392,7 +399,9 @@ class Engine:
                 field="manifest_digest",
             )
 
-    def quote(self, account: str, request: TrainingRunRequest) -> TrainingQuote:
+    def quote(
+        self, account: str, request: TrainingRunRequest, base_url: str | None = None
+    ) -> TrainingQuote:
         """Return a quote for ``request``: the plan, the estimate, a confirmable id. No work.
 
         Raises:
@@ -411,7 +420,13 @@ class Engine:
             raise SimError(ErrorCode.BOOKING_NOT_ELIGIBLE, eligibility.reason or "not eligible")
         script = self.scenario.script_for(booking.booking_id)
         return self.quotes.issue(
-            account, request, booking, script, now=self.wall_now(), real_now=self._clock()
+            account,
+            request,
+            booking,
+            script,
+            now=self.wall_now(),
+            real_now=self._clock(),
+            base_url=base_url,
         )
 
     def submit(

@@ -15,7 +15,15 @@ from enum import Enum
 
 from pydantic import SecretStr
 
-from prefect_ito.contract import ALL_SCOPES, DeviceAuthorization, ErrorCode, Scope, TokenGrant
+from prefect_ito.contract import (
+    PERSON_PRINCIPAL_PREFIX,
+    SPEND_SCOPES,
+    TRAINING_SCOPES,
+    DeviceAuthorization,
+    ErrorCode,
+    Scope,
+    TokenGrant,
+)
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.scenario import Scenario
 
@@ -35,7 +43,7 @@ class TokenInfo:
     issued: float
     expires_at: datetime
     principal: str
-    scopes: tuple[str, ...] = tuple(ALL_SCOPES)
+    scopes: tuple[str, ...] = tuple(TRAINING_SCOPES)
     revoked: bool = False
 
     def require(self, scope: Scope) -> None:
@@ -49,6 +57,22 @@ class TokenInfo:
 def default_principal(account: str) -> str:
     """Return the principal a token speaks for when nobody named one: the account's user."""
     return f"user:{account}"
+
+
+def check_spend_scopes(principal: str, scopes: tuple[str, ...]) -> None:
+    """Refuse a spend scope for a principal that is not a person's.
+
+    Spend authority is a person's: a workload (``service:…``) may submit what a person
+    confirmed, but never confirm or authorize spend itself.
+    """
+    spend = [scope.value for scope in SPEND_SCOPES if scope.value in scopes]
+    if spend and not principal.startswith(PERSON_PRINCIPAL_PREFIX):
+        raise SimError(
+            ErrorCode.VALIDATION_ERROR,
+            f"only a person's token ({PERSON_PRINCIPAL_PREFIX}…) may hold {', '.join(spend)}; "
+            f"{principal} is not a person",
+            field="scopes",
+        )
 
 
 class DeviceStatus(Enum):
@@ -96,16 +120,23 @@ class Identity:
 
         Args:
             account: The account the token acts for.
-            scopes: What it may do; default every scope.
+            scopes: What it may do; default the four training scopes, never a spend scope.
             principal: Who it speaks for; default ``user:<account>``.
+
+        Raises:
+            SimError: ``VALIDATION_ERROR`` (field ``scopes``) for a spend scope asked for a
+                principal that is not a person's (``user:…``).
         """
+        principal = principal or default_principal(account)
+        scopes = tuple(TRAINING_SCOPES) if scopes is None else scopes
+        check_spend_scopes(principal, scopes)
         token = "itosim_" + secrets.token_urlsafe(24)
         self._tokens[token] = TokenInfo(
             account=account,
             issued=self._clock(),
             expires_at=datetime.now(UTC) + TOKEN_TTL,
-            principal=principal or default_principal(account),
-            scopes=tuple(ALL_SCOPES) if scopes is None else scopes,
+            principal=principal,
+            scopes=scopes,
         )
         return token
 

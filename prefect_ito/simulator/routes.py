@@ -116,13 +116,14 @@ async def get_training_eligibility(
     ),
 )
 async def create_training_quote(
-    state: SimStateDep, account: Reader, body: TrainingRunRequest
+    state: SimStateDep, account: Reader, body: TrainingRunRequest, request: Request
 ) -> Envelope[TrainingQuote]:
     """Preview the plan and estimate the cost of a request; creates no work and spends nothing.
 
     The quote's id, confirmed by a person, goes with the submission until the quote expires.
+    A person may confirm it at the backend, on the page its `confirm_url` names (v0.4).
     """
-    return ok(state.engine.quote(account, body))
+    return ok(state.engine.quote(account, body, base_url=str(request.base_url)))
 
 
 @router.post(

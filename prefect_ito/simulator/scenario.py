@@ -247,7 +247,8 @@ class Scenario(_Spec):
     )
     login_scopes: list[Scope] = Field(
         default_factory=lambda: list(ALL_SCOPES),
-        description="The scopes a device login grants (default: every scope).",
+        description="The scopes a device login grants (default: every scope, the spend scopes "
+        "included: a device login is a person's).",
     )
     device_interval_seconds: int = Field(default=1, ge=0)
     device_code_ttl_seconds: int = Field(default=600, ge=1)

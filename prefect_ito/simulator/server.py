@@ -164,7 +164,7 @@ class SimulatorServer:
 
         Args:
             account: The account the token acts for.
-            scopes: What it may do, such as ``["training:read"]``; default every scope.
+            scopes: What it may do, such as ``["training:read"]``; default the four training scopes.
             principal: Who it speaks for; default ``user:<account>``.
         """
         body: dict[str, Any] = {"account": account}

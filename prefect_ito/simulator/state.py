@@ -118,10 +118,34 @@ def decider(info: Info) -> TokenInfo:
     return info
 
 
+def confirmer(info: Info) -> TokenInfo:
+    """Return a person's token that may confirm spend (``spend:confirm``), else 403."""
+    info.require(Scope.CONFIRM)
+    return info
+
+
+def authorizer(info: Info) -> TokenInfo:
+    """Return a person's token that may authorize spend (``spend:authorize``), else 403."""
+    info.require(Scope.AUTHORIZE)
+    return info
+
+
+def any_reader(info: Info) -> TokenInfo:
+    """Return a token that may read (``training:read``), with its principal, else 403."""
+    info.require(Scope.READ)
+    return info
+
+
 Token = Annotated[str, Depends(bearer_token)]
 Reader = Annotated[str, Depends(reader)]
 Submitter = Annotated[TokenInfo, Depends(submitter)]
 """A token that may submit; its principal goes on record beside who confirmed the spend."""
 Canceller = Annotated[str, Depends(canceller)]
 Decider = Annotated[TokenInfo, Depends(decider)]
+Confirmer = Annotated[TokenInfo, Depends(confirmer)]
+"""A token that may confirm a quote: only a person's holds ``spend:confirm``."""
+Authorizer = Annotated[TokenInfo, Depends(authorizer)]
+"""A token that may create and revoke standing authorizations (``spend:authorize``)."""
+ReaderToken = Annotated[TokenInfo, Depends(any_reader)]
+"""A token that may read; its principal goes on record when it declines a quote."""
 """A token that may relay decisions; its principal goes on record beside the typed name."""

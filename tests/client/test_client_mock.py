@@ -52,6 +52,9 @@ EXPECTED_CLASS = {
     ErrorCode.CONFIRMATION_USED: exc.ConfirmationUsed,
     ErrorCode.PAYLOAD_TOO_LARGE: exc.PayloadTooLarge,
     ErrorCode.CLIENT_REFERENCE_IN_USE: exc.ClientReferenceInUse,
+    ErrorCode.QUOTE_NOT_FOUND: exc.QuoteNotFound,
+    ErrorCode.QUOTE_ALREADY_DECIDED: exc.QuoteAlreadyDecided,
+    ErrorCode.SPEND_AUTHORIZATION_NOT_FOUND: exc.SpendAuthorizationNotFound,
 }
 
 

@@ -9,7 +9,13 @@ from typing import Any
 import httpx
 import pytest
 
-from prefect_ito.contract import ALL_SCOPES, IDEMPOTENCY_HEADER, BookingStatus, Scope
+from prefect_ito.contract import (
+    ALL_SCOPES,
+    IDEMPOTENCY_HEADER,
+    TRAINING_SCOPES,
+    BookingStatus,
+    Scope,
+)
 from prefect_ito.simulator import SimBooking
 
 DECISION = {"decision": "approve", "decided_by": "Ada", "reason": "looked at the curve"}
@@ -23,6 +29,7 @@ ENDPOINTS = [
     (Scope.READ, "GET", "/v0/training-runs/{run_id}", None),
     (Scope.READ, "GET", "/v0/training-runs/{run_id}/events", None),
     (Scope.READ, "POST", "/v0/training-quotes", "quote"),  # creates nothing (v0.3)
+    (Scope.READ, "GET", "/v0/spend-authorizations", None),  # v0.4
     (Scope.SUBMIT, "POST", "/v0/training-runs", "submission"),
     (Scope.DECIDE, "POST", "/v0/training-runs/{run_id}/actions/{action_id}/decision", DECISION),
     (Scope.CANCEL, "POST", "/v0/training-runs/{run_id}/cancel", {"reason": "test"}),
@@ -102,7 +109,7 @@ def test_a_minted_token_speaks_for_the_account_user_by_default(desk):
     data = desk.http.get("/v0/auth/whoami").json()["data"]
 
     assert data["principal"] == "user:sim-user"
-    assert data["scopes"] == [scope.value for scope in ALL_SCOPES]
+    assert data["scopes"] == [scope.value for scope in TRAINING_SCOPES]
 
 
 def _device_login(desk) -> dict[str, Any]:
