@@ -56,8 +56,13 @@ from prefect_ito.contract import (
     DeviceAuthorization,
     DeviceTokenRequest,
     EventPage,
+    QuoteConfirmation,
+    QuoteConfirmationRequest,
     Revocation,
     RunEvent,
+    SpendAuthorization,
+    SpendAuthorizationList,
+    SpendAuthorizationRequest,
     Submission,
     TokenGrant,
     TrainingEligibility,
@@ -467,6 +472,105 @@ class ItoClient:
             idempotency_key=idempotency_key,
         )
         return await self._request(call, TrainingRun)
+
+    # --- spend authority (contract v0.4 draft) ------------------------------------------------
+
+    async def get_quote(self, quote_id: str) -> TrainingQuote:
+        """Return a quote as the backend states it: its state and who confirmed or declined it.
+
+        Args:
+            quote_id: The quote, from :meth:`quote_training_run`.
+        """
+        path = f"{API_PREFIX}/training-quotes/{_segment(quote_id, 'quote_id')}"
+        return await self._request(
+            _Call("GET", "/v0/training-quotes/{quote_id}", path), TrainingQuote
+        )
+
+    async def confirm_quote(
+        self, quote_id: str, *, note: str | None = None, idempotency_key: str
+    ) -> QuoteConfirmation:
+        """Confirm a quote as the person this client's token speaks for (``spend:confirm``).
+
+        The backend records the token's principal; ``note`` is kept at most beside it. Only a
+        person's token holds the scope: a workload's gets ``InsufficientScope``.
+
+        Args:
+            quote_id: The quote the person read.
+            note: Optional, such as the name the person typed.
+            idempotency_key: One key per logical confirmation, reused on every retry.
+        """
+        return await self._answer_quote(quote_id, "confirmations", note, idempotency_key)
+
+    async def decline_quote(
+        self, quote_id: str, *, note: str | None = None, idempotency_key: str
+    ) -> QuoteConfirmation:
+        """Decline a quote (``training:read`` is enough: declining spends nothing); final.
+
+        Args:
+            quote_id: The quote declined.
+            note: Optional, such as why.
+            idempotency_key: One key per logical decline, reused on every retry.
+        """
+        return await self._answer_quote(quote_id, "declines", note, idempotency_key)
+
+    async def _answer_quote(
+        self, quote_id: str, answer: str, note: str | None, idempotency_key: str
+    ) -> QuoteConfirmation:
+        quote = _segment(quote_id, "quote_id")
+        call = _Call(
+            "POST",
+            f"/v0/training-quotes/{{quote_id}}/{answer}",
+            f"{API_PREFIX}/training-quotes/{quote}/{answer}",
+            body=QuoteConfirmationRequest(note=note).model_dump(mode="json", exclude_none=True),
+            idempotency_key=idempotency_key,
+        )
+        return await self._request(call, QuoteConfirmation)
+
+    async def create_spend_authorization(
+        self, request: SpendAuthorizationRequest, *, idempotency_key: str
+    ) -> SpendAuthorization:
+        """Create a standing authorization (``spend:authorize``, a person's token only).
+
+        Args:
+            request: Its name, limits and expiry.
+            idempotency_key: One key per logical authorization, reused on every retry: a
+                resend after a lost answer gets the same authorization back.
+        """
+        call = _Call(
+            "POST",
+            "/v0/spend-authorizations",
+            f"{API_PREFIX}/spend-authorizations",
+            body=request.model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+        )
+        return await self._request(call, SpendAuthorization)
+
+    async def list_spend_authorizations(self) -> list[SpendAuthorization]:
+        """Return the account's standing authorizations, newest first, with what each used."""
+        call = _Call("GET", "/v0/spend-authorizations", f"{API_PREFIX}/spend-authorizations")
+        return (await self._request(call, SpendAuthorizationList)).authorizations
+
+    async def get_spend_authorization(self, authorization_id: str) -> SpendAuthorization:
+        """Return one of the account's standing authorizations."""
+        call = _Call(
+            "GET",
+            "/v0/spend-authorizations/{authorization_id}",
+            f"{API_PREFIX}/spend-authorizations/{_segment(authorization_id, 'authorization_id')}",
+        )
+        return await self._request(call, SpendAuthorization)
+
+    async def revoke_spend_authorization(self, authorization_id: str) -> SpendAuthorization:
+        """Revoke a standing authorization (``spend:authorize``); revoking twice is harmless.
+
+        DELETE is idempotent by its nature, so it is retried without a key.
+        """
+        call = _Call(
+            "DELETE",
+            "/v0/spend-authorizations/{authorization_id}",
+            f"{API_PREFIX}/spend-authorizations/{_segment(authorization_id, 'authorization_id')}",
+            repeatable=True,
+        )
+        return await self._request(call, SpendAuthorization)
 
     # --- device authorization -----------------------------------------------------------------
 

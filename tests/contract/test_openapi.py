@@ -19,7 +19,9 @@ from prefect_ito.contract import (
     EventType,
     GateStatus,
     PostTraining,
+    QuoteAnswer,
     RunState,
+    SpendAuthorizationState,
     StageStatus,
 )
 from prefect_ito.simulator.openapi import DOCUMENT_PATH, openapi_document, render
@@ -203,6 +205,8 @@ OPEN_ENUMS = [
     (("TrainingEligibility", "status"), BookingStatus),
     (("Capabilities", "post_training_recipes", "[]"), PostTraining),
     (("ApiError", "code"), ErrorCode),
+    (("QuoteConfirmation", "state"), QuoteAnswer),
+    (("SpendAuthorization", "state"), SpendAuthorizationState),
 ]
 
 
