@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import Desk
 
 from prefect_ito.contract import ErrorCode
 from prefect_ito.simulator.scenario import DEFAULT_MAX_BODY_BYTES
@@ -23,14 +22,14 @@ from prefect_ito.simulator.scenario import DEFAULT_MAX_BODY_BYTES
 LIMIT = DEFAULT_MAX_BODY_BYTES
 
 
-def _connect(desk: Desk) -> socket.socket:
+def _connect(desk: Any) -> socket.socket:
     where = urlsplit(desk.sim.url)
     conn = socket.create_connection((where.hostname, where.port), timeout=10)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return conn
 
 
-def _head(desk: Desk, **headers: str) -> bytes:
+def _head(desk: Any, **headers: str) -> bytes:
     lines = [
         "POST /v0/training-quotes HTTP/1.1",
         f"Host: {urlsplit(desk.sim.url).netloc}",
