@@ -74,5 +74,5 @@ def test_an_unknown_scope_is_one_line_naming_the_option() -> None:
     assert result.returncode == ExitCode.INVALID_INPUT
     assert result.stderr.strip().splitlines() == [
         "error: --login-scopes: 'training:write' is not a scope; give any of training:read, "
-        "training:submit, training:decide, training:cancel"
+        "training:submit, training:decide, training:cancel, spend:confirm, spend:authorize"
     ]
