@@ -52,7 +52,8 @@ IdempotencyKey = Annotated[
         alias=IDEMPOTENCY_HEADER,
         min_length=1,
         max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
-        description="One key per logical submission; resend it on every retry.",
+        description="One key per logical request (a submission, an authorization); resend it "
+        "on every retry.",
     ),
 ]
 OptionalIdempotencyKey = Annotated[

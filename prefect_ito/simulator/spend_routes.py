@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Response
+from fastapi import APIRouter, Path, Response
 
 from prefect_ito.contract import (
     ID_MAX_LENGTH,
-    IDEMPOTENCY_HEADER,
-    IDEMPOTENCY_KEY_MAX_LENGTH,
     REPLAYED_HEADER,
     Envelope,
     ErrorCode,
@@ -27,6 +25,7 @@ from prefect_ito.contract import (
 )
 from prefect_ito.simulator.envelopes import AUTHENTICATED_ERRORS, documented, ok
 from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.routes import IdempotencyKey, OptionalIdempotencyKey
 from prefect_ito.simulator.state import (
     Authorizer,
     Confirmer,
@@ -40,24 +39,6 @@ router = APIRouter(prefix="/v0", tags=["spend authority"])
 
 QuoteIdPath = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
 AuthorizationIdPath = Annotated[str, Path(min_length=1, max_length=ID_MAX_LENGTH)]
-IdempotencyKey = Annotated[
-    str,
-    Header(
-        alias=IDEMPOTENCY_HEADER,
-        min_length=1,
-        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
-        description="One key per logical request; resend it on every retry.",
-    ),
-]
-OptionalIdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias=IDEMPOTENCY_HEADER,
-        min_length=1,
-        max_length=IDEMPOTENCY_KEY_MAX_LENGTH,
-        description="Optional: the answer is idempotent by the quote and the principal anyway.",
-    ),
-]
 
 
 def _errors(
