@@ -28,6 +28,7 @@ from prefect_ito.cli import (  # noqa: E402
     quote,
     runs,
     simulator,
+    spend,
     training,
     watch,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "quote",
     "runs",
     "simulator",
+    "spend",
     "training",
     "watch",
 ]
