@@ -1,25 +1,34 @@
 """``prefect-ito watch``: resume deferred training flow runs when their backend run changes, and
-re-enter flow runs whose process was lost (:mod:`prefect_ito.recovery`).
+those waiting for a person's spend confirmation once the backend's quote is answered; re-enter
+flow runs whose process was lost (:mod:`prefect_ito.recovery`).
 
 The watcher keeps no state of its own. Each sweep it first re-enters the lost runs, then asks
-Prefect which ``ito-training`` flow runs are deferred (suspended under a ``defer-`` pause key,
-with a :class:`Deferral` record beside it). It reads each deferred run's backend run once,
-resumes the flow runs whose run changed in a way the flow must handle, then waits for the next
-change: on the backend's account-wide change feed when the backend offers one, else on one
-long-poll per run, a bounded number at a time. A restarted watcher loses nothing (its first
-sweep reads everything again), and two watchers resume nothing twice (each resume is claimed
-first, :mod:`prefect_ito.claims`; a claim whose holder died is taken over once stale).
+Prefect which ``ito-training`` flow runs are suspended: deferred (under a ``defer-`` pause key,
+with a :class:`Deferral` record beside it), or asking for a spend (under a ``spend-`` pause key,
+with a :class:`QuoteWait` record). It reads each deferred run's backend run once, resumes the
+flow runs whose run changed in a way the flow must handle, then waits for the next change: on
+the backend's account-wide change feed when the backend offers one, else on one long-poll per
+run, a bounded number at a time. It reads the quote of each run that asks for a spend every
+sweep, and resumes the run once the quote is no longer pending. A restarted watcher loses
+nothing (its first sweep reads everything again), and two watchers resume nothing twice (each
+resume is claimed first, :mod:`prefect_ito.claims`; a claim whose holder died is taken over once
+stale).
 
-It never resumes a run that waits for a person (those pause under other keys), never decides
-anything, and never submits: a re-entered flow run re-attaches to the run it recorded.
+It never decides anything, never confirms or declines a spend, never resumes with an input, and
+never submits: a re-entered or resumed flow run re-attaches to the run it recorded, or reads its
+quote at the backend itself, and asks again while it is pending. A run that waits for a person
+under any other key (a decision at a gate) is never resumed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 from uuid import UUID
 
 import httpx
@@ -34,14 +43,16 @@ from prefect.exceptions import (
 from prefect.flow_runs import aresume_flow_run
 from pydantic import ValidationError
 
-from prefect_ito import claims, deferral, desk
+from prefect_ito import claims, deferral, desk, quote_wait
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.claims import claim_turn, read_claims
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import TrainingRun
+from prefect_ito.contract import QuoteState, TrainingRun
 from prefect_ito.deferral import DEFER_PREFIX, Deferral
-from prefect_ito.exceptions import ItoError
+from prefect_ito.exceptions import ItoError, QuoteNotFound
+from prefect_ito.quote_wait import QuoteWait
 from prefect_ito.recovery import Recovery
+from prefect_ito.spend import SPEND_PREFIX
 from prefect_ito.watched import watched_flow_runs
 
 __all__ = ["Watcher"]
@@ -73,6 +84,8 @@ class _Seen:
 
 
 Waiting = tuple[FlowRun, Deferral]
+Asking = tuple[FlowRun, QuoteWait]
+_Record = TypeVar("_Record", Deferral, QuoteWait)
 
 
 @dataclass
@@ -81,7 +94,8 @@ class Watcher:
 
     What it holds in memory is only a cache of what Prefect and the backends say (records, which
     never change under their key, and the last version and heartbeat seen of each run), so that
-    an idle sweep costs one change-feed request per backend, whatever the number of runs.
+    an idle sweep costs one change-feed request per backend, whatever the number of deferred
+    runs (and one quote read per run that asks a person for a spend).
 
     Attributes:
         wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
@@ -102,6 +116,9 @@ class Watcher:
     _look_again_at: dict[str, float] = field(default_factory=dict)
     _refused: set[tuple[str, str | None]] = field(default_factory=set)
     _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
+    _quote_waits: dict[UUID, tuple[UUID, QuoteWait | None]] = field(default_factory=dict)
+    """Per flow run asking for a spend: its suspended state, and the record read beside it."""
+    _resumed_from: dict[UUID, UUID] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.recovery = Recovery(self.lost_after)
@@ -134,35 +151,56 @@ class Watcher:
         self._backends.clear()
 
     async def sweep(self) -> None:
-        """Re-enter lost runs; resume deferred runs that changed, then wait for one change."""
+        """Re-enter lost runs; resume suspended runs whose run or quote changed, then wait for
+        one change."""
         await self.recovery.recover()
-        waiting = await self._deferred()
-        for (api_url, entry), group in _by_backend(waiting).items():
+        paused = await watched_flow_runs(StateType.PAUSED)
+        self._forget_resumed(paused)
+        deferred = _by_backend(await self._deferred(paused))
+        asking = _by_backend(await self._asking(paused))
+        waited = False
+        for api_url, entry in dict.fromkeys([*deferred, *asking]):
             backend = await self._backend(api_url, entry)
             if backend is None:
                 continue
+            group, quotes = deferred.get((api_url, entry), []), asking.get((api_url, entry), [])
             # Read a run only when first seen or when a watchdog limit comes due; else wait.
             due = [item for item in group if self._needs_reading(item[1])]
             await self._read_and_judge(backend, due)
+            # Quotes every sweep: expiry, supersession and loss come on no feed, and the
+            # backend's clock may not be ours; few runs wait for a person at a time.
+            await self._read_quotes(backend, quotes)
             pending = [item for item in group if item[0].id not in self.resumed]
-            if pending:
-                await self._wait_for_change(backend, pending)
-        if not waiting:
+            asked = [item for item in quotes if item[0].id not in self.resumed]
+            if pending or asked:
+                await self._wait_for_change(backend, pending, asked)
+                waited = True
+        if not waited:  # nothing to wait on, or only on backends refused: no busy loop
             await asyncio.sleep(min(self.wait, 5.0))
+
+    def _forget_resumed(self, paused: list[FlowRun]) -> None:
+        """Forget resumes of runs no longer suspended as they were: a run that suspended again
+        since (a new state, perhaps under the same pause key) is to be resumed again."""
+        still = {
+            run.id
+            for run in paused
+            if run.state is not None and self._resumed_from.get(run.id) == run.state.id
+        }
+        self.resumed = [run_id for run_id in self.resumed if run_id in still]
+        self._resumed_from = {k: v for k, v in self._resumed_from.items() if k in still}
 
     # --- deferred runs ----------------------------------------------------------------------
 
-    async def _deferred(self) -> list[Waiting]:
+    async def _deferred(self, paused: list[FlowRun]) -> list[Waiting]:
         """Return every suspended training flow run that waits on a backend run, with its record."""
         found = []
-        for flow_run in await watched_flow_runs(StateType.PAUSED):
+        for flow_run in paused:
             key = flow_run.state.state_details.pause_key if flow_run.state else None
             if not key or not key.startswith(DEFER_PREFIX):
-                continue  # waits for a person, or for something else: never ours to resume
+                continue  # waits for a person, or for something else: not a deferral
             record = await self._record(flow_run, key)
             if record is not None:
                 found.append((flow_run, record))
-        self.resumed = [run_id for run_id in self.resumed if run_id in {f.id for f, _ in found}]
         return found
 
     async def _record(self, flow_run: FlowRun, key: str) -> Deferral | None:
@@ -227,14 +265,8 @@ class Watcher:
                 except ItoError as error:
                     logger.warning("Could not read backend run %s: %s", record.run_id, error)
                     return
-            try:
+            with _unless_changed(flow_run):
                 await self._judge(flow_run, record, run)
-            except _CHANGED_UNDER_US as error:
-                logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
-            except PrefectHTTPStatusError as error:
-                if error.response.status_code not in (404, 409):
-                    raise
-                logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
 
         await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
 
@@ -257,28 +289,42 @@ class Watcher:
         self._seen[run.run_id] = seen
         return seen
 
-    async def _wait_for_change(self, backend: _Backend, pending: list[Waiting]) -> None:
+    async def _wait_for_change(
+        self, backend: _Backend, pending: list[Waiting], asked: list[Asking]
+    ) -> None:
         wait = max(
             0.0, min([self.wait] + [self._due_in(r, self._seen.get(r.run_id)) for _, r in pending])
         )
         if backend.feed:
-            await self._wait_on_feed(backend, pending, wait)
-        else:
+            await self._wait_on_feed(backend, pending, asked, wait)
+        elif pending:
             await self._wait_per_run(backend, pending, wait)
+        else:
+            await asyncio.sleep(wait)  # a quote has no long-poll: the next sweep reads it again
 
-    async def _wait_on_feed(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
-        if backend.cursor is None:
-            backend.cursor = (await backend.client.list_changes()).cursor
+    async def _wait_on_feed(
+        self, backend: _Backend, pending: list[Waiting], asked: list[Asking], wait: float
+    ) -> None:
         page = await backend.client.list_changes(after=backend.cursor, wait=wait)
         backend.cursor = page.cursor
         moved = {change.run_id for change in page.changes}
+        answered = {change.quote_id for change in page.quotes}
         await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
+        await self._read_quotes(backend, [item for item in asked if item[1].quote_id in answered])
 
     async def _wait_per_run(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
         await self._read_and_judge(backend, pending, wait=wait)
 
     async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
-        """Resume a deferred flow run, once for its suspension, whoever else saw the change.
+        """Resume a deferred flow run, once for its suspension, whoever else saw the change."""
+        why = f"backend run {record.run_id} is at version {run.version} ({run.state.value})"
+        if not await self._resume_once(flow_run, why):
+            # Another watcher resumes it — unless it died first: look again once its claim is
+            # stale, as the backend run may never change again to bring it back.
+            self._look_again_at[record.run_id] = deferral.wall_clock() + claims.CLAIM_STALE_SECONDS
+
+    async def _resume_once(self, flow_run: FlowRun, why: str) -> bool:
+        """Resume a suspended flow run without input; return False if another watcher claimed it.
 
         Watchers that follow the same feed see the same change at once. Prefect checks that a run
         is paused before resuming it, but not in the same write, so two resumes that race may
@@ -288,30 +334,84 @@ class Watcher:
         """
         suspended = flow_run.state
         if flow_run.id in self.resumed or suspended is None:
-            return
+            return True
         prefix = f"{_RESUME_PREFIX}{suspended.id}-"
         async with get_client() as client:
             held = await read_claims(client, flow_run.id, prefix)
             if not await claim_turn(client, flow_run.id, prefix, held, ""):
-                # Another watcher resumes it — unless it died first: look again once its claim
-                # is stale, as the backend run may never change again to bring it back.
-                self._look_again_at[record.run_id] = (
-                    deferral.wall_clock() + claims.CLAIM_STALE_SECONDS
-                )
-                return
+                return False
         try:
             await aresume_flow_run(flow_run.id)
         except _CHANGED_UNDER_US as error:  # resumed, cancelled or deleted meanwhile
             logger.info("Flow run %s was not resumed: %s", flow_run.id, error)
-            return
+            return True
         self.resumed.append(flow_run.id)
-        logger.info(
-            "Resumed flow run %s: backend run %s is at version %d (%s).",
-            flow_run.id,
-            record.run_id,
-            run.version,
-            run.state.value,
-        )
+        self._resumed_from[flow_run.id] = suspended.id
+        logger.info("Resumed flow run %s: %s.", flow_run.id, why)
+        return True
+
+    # --- runs that ask a person for a spend ----------------------------------------------------
+
+    async def _asking(self, paused: list[FlowRun]) -> list[Asking]:
+        """Return every suspended training flow run that waits on a quote, with its record."""
+        found = []
+        for flow_run in paused:
+            state = flow_run.state
+            key = state.state_details.pause_key if state else None
+            if state is None or not key or not key.startswith(SPEND_PREFIX):
+                continue
+            record = await self._quote_wait(flow_run, state.id, key)
+            if record is not None:
+                found.append((flow_run, record))
+        current = {flow_run.id for flow_run in paused}
+        self._quote_waits = {k: v for k, v in self._quote_waits.items() if k in current}
+        return found
+
+    async def _quote_wait(self, flow_run: FlowRun, state_id: UUID, key: str) -> QuoteWait | None:
+        """Return the record of the quote a suspended run waits on, read once per suspension."""
+        cached = self._quote_waits.get(flow_run.id)
+        if cached is not None and cached[0] == state_id:
+            return cached[1]
+        # The flow writes its record before it suspends: none readable now means none at all
+        # (an older flow, or an input someone wrote by hand). Said once per suspension.
+        record = await quote_wait.latest_quote_wait(flow_run.id)
+        self._quote_waits[flow_run.id] = (state_id, record)
+        if record is None:
+            logger.warning(
+                "Flow run %s is suspended under %s without a record of the quote it waits on; "
+                "it is not watched.",
+                flow_run.id,
+                key,
+            )
+        return record
+
+    async def _read_quotes(self, backend: _Backend, items: list[Asking]) -> None:
+        """Read each quote at the backend, and resume its flow run once it is no longer pending.
+
+        Nothing in a record is trusted, and nothing needs to be: the quote is read with this
+        watcher's own token, and the resumed flow reads it at the backend again itself.
+        """
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def read(flow_run: FlowRun, record: QuoteWait) -> None:
+            async with limit:
+                try:
+                    state = (await backend.client.get_quote(record.quote_id)).state
+                except QuoteNotFound:
+                    state = None  # gone: the flow, run again, makes a new quote
+                except ItoError as error:
+                    logger.warning("Could not read quote %s: %s", record.quote_id, error)
+                    return
+                else:
+                    # A quote without a state (no v0.4 backend) tells nothing: the flow would
+                    # ask again at once, so it is left to its own timeout.
+                    if state is None or state is QuoteState.PENDING:
+                        return
+            with _unless_changed(flow_run):
+                what = state.value if state is not None else "gone"
+                await self._resume_once(flow_run, f"quote {record.quote_id} is {what}")
+
+        await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
 
     async def _backend(self, api_url: str, entry: str | None) -> _Backend | None:
         """Return the backend for a record, with a client whose token this process resolves."""
@@ -329,11 +429,13 @@ class Watcher:
         try:
             await client.__aenter__()
             feed = (await client.get_capabilities()).change_feed
+            # The cursor before the first reads: a change in between would be seen by neither.
+            cursor = (await client.list_changes()).cursor if feed else None
         except ItoError as error:
             await client.__aexit__(None, None, None)
             logger.warning("Cannot watch runs on %s: %s", api_url, error)
             return None
-        backend = _Backend(client, feed)
+        backend = _Backend(client, feed, cursor)
         self._backends[(api_url, entry)] = backend
         return backend
 
@@ -355,12 +457,26 @@ def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) 
 
 
 def _by_backend(
-    waiting: list[tuple[FlowRun, Deferral]],
-) -> dict[tuple[str, str | None], list[tuple[FlowRun, Deferral]]]:
-    groups: dict[tuple[str, str | None], list[tuple[FlowRun, Deferral]]] = {}
+    waiting: list[tuple[FlowRun, _Record]],
+) -> dict[tuple[str, str | None], list[tuple[FlowRun, _Record]]]:
+    groups: dict[tuple[str, str | None], list[tuple[FlowRun, _Record]]] = {}
     for flow_run, record in waiting:
         groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
     return groups
+
+
+@contextlib.contextmanager
+def _unless_changed(flow_run: FlowRun) -> Iterator[None]:
+    """Skip a flow run that was cancelled, resumed or deleted since the sweep read it: it costs
+    only itself, never the sweep."""
+    try:
+        yield
+    except _CHANGED_UNDER_US as error:
+        logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
+    except PrefectHTTPStatusError as error:
+        if error.response.status_code not in (404, 409):
+            raise
+        logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
 
 
 def _first_line(error: Exception) -> str:

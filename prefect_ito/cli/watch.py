@@ -40,6 +40,11 @@ def watch(
 ) -> None:
     """Resume deferred ito-training flow runs when their backend run changes; re-enter lost ones.
 
+    It also resumes a flow run that waits for a person to confirm a spend once the backend says
+    its quote is no longer pending (confirmed, declined, expired, used, superseded or gone): the
+    flow then reads the quote at the backend itself. It never confirms or declines anything, and
+    never resumes a run that waits for a person's decision at a gate.
+
     Run one (or two, for availability) beside your workers, with the same PREFECT_API_URL and
     ITO_COMPUTE_API_URL, and the backend's token in its own environment (ITO_COMPUTE_TOKEN) or
     keyring, never in Prefect. It follows only runs on that backend's origin, or on one listed in
@@ -73,7 +78,8 @@ async def _watch(watcher: Watcher) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     logging.getLogger("prefect_ito.watcher").info(
-        "Watching deferred and lost ito-training flow runs (long-polls of %g s).", watcher.wait
+        "Watching deferred, spend-waiting and lost ito-training flow runs (long-polls of %g s).",
+        watcher.wait,
     )
     task = asyncio.ensure_future(watcher.run(stop))
     await stop.wait()
