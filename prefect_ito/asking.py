@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
 from pydantic import ValidationError
@@ -35,12 +36,23 @@ from prefect_ito.cancellation import stop_requested
 from prefect_ito.exceptions import ItoError
 from prefect_ito.flow_run import can_suspend, current_flow_run_id
 
-__all__ = ["PAUSE_MARGIN_SECONDS", "ask", "stored_answer"]
+__all__ = ["PAUSE_MARGIN_SECONDS", "SettledElsewhere", "ask", "stored_answer"]
 
 PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
 
 F = TypeVar("F", bound=RunInput)
+
+Settled = Callable[[], Awaitable[bool]]
+"""Tells whether the question was settled somewhere else (at the backend): no answer needed."""
+
+
+class SettledElsewhere(Exception):
+    """The question was settled somewhere else while the flow run paused in-process for it.
+
+    The flow run was resumed by prefect-ito itself; the caller reads what happened from where it
+    was settled.
+    """
 
 
 async def ask(
@@ -53,6 +65,8 @@ async def ask(
     waiting: Callable[[], None],
     timed_out: Callable[[], ItoError],
     initial: dict[str, Any] | None = None,
+    settled: Settled | None = None,
+    fresh: bool = False,
 ) -> F | None:
     """Wait for a person's answer on ``form``; None if the flow run was cancelled meanwhile.
 
@@ -70,12 +84,17 @@ async def ask(
             suspension): says so in the flow's log.
         timed_out: Returns the error to raise when nobody answered in time.
         initial: Values the form shows filled in.
+        settled: Checked at every poll of an in-process pause; when it says the question was
+            settled elsewhere, the flow run resumes itself and :class:`SettledElsewhere` is
+            raised. (A suspended run is resumed by ``prefect-ito watch`` instead.)
+        fresh: Ask anew even if the latest question under ``key`` has an answer: that answer
+            was already acted on.
 
     Raises:
         ItoError: what ``timed_out`` returns, when nobody answered in time (in-process only; a
             suspended run is failed by Prefect's server at the deadline).
     """
-    if (answer := await stored_answer(form, key)) is not None:
+    if not fresh and (answer := await stored_answer(form, key)) is not None:
         return answer  # resumed: asking (and logging that it waits) again would mislead
     waiting()
     prefilled = form.with_initial_data(description=description, **(initial or {}))
@@ -90,7 +109,7 @@ async def ask(
                 )
         else:
             left = give_up_at - asyncio.get_running_loop().time()
-            if not await _pause(prefilled, asked_key, left, poll_interval, timed_out):
+            if not await _pause(prefilled, asked_key, left, poll_interval, timed_out, settled):
                 return None
         if (answer := await stored_answer(form, key, only=asked_key)) is not None:
             return answer
@@ -176,12 +195,14 @@ async def _pause(
     timeout: float,
     poll_interval: float,
     timed_out: Callable[[], ItoError],
+    settled: Settled | None = None,
 ) -> bool:
     """Pause in-process under ``key`` until it ends; False if the flow run was cancelled.
 
     Raises:
         ItoError: what ``timed_out`` returns, :data:`PAUSE_MARGIN_SECONDS` before Prefect's own
             deadline.
+        SettledElsewhere: ``settled`` said so; the flow run was resumed.
     """
     pause = asyncio.ensure_future(
         apause_flow_run(
@@ -192,7 +213,9 @@ async def _pause(
         )
     )
     try:
-        return await _first_of(pause, poll_interval, max(0.0, timeout - PAUSE_MARGIN_SECONDS))
+        return await _first_of(
+            pause, poll_interval, max(0.0, timeout - PAUSE_MARGIN_SECONDS), settled
+        )
     except TimeoutError:
         raise timed_out() from None
     except ValidationError:
@@ -201,7 +224,12 @@ async def _pause(
         pause.cancel()
 
 
-async def _first_of(pause: asyncio.Future[Any], poll_interval: float, give_up_after: float) -> bool:
+async def _first_of(
+    pause: asyncio.Future[Any],
+    poll_interval: float,
+    give_up_after: float,
+    settled: Settled | None,
+) -> bool:
     async with asyncio.timeout(give_up_after):
         while True:
             done, _ = await asyncio.wait({pause}, timeout=poll_interval)
@@ -210,3 +238,14 @@ async def _first_of(pause: asyncio.Future[Any], poll_interval: float, give_up_af
                 return True
             if await stop_requested(None):
                 return False
+            if settled is not None and await settled():
+                await _resume_self()
+                raise SettledElsewhere
+
+
+async def _resume_self() -> None:
+    """Resume this paused flow run: the question it paused for needs no answer any more."""
+    async with get_client() as client:
+        # Resumed (or cancelled) meanwhile by someone else: just as good, nothing to undo.
+        with contextlib.suppress(PrefectHTTPStatusError, ObjectNotFound):
+            await client.resume_flow_run(_flow_run_id())

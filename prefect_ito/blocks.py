@@ -8,8 +8,6 @@ to use, and resolves the token only when :meth:`ItoCredentials.get_client` is ca
 
 from __future__ import annotations
 
-import fnmatch
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from prefect.blocks.abstract import CredentialsBlock
@@ -18,7 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from prefect_ito.auth import check_keyring_label, normalise_api_url, resolve_api_url, resolve_token
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import TrainingQuote, TrainingRequest
+from prefect_ito.contract import ID_MAX_LENGTH
 from prefect_ito.exceptions import InvalidParameters, ItoError
 from prefect_ito.origins import admit
 
@@ -239,15 +237,25 @@ async def _credentials_block(
         raise InvalidParameters(f"credentials: {error}") from None
 
 
-class ItoSpendAuthorization(Block):
-    """A person's standing authorization to spend on unattended training runs, within limits.
+_V03_AUTHORIZATION_FIELDS = frozenset(
+    {"authorized_by", "max_budget_usd", "booking_ids", "targets", "model_sizes", "expires_at"}
+)
 
-    A schedule or a trigger has nobody to confirm a spend. A person creates this block in
-    advance; a training flow run that names it confirms on that person's behalf when a request
-    is within every limit (the backend records who authorized it), and asks a person otherwise.
+
+class ItoSpendAuthorization(Block):
+    """Names a person's standing authorization at the Itô desk backend, for unattended runs.
+
+    A schedule or a trigger has nobody to confirm a spend. A person creates a standing
+    authorization *at the backend* with their own token (``prefect-ito authorizations create``),
+    with its limits; this block only names it. A training flow run that names it asks the
+    backend to create its run under that authorization, and the backend alone decides whether
+    the authorization covers the quote at that moment (and records who created it). When it
+    does not, a person is asked. Anyone who can write this block can only point at another of
+    the account's authorizations, never widen one.
 
     Example:
-        Name a saved authorization in a training flow run:
+        Name a backend authorization (``prefect-ito authorizations list`` shows its id) in a
+        training flow run:
         ```python
         from prefect_ito.blocks import ItoSpendAuthorization
         from prefect_ito.flows import ito_training
@@ -261,113 +269,44 @@ class ItoSpendAuthorization(Block):
     _block_type_slug = "ito-spend-authorization"
     _logo_url = None
     _description = (
-        "A person's standing authorization to spend on unattended Itô training runs: who, "
-        "the most per run, which bookings, targets and model sizes, and until when."
+        "Names a standing spend authorization a person created at the Itô desk backend "
+        "(prefect-ito authorizations create); the backend checks its limits."
     )
     _documentation_url = _FLOWS_DOCS_URL  # type: ignore[assignment]
 
-    authorized_by: str = Field(
+    authorization_id: str = Field(
         min_length=1,
-        description="Who authorizes the spend; the backend records this name for each run.",
+        max_length=ID_MAX_LENGTH,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="The backend's id of the authorization (sa_…), as `prefect-ito "
+        "authorizations list` shows it. Its limits live at the backend.",
     )
-    max_budget_usd: float = Field(
-        gt=0,
-        allow_inf_nan=False,
-        description="The largest budget_usd a run may have, in US dollars (a finite amount).",
-    )
-    booking_ids: list[str] = Field(
-        min_length=1,
-        description="Bookings the authorization covers, by id or shell-style pattern (bk-h200-*).",
-    )
-    targets: list[str] = Field(
-        default_factory=list, description="Targets it covers; empty covers any target."
-    )
-    model_sizes: list[str] = Field(
-        default_factory=list, description="Model sizes it covers (8B…); empty covers any size."
-    )
-    expires_at: datetime = Field(
-        description="When the authorization ends, with a time zone (e.g. 2027-01-31T00:00:00Z)."
-    )
-    note: str | None = Field(default=None, description="Why it was given, for the record.")
 
-    @field_validator("expires_at")
+    @model_validator(mode="before")
     @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            raise ValueError("expires_at needs a time zone, e.g. 2027-01-31T00:00:00Z")
-        return value
-
-    @field_validator("authorized_by")
-    @classmethod
-    def _named(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must name who authorizes the spend, not be blank")
-        return value
-
-    @field_validator("booking_ids", "targets", "model_sizes")
-    @classmethod
-    def _no_blank_entry(cls, values: list[str]) -> list[str]:
-        # A blank pattern covers nothing; in a list a person wrote, it is a slip, not a choice.
-        if any(not value.strip() for value in values):
-            raise ValueError("holds a blank entry; each entry is an id, a value or a pattern")
-        return values
+    def _no_inline_limits(cls, data: Any) -> Any:
+        # Contract v0.3 kept the limits here, where any Prefect API user could write them.
+        if isinstance(data, dict) and _V03_AUTHORIZATION_FIELDS & data.keys():
+            raise ValueError(
+                "limits written in Prefect are not taken: a standing authorization is a backend "
+                "object a person creates (prefect-ito authorizations create); name it by "
+                "authorization_id"
+            )
+        return data
 
     @property
     def label(self) -> str:
-        """The name the backend records beside the person: the block's, once saved or loaded."""
-        return getattr(self, "_block_document_name", None) or "(unsaved)"
-
-    def not_covered(
-        self,
-        request: TrainingRequest,
-        quote: TrainingQuote | None = None,
-        *,
-        now: datetime | None = None,
-    ) -> list[str]:
-        """Return why ``request`` (and its ``quote``) is not covered; empty when it is.
-
-        Without a quote only the request's own limits are weighed; with one, also the backend's
-        plan (a refused plan) and the booking's term (a run that may outlast it).
-        """
-        reasons = [reason for reason in self._request_limits(request, now) if reason]
-        if quote is not None:
-            if quote.plan.parallelism.refused:
-                reasons.append(f"the backend refuses the plan ({quote.plan.parallelism.reason})")
-            if not quote.ends_before_term:
-                reasons.append(
-                    f"the run may outlast the booking's term, which ends "
-                    f"{quote.term_end.isoformat()}"
-                )
-        return reasons
-
-    def _request_limits(self, request: TrainingRequest, now: datetime | None) -> list[str]:
-        moment = now or datetime.now(UTC)
-        booking = request.booking_id
-        return [
-            f"it expired at {self.expires_at.isoformat()}" if self.expires_at <= moment else "",
-            f"the budget ${request.budget_usd:,.2f} is above its ${self.max_budget_usd:,.2f} "
-            "per run"
-            if request.budget_usd > self.max_budget_usd
-            else "",
-            f"booking {booking} is not among its bookings ({', '.join(self.booking_ids)})"
-            if not any(fnmatch.fnmatchcase(booking, p) for p in self.booking_ids)
-            else "",
-            f"target {request.target!r} is not among its targets"
-            if self.targets and request.target not in self.targets
-            else "",
-            f"model size {request.model_size} is not among its sizes "
-            f"({', '.join(self.model_sizes)})"
-            if self.model_sizes and request.model_size not in self.model_sizes
-            else "",
-        ]
+        """The block's name once saved or loaded, else the backend id."""
+        return getattr(self, "_block_document_name", None) or self.authorization_id
 
 
 async def resolve_authorization(
     authorization: ItoSpendAuthorization | str | dict[str, Any] | None,
 ) -> ItoSpendAuthorization | None:
-    """Return the standing authorization: given, loaded by name, or None.
+    """Return the block naming a standing authorization: given, loaded by name, or None.
 
-    A dict is a block's fields as Prefect stores a flow run's parameters.
+    A dict is a block's fields as Prefect stores a flow run's parameters; one carrying limits
+    (contract v0.3's inline authorization) is refused.
 
     Raises:
         InvalidParameters: no block has that name, or the fields are not a block's.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from prefect_ito import terminal
 from prefect_ito.approval import RestartDecision
 from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
+from prefect_ito.contract import ALL_SCOPES, SpendAuthorizationRequest, SpendLimits
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.flows import ito_training
 from prefect_ito.memory_keyring import MemoryKeyring
@@ -39,6 +41,8 @@ BACKEND_VARIABLES = (ENV_TOKEN, ENV_API_URL, ENV_ALLOWED_ORIGINS)
 """The shell's Itô backend settings, which the demo leaves unused."""
 
 DEMO_BOOKING = "bk-h200-2x8-ib"
+DEMO_PERSON = "user:demo"
+"""Who the demo's token speaks for: the person trying the demo."""
 DEMO_TRAINING = TrainingParameters(
     booking=DEMO_BOOKING,
     model_size="8B",
@@ -74,18 +78,26 @@ class ScriptedOperator:
         )
 
 
-def demo_authorization() -> ItoSpendAuthorization:
-    """Return the standing authorization the demo confirms under without a terminal.
+async def demo_authorization(api_url: str) -> ItoSpendAuthorization:
+    """Create, as the demo's person, the standing authorization the demo runs under without a
+    terminal, at its own simulator, and return the block that names it.
 
-    It covers the demo's one simulator booking and budget, for an hour, and nothing else.
+    It covers one run on the demo's one booking, up to the demo's budget, for an hour.
     """
-    return ItoSpendAuthorization(
-        authorized_by="prefect-ito demo",
-        max_budget_usd=DEMO_TRAINING.budget_usd,
-        booking_ids=[DEMO_BOOKING],
+    request = SpendAuthorizationRequest(
+        name="prefect-ito demo",
+        limits=SpendLimits(
+            max_budget_usd=DEMO_TRAINING.budget_usd,
+            booking_id_patterns=[DEMO_BOOKING],
+            max_runs=1,
+        ),
         expires_at=datetime.now(UTC) + timedelta(hours=1),
-        note="made in memory by `prefect-ito demo` for its simulator, which spends nothing",
     )
+    async with ItoCredentials(api_url=api_url).get_client() as client:
+        created = await client.create_spend_authorization(
+            request, idempotency_key=f"demo-{uuid.uuid4()}"
+        )
+    return ItoSpendAuthorization(authorization_id=created.authorization_id)
 
 
 def run_demo(
@@ -112,7 +124,13 @@ def run_demo(
     with SimulatorServer(builtin_scenario(scenario)) as simulator:
         console.print(f"Reference desk simulator on {simulator.url} (scenario [bold]{scenario}[/])")
         keyring.set_keyring(MemoryKeyring())
-        store_token(simulator.url, simulator.mint_token("demo"))
+        # The demo's person: a token of theirs may confirm a spend and authorize one, at the
+        # demo's own simulator only (a workload token never could).
+        store_token(
+            simulator.url,
+            simulator.mint_token("demo", scopes=ALL_SCOPES, principal=DEMO_PERSON),
+        )
+        authorization = None if person else asyncio.run(demo_authorization(simulator.url))
         with terminal.prefect_api():
             operator = (
                 terminal.ask_at_terminal if person else ScriptedOperator(simulator.url, console)
@@ -120,7 +138,7 @@ def run_demo(
             parameters = {
                 "training": DEMO_TRAINING,
                 "credentials": ItoCredentials(api_url=simulator.url),
-                "authorization": None if person else _announced(demo_authorization(), console),
+                "authorization": _announced(authorization, console) if authorization else None,
             }
             confirmer = terminal.confirm_at_terminal if person else None
             return asyncio.run(
@@ -147,9 +165,10 @@ def _forget_shell_backend() -> bool:
 
 def _announced(authorization: ItoSpendAuthorization, console: Console) -> ItoSpendAuthorization:
     console.print(
-        "[bold]No terminal: the demo confirms the spend under a standing authorization it made "
-        f"in memory for its simulator booking {DEMO_BOOKING} and a budget of "
-        f"${authorization.max_budget_usd:,.0f} (the simulator spends nothing). Real runs wait "
-        "for a person, or an authorization a person created.[/]"
+        "[bold]No terminal: the demo's person created a standing authorization at the "
+        f"simulator ({authorization.authorization_id}: one run on booking {DEMO_BOOKING}, up to "
+        f"${DEMO_TRAINING.budget_usd:,.0f}, for an hour; the simulator spends nothing). Real "
+        "runs wait for a person's confirmation at the backend, or an authorization a person "
+        "created there.[/]"
     )
     return authorization

@@ -18,13 +18,13 @@ from datetime import datetime
 
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
+    IDEMPOTENCY_KEY_MAX_LENGTH,
     ActionKind,
     BookingStatus,
     DecisionRequest,
     GateStatus,
     PendingAction,
     Scope,
-    SpendConfirmation,
     Stage,
     TrainingEligibility,
     TrainingQuote,
@@ -36,10 +36,15 @@ from prefect_ito.exceptions import (
     BookingNotEligible,
     CapabilityNotAvailable,
     ClientReferenceInUse,
+    ConfirmationExpired,
+    ConfirmationUsed,
     DeadlineExceeded,
     IdempotencyKeyReused,
     InsufficientScope,
+    InvalidParameters,
     ItoProtocolError,
+    QuoteAlreadyDecided,
+    QuoteNotFound,
     RunStalled,
 )
 from prefect_ito.parameters import BookingClaim
@@ -120,7 +125,7 @@ async def check_training_capability(client: ItoClient, request: TrainingRequest)
 
     Raises:
         CapabilityNotAvailable: the backend cannot train (as production cannot today), does
-            not offer the recipe, or takes no spend confirmation.
+            not offer the recipe, or does not check spend confirmations itself (v0.4).
         InsufficientScope: the token lacks ``training:submit`` (checked before any submission,
             from ``whoami``).
     """
@@ -131,12 +136,13 @@ async def check_training_capability(client: ItoClient, request: TrainingRequest)
     recipe = request.post_training
     if recipe is not None and recipe not in capabilities.post_training_recipes:
         raise CapabilityNotAvailable(f"the backend does not offer post-training {recipe.value}")
-    if not capabilities.spend_confirmation:
-        # Fail closed: a backend that takes no confirmation could not tell a confirmed spend
-        # from an unconfirmed one, so nothing is submitted to it.
+    if not (capabilities.spend_confirmation and capabilities.spend_authority):
+        # Fail closed: a backend that does not check a person's confirmation itself could not
+        # tell a confirmed spend from one a client only claims, so nothing is submitted to it.
         raise CapabilityNotAvailable(
-            "the Itô desk backend does not take spend confirmations (contract v0.3, "
-            "spend_confirmation): prefect-ito submits nothing a person has not confirmed"
+            "the Itô desk backend does not keep spend authority (contract v0.4, "
+            "spend_authority): prefect-ito submits nothing the backend cannot tell a person "
+            "confirmed"
         )
     me = await client.whoami()
     if Scope.SUBMIT.value not in me.scopes:
@@ -155,18 +161,50 @@ async def quote(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
         ItoProtocolError: the quote is for another booking, manifest or budget.
     """
     found = await client.quote_training_run(request.to_submission())
+    mismatch = quote_mismatch(found, request)
+    if mismatch is not None:
+        raise ItoProtocolError(
+            f"the backend quoted {mismatch}", endpoint="POST /v0/training-quotes"
+        )
+    return found
+
+
+def quote_mismatch(found: TrainingQuote, request: TrainingRequest) -> str | None:
+    """Return how ``found`` is a quote for another request than ``request``; None if it is not."""
     for name, expected, quoted in (
         ("booking_id", request.booking_id, found.booking_id),
         ("manifest_digest", request.digest(), found.manifest_digest),
         ("budget_usd", request.budget_usd, found.budget_usd),
     ):
         if expected != quoted:
-            raise ItoProtocolError(
-                f"the backend quoted {name} {quoted!r} for a request of {expected!r}",
-                endpoint="POST /v0/training-quotes",
-                field=name,
-            )
-    return found
+            return f"{name} {quoted!r} for a request of {expected!r}"
+    return None
+
+
+async def read_quote(
+    client: ItoClient, request: TrainingRequest, quote_id: str
+) -> TrainingQuote | None:
+    """Return the quote ``quote_id`` as the backend states it now, if it is one for ``request``.
+
+    The id may come from Prefect (where anyone with API access writes): a quote of another
+    request, or one the account does not have, is no quote of this request.
+    """
+    try:
+        found = await client.get_quote(quote_id)
+    except (QuoteNotFound, InvalidParameters):
+        return None
+    return found if quote_mismatch(found, request) is None else None
+
+
+async def decline_quote(client: ItoClient, quote_id: str, note: str | None) -> None:
+    """Decline the quote at the backend (final for it), once, whatever a retry does.
+
+    Declining spends nothing, so any token that may read may do it. A quote a person confirmed
+    at the backend first stays confirmed: the caller reads it again.
+    """
+    key = f"decline-{quote_id}"[:IDEMPOTENCY_KEY_MAX_LENGTH]
+    with contextlib.suppress(QuoteAlreadyDecided, ConfirmationUsed, ConfirmationExpired):
+        await client.decline_quote(quote_id, note=note, idempotency_key=key)
 
 
 async def find_attachable_run(
@@ -249,13 +287,16 @@ async def find_referenced_run(
 async def submit(
     client: ItoClient,
     request: TrainingRequest,
-    confirmation: SpendConfirmation,
+    quote_id: str,
+    authorization_id: str | None,
     idempotency_key: str,
     client_reference: str | None = None,
 ) -> TrainingRun:
-    """Submit the confirmed request once under ``idempotency_key``; return the backend's run.
+    """Submit the request on ``quote_id`` once under ``idempotency_key``; return the run.
 
-    The one call that creates work. A lost answer is resolved inside the client by looking the
+    The one call that creates work, and only the backend decides whether it may: a person's
+    confirmation of the quote at the backend, or the standing authorization
+    ``authorization_id`` covering it. A lost answer is resolved inside the client by looking the
     run up by its key, so this is never retried blindly. ``client_reference`` goes with the
     submission when the backend takes references; when the backend answers that the reference
     already made a run (another process of the same flow run submitted first), that run is
@@ -263,8 +304,10 @@ async def submit(
 
     Raises:
         ClientReferenceInUse: the reference made a run of a different request.
+        ConfirmationRequired, AuthorizationDoesNotCover, ConfirmationExpired, ConfirmationUsed:
+            the backend's refusal; nothing was created.
     """
-    body = request.to_submission().confirmed(confirmation)
+    body = request.to_submission().spending(quote_id, authorization_id)
     if client_reference is not None and (await client.get_capabilities()).client_reference:
         body = body.referenced(client_reference)
     try:

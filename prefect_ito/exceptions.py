@@ -8,7 +8,7 @@ ItoError
 ├── ItoProtocolError                  the answer does not match contract v0
 ├── ItoAPIError                       the backend answered with an error envelope
 │   ├── Unauthenticated, TokenRevoked                          (401)
-│   ├── InsufficientScope                                      (403)
+│   ├── InsufficientScope, AuthorizationDoesNotCover           (403)
 │   ├── ValidationFailed                                       (422)
 │   ├── NotFound, BookingNotFound, RunNotFound,
 │   │   QuoteNotFound, SpendAuthorizationNotFound              (404)
@@ -19,6 +19,7 @@ ItoError
 │   ├── ConfirmationMismatch, ConfirmationUsed,
 │   │   QuoteAlreadyDecided                                    (409)
 │   ├── ConfirmationExpired                                    (410)
+│   ├── ContractVersionUnsupported                             (400)
 │   ├── PayloadTooLarge                                        (413)
 │   ├── CapabilityNotAvailable                                 (501)
 │   ├── RateLimited                                            (429)
@@ -65,6 +66,7 @@ __all__ = [
     "AccessDenied",
     "ActionNotPending",
     "AnsweredByAnother",
+    "AuthorizationDoesNotCover",
     "AuthorizationPending",
     "AwaitingConfirmation",
     "AwaitingDecision",
@@ -79,6 +81,7 @@ __all__ = [
     "ConfirmationMismatch",
     "ConfirmationRequired",
     "ConfirmationUsed",
+    "ContractVersionUnsupported",
     "DeadlineExceeded",
     "DecisionConflict",
     "DecisionRequired",
@@ -551,6 +554,26 @@ class QuoteAlreadyDecided(ItoAPIError):
     exit_code = ExitCode.NOT_CONFIRMED
 
 
+class AuthorizationDoesNotCover(ItoAPIError):
+    """The named standing authorization does not cover the quote now (contract v0.4).
+
+    The backend says why (``details.reason``); nothing was created, and a person may still
+    confirm the quote.
+    """
+
+    code = ErrorCode.AUTHORIZATION_DOES_NOT_COVER.value
+    state_name = "NotConfirmed"
+    exit_code = ExitCode.NOT_CONFIRMED
+
+
+class ContractVersionUnsupported(ItoAPIError):
+    """The backend no longer takes what this client sent: one of them must be upgraded."""
+
+    code = ErrorCode.CONTRACT_VERSION_UNSUPPORTED.value
+    state_name = "BackendError"
+    exit_code = ExitCode.ERROR
+
+
 class SpendAuthorizationNotFound(ItoAPIError):
     """The backend knows no such standing authorization for this account (contract v0.4)."""
 
@@ -592,6 +615,8 @@ _API_ERRORS: dict[str, type[ItoAPIError]] = {
         QuoteNotFound,
         QuoteAlreadyDecided,
         SpendAuthorizationNotFound,
+        AuthorizationDoesNotCover,
+        ContractVersionUnsupported,
     )
 }
 

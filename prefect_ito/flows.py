@@ -60,14 +60,15 @@ async def ito_training(
 ) -> TrainingSummary | State[Any]:
     """Train on a completed Itô compute booking, supervised stage by stage.
 
-    Nothing is submitted before the spend is confirmed: by a person who sees the manifest, the
-    backend's plan and its estimate, or by a standing authorization that covers the request.
+    Nothing is submitted unless the backend says a person confirmed the quote there (after
+    seeing its cost, plan and manifest) or that a standing authorization covers it.
 
     Args:
         training: What to train on which booking, and how long to supervise it.
         credentials: An ``ItoCredentials`` block or its name; default: ``ITO_COMPUTE_API_URL``.
-        authorization: An ``ItoSpendAuthorization`` block or its name, for runs nobody watches
-            (schedules, triggers); a request it does not cover is put to a person.
+        authorization: An ``ItoSpendAuthorization`` block or its name, naming a standing
+            authorization at the backend, for runs nobody watches (schedules, triggers); a
+            request the backend says it does not cover is put to a person.
 
     Returns:
         A :class:`TrainingSummary` on success; otherwise a Failed state named for the outcome

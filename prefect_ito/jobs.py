@@ -58,8 +58,9 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
     )
     authorization: ItoSpendAuthorization | None = Field(
         default=None,
-        description="A standing spend authorization that confirms on its creator's behalf; "
-        "without one (or outside it) a person confirms inside a flow run.",
+        description="Names a standing spend authorization at the backend; the backend decides "
+        "whether it covers the request. Without one (or outside it) a person confirms at the "
+        "backend, inside a flow run.",
     )
 
     async def trigger(self) -> ItoTrainingRun:
@@ -69,8 +70,8 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
         Raises:
             InvalidParameters: a field breaks a rule; nothing was sent.
             BookingNotEligible, BookingBusy, CapabilityNotAvailable: nothing was submitted.
-            ConfirmationRequired: outside a flow run, when no standing authorization covers the
-                spend (nobody could be asked); nothing was submitted.
+            ConfirmationRequired: outside a flow run, when no person confirmed the quote at the
+                backend and no standing authorization covers it; nothing was submitted.
             SpendDeclined, AwaitingConfirmation: inside one, a person declined or did not
                 answer; nothing was submitted.
         """

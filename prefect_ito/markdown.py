@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["code", "text"]
+__all__ = ["code", "is_http_url", "text"]
 
 _PUNCTUATION = re.compile(r"""([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])""")
 _LINE_BREAKS = re.compile(r"[\r\n\t\v\f\u0085\u2028\u2029]+")
 _BACKTICKS = re.compile(r"`+")
+_SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+$")
+"""An http(s) URL with nothing that could end a markdown link's target early (no parentheses,
+brackets, spaces, angle brackets or backslashes)."""
 
 
 def _one_line(value: str) -> str:
@@ -39,6 +42,11 @@ def text(value: object) -> str:
         '\\\\!\\\\[x\\\\]\\\\(http\\\\:\\\\/\\\\/e\\\\.test\\\\) \\\\| \\\\*a\\\\*'
     """
     return _PUNCTUATION.sub(r"\\\1", _one_line(str(value)))
+
+
+def is_http_url(value: str) -> bool:
+    """Tell whether ``value`` is an http(s) URL that can stand as a link target as it is."""
+    return bool(_SAFE_URL.match(value))
 
 
 def code(value: object, *, cell: bool = False) -> str:

@@ -1,23 +1,31 @@
-"""Confirming a spend: a person sees what would run and what it may cost, and confirms or declines.
+"""Spending: a run is created only on a quote the backend knows a person stands behind.
 
-Before anything is submitted, the backend quotes the request (:class:`TrainingQuote`: its plan,
-its estimate, the manifest digest). :func:`confirm` then gets a :class:`SpendConfirmation` for
-that quote:
+Contract v0.4 moves the authority to spend out of prefect-ito and out of Prefect. Before anything
+is submitted, the backend quotes the request (:class:`TrainingQuote`: its plan, its estimate, the
+manifest digest, a link and a short code). Then the backend alone decides, when the run would be
+created:
 
-- A plan the backend refuses stops at once, before anyone is asked: nothing is worth confirming.
-- A standing authorization (:class:`~prefect_ito.blocks.ItoSpendAuthorization`) that covers the
-  request confirms on behalf of the person who created it; one that does not is logged with
-  every reason, and a person is asked.
-- A person answers a typed :class:`SpendDecision` form, through the same pause or suspension a
-  restart uses (:mod:`prefect_ito.asking`): a flow run from a deployment holds no process while
-  the person thinks. The form shows the manifest digest filled in; an answer naming any other
-  digest is refused, and so is a declined spend — in both cases nothing is submitted.
+- a **person** confirmed that quote at the backend — on the backend's own page (the quote's
+  ``confirm_url`` and ``user_code``), or with a token of their own that holds ``spend:confirm``
+  (``prefect-ito confirm``, or the terminal ``train`` runs in). The backend records their
+  principal; nothing a client writes, and nothing written in Prefect, confirms a spend.
+- or a **standing authorization** a person created at the backend covers the quote at that moment
+  (:class:`~prefect_ito.blocks.ItoSpendAuthorization` only names one).
+
+:func:`submit_with_consent` walks that: a plan the backend refuses stops at once; a named
+authorization is tried first, and when the backend says it does not cover the quote, a person is
+asked. Asking is waiting for the backend to say the quote was confirmed or declined: a flow run
+from a deployment suspends (``prefect-ito watch`` resumes it when the quote changes), any other
+pauses in-process and reads the quote at every poll. The Prefect form shows the quote, cost first,
+with the link and the code, and offers to **decline** — which needs no proof of anything, since
+declining spends nothing — or to **recheck** the backend. Each confirmation is used once; a new
+quote of the same manifest inherits it only if nothing got worse (the backend's rule), and
+otherwise the person is asked again with what changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal
 
 from prefect import get_run_logger
 from prefect.input import RunInput
@@ -25,70 +33,70 @@ from pydantic import Field
 
 from prefect_ito import asking
 from prefect_ito import markdown as md
-from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.cards import when
 from prefect_ito.contract import (
-    ConfirmationVia,
     CostRange,
-    SpendConfirmation,
+    QuoteState,
     TrainingQuote,
     TrainingRequest,
+    TrainingRun,
 )
 from prefect_ito.exceptions import (
+    AuthorizationDoesNotCover,
     AwaitingConfirmation,
-    ConfirmationMismatch,
+    ConfirmationExpired,
+    ConfirmationRequired,
+    ConfirmationUsed,
     RunCancelled,
     RunRefused,
     SpendDeclined,
 )
 
 if TYPE_CHECKING:
-    from prefect_ito.supervision import Logger
+    from prefect_ito.supervision import Steps
 
 __all__ = [
     "SPEND_PREFIX",
     "SpendDecision",
-    "accept",
-    "ask_person",
-    "confirm",
     "describe",
     "pause_key",
     "refuse_unworkable",
+    "submit_with_consent",
+    "wait_for_person",
 ]
 
 SPEND_PREFIX = "spend-"
-"""Pause keys of spend confirmations start with this; the watcher never resumes such a pause."""
+"""Pause keys of spend confirmations start with this."""
 
 SHOWN_DATA_REFS = 3
 """Data references listed by name in the confirmation; the rest are counted."""
 
+MAX_QUOTES = 6
+"""Quotes one submission goes through (expired, superseded) before it stops asking."""
+
 WHAT_EACH_ANSWER_DOES = (
-    "confirm: the request is submitted once, and the backend records you as who confirmed. "
-    "decline: nothing is submitted and the flow run ends Declined. There is no default."
+    "decline: nothing is submitted, the backend records the quote as declined, and the flow run "
+    "ends Declined. recheck: you confirmed on the backend's page (the link above): the flow "
+    "reads the quote from the backend again; only a confirmation made there counts. There is "
+    "no default."
 )
-
-_DIGEST = "The manifest digest you confirm, as shown above; any other is refused."
-
-Ask: TypeAlias = Callable[[TrainingQuote, TrainingRequest], Awaitable[SpendConfirmation]]
 
 
 class SpendDecision(RunInput):
-    """A person's answer to a spend: an explicit choice, a name, and the digest confirmed.
+    """What a person can do about a spend in Prefect: decline it, or have the backend read again.
 
-    ``decision`` is required and has no default, so a form submitted untouched is refused by
-    the Prefect UI and server instead of confirming (or declining) by accident.
+    Confirming is not among the choices: a person confirms at the backend, which knows who they
+    are. ``decision`` is required and has no default, so a form submitted untouched is refused.
     """
 
-    decision: Literal["confirm", "decline"] = Field(
+    decision: Literal["decline", "recheck"] = Field(
         title="Decision", description=WHAT_EACH_ANSWER_DOES
     )
-    confirmed_by: str = Field(
-        min_length=1, description="Your name, as the backend should record who confirmed."
-    )
-    manifest_digest: str = Field(description=_DIGEST)
     # Text with an empty default, not ``str | None``: the UI draws an optional type as a
     # str/None switch that starts on None, which reads as "no field here".
-    reason: str = Field(default="", description="Why, if you like: it is logged.")
+    reason: str = Field(
+        default="", description="Why, if you decline: kept at the backend beside the decline."
+    )
 
 
 def pause_key(manifest_digest: str) -> str:
@@ -110,140 +118,214 @@ def refuse_unworkable(quote: TrainingQuote) -> None:
         )
 
 
-async def confirm(
-    quote: TrainingQuote,
-    request: TrainingRequest,
-    *,
-    authorization: ItoSpendAuthorization | None,
-    ask: Ask,
-    logger: Logger,
-) -> SpendConfirmation:
-    """Return the confirmation of ``quote``: under a standing authorization, or from a person.
+async def submit_with_consent(
+    steps: Steps, request: TrainingRequest, idempotency_key: str, client_reference: str | None
+) -> TrainingRun:
+    """Submit the request once, on a quote a person confirmed or an authorization covers.
+
+    A re-entered flow run asks about the quote it recorded (the link and code a person may have
+    open) while that quote can still be confirmed.
 
     Raises:
         RunRefused: the backend refuses the plan; nobody was asked.
-        SpendDeclined, ConfirmationMismatch, AwaitingConfirmation: from the person's answer.
+        SpendDeclined: the quote was declined (in Prefect, or at the backend).
+        AwaitingConfirmation, RunCancelled: nobody answered in time; the flow run was cancelled.
+        ConfirmationRequired: the quotes kept expiring or moving on; nothing was submitted.
     """
-    refuse_unworkable(quote)
-    for warning in quote.warnings:
-        logger.warning("Quote %s: %s.", quote.quote_id, warning)
-    if authorization is not None:
-        reasons = authorization.not_covered(request, quote)
-        if not reasons:
-            logger.info(
-                "Spend of up to $%s on booking %s confirmed on behalf of %s, under the standing "
-                "authorization %s (manifest %s).",
-                f"{request.budget_usd:,.2f}",
-                request.booking_id,
-                authorization.authorized_by,
-                authorization.label,
-                quote.manifest_digest,
+    quote = await _current_quote(steps, request)
+    authorization = steps.authorization
+    asked = False
+    for _ in range(MAX_QUOTES):
+        _check(quote, steps)
+        if authorization is not None and quote.state is not QuoteState.CONFIRMED:
+            try:
+                return await steps.submit(
+                    request,
+                    quote.quote_id,
+                    authorization.authorization_id,
+                    idempotency_key,
+                    client_reference,
+                )
+            except AuthorizationDoesNotCover as refusal:
+                steps.logger.warning(
+                    "The standing authorization %s does not cover this request: %s. Asking a "
+                    "person.",
+                    authorization.label,
+                    refusal,
+                )
+                authorization = None
+            except (ConfirmationExpired, ConfirmationUsed):
+                quote = await _new_quote(steps, request)
+                continue
+        if quote.state is not QuoteState.CONFIRMED:
+            quote = await steps.await_person(quote, request, again=asked)
+            asked = True
+            continue
+        try:
+            return await steps.submit(
+                request, quote.quote_id, None, idempotency_key, client_reference
             )
-            return SpendConfirmation(
-                quote_id=quote.quote_id,
-                confirmed_by=authorization.authorized_by,
-                via=ConfirmationVia.STANDING_AUTHORIZATION,
-                authorization=authorization.label,
-            )
-        logger.warning(
-            "The standing authorization %s does not cover this request: %s. Asking a person.",
-            authorization.label,
-            "; ".join(reasons),
+        except (ConfirmationExpired, ConfirmationUsed):
+            quote = await _new_quote(steps, request)  # a confirmation carries if nothing got worse
+    raise ConfirmationRequired(
+        f"the quotes for booking {request.booking_id} kept expiring before a submission; "
+        "nothing was submitted, and running the flow again asks again"
+    )
+
+
+async def _current_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
+    """Return the quote this flow run recorded, while it can still be confirmed; else a new one."""
+    recorded = await steps.recorded_quote(request)
+    if recorded is not None and recorded.state in _STILL_ANSWERABLE:
+        steps.logger.info(
+            "Resumed: the quote %s is %s at the backend.",
+            recorded.quote_id,
+            recorded.state.value if recorded.state else "of unknown state",
         )
-    return await ask(quote, request)
+        return recorded
+    return await _new_quote(steps, request)
 
 
-async def ask_person(
-    quote: TrainingQuote, request: TrainingRequest, *, timeout: float, poll_interval: float
-) -> SpendConfirmation:
-    """Ask a person to confirm or decline the spend; return the confirmation.
+_STILL_ANSWERABLE = (QuoteState.PENDING, QuoteState.CONFIRMED, QuoteState.DECLINED)
+
+
+async def _new_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
+    quote = await steps.quote(request)
+    for warning in quote.warnings:
+        steps.logger.warning("Quote %s: %s.", quote.quote_id, warning)
+    if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
+        steps.logger.info(
+            "Quote %s carries the confirmation %s gave at the backend (quote %s): nothing got "
+            "worse since.",
+            quote.quote_id,
+            quote.confirmation.principal,
+            quote.carried_from,
+        )
+    return quote
+
+
+def _check(quote: TrainingQuote, steps: Steps) -> None:
+    """Stop on a refused plan, or on a quote someone declined."""
+    refuse_unworkable(quote)
+    if quote.state is QuoteState.DECLINED:
+        raise SpendDeclined(_declined(quote))
+
+
+def _declined(quote: TrainingQuote) -> str:
+    answer = quote.confirmation
+    who = f" by {answer.principal}" if answer is not None else ""
+    why = f" ({answer.note})" if answer is not None and answer.note else ""
+    return (
+        f"the spend on booking {quote.booking_id} (quote {quote.quote_id}) was declined{who}"
+        f"{why}; nothing was submitted"
+    )
+
+
+async def wait_for_person(
+    steps: Steps,
+    quote: TrainingQuote,
+    request: TrainingRequest,
+    *,
+    again: bool,
+    timeout: float,
+    poll_interval: float,
+) -> TrainingQuote:
+    """Wait until the quote is confirmed or declined at the backend; return it as it is then.
+
+    An expired or superseded quote is replaced by a new one (which a person's confirmation may
+    carry to); a quote still pending after a "recheck" is asked about again.
 
     Raises:
-        SpendDeclined: the person declined.
-        ConfirmationMismatch: the answer names another manifest digest.
-        AwaitingConfirmation: nobody answered in time.
+        SpendDeclined: declined in the Prefect form (and then at the backend) or at the backend.
+        AwaitingConfirmation: nobody answered in time; nothing was submitted.
         RunCancelled: the flow run was cancelled while it waited.
     """
+    await steps.record_quote(quote)
+
+    async def settled() -> bool:
+        now = await steps.poll_quote(quote.quote_id)
+        return now is None or now.state is not QuoteState.PENDING
 
     def waiting() -> None:
         get_run_logger().warning(
-            "Waiting for a person to confirm or decline the spend of up to $%s on booking %s "
-            "(manifest %s; in the Prefect UI: Resume). Nothing is submitted until then.",
+            "Waiting for a person to confirm or decline the spend of up to $%s on booking %s at "
+            "the backend: %s (code %s). Nothing is submitted until then.",
             f"{request.budget_usd:,.2f}",
             request.booking_id,
-            quote.manifest_digest,
+            quote.confirm_url or "the backend's confirm page",
+            quote.user_code or "none",
         )
 
     def timed_out() -> AwaitingConfirmation:
         return AwaitingConfirmation(
-            f"nobody confirmed the spend on booking {request.booking_id} "
-            f"({quote.manifest_digest}) within {timeout:g} s; nothing was submitted, and "
-            "running the flow again asks again"
+            f"nobody confirmed the spend on booking {request.booking_id} (quote "
+            f"{quote.quote_id}) within {timeout:g} s; nothing was submitted, and running the "
+            "flow again asks again"
         )
 
-    answer = await asking.ask(
-        SpendDecision,
-        key=pause_key(quote.manifest_digest),
-        description=describe(quote, request),
-        timeout=timeout,
-        poll_interval=poll_interval,
-        waiting=waiting,
-        timed_out=timed_out,
-        # A Field rather than the bare value: the form keeps the field's description.
-        initial={"manifest_digest": Field(default=quote.manifest_digest, description=_DIGEST)},
-    )
-    if answer is None:
-        raise RunCancelled(
-            "the flow run was cancelled while the spend waited for a person; nothing was submitted"
+    try:
+        answer = await asking.ask(
+            SpendDecision,
+            key=pause_key(quote.manifest_digest),
+            description=describe(quote, request),
+            timeout=timeout,
+            poll_interval=poll_interval,
+            waiting=waiting,
+            timed_out=timed_out,
+            settled=settled,
+            fresh=again,
         )
-    confirmation = accept(answer, quote)
-    get_run_logger().info(
-        "%s confirmed the spend (manifest %s)%s.",
-        answer.confirmed_by,
-        quote.manifest_digest,
-        f": {answer.reason}" if answer.reason else "",
-    )
-    return confirmation
+    except asking.SettledElsewhere:
+        answer = None
+    else:
+        if answer is None:
+            raise RunCancelled(
+                "the flow run was cancelled while the spend waited for a person; nothing was "
+                "submitted"
+            )
+    if answer is not None and answer.decision == "decline":
+        await steps.decline_quote(quote.quote_id, answer.reason or None)
+    return await _after_answer(steps, quote, request)
 
 
-def accept(answer: SpendDecision, quote: TrainingQuote) -> SpendConfirmation:
-    """Return the confirmation a person's answer gives for ``quote``.
-
-    Raises:
-        SpendDeclined: the person declined.
-        ConfirmationMismatch: the answer names another manifest digest.
-    """
-    who = answer.confirmed_by
-    if answer.decision == "decline":
-        why = f": {answer.reason}" if answer.reason else ""
-        raise SpendDeclined(
-            f"{who} declined the spend on booking {quote.booking_id} "
-            f"({quote.manifest_digest}){why}; nothing was submitted"
+async def _after_answer(
+    steps: Steps, quote: TrainingQuote, request: TrainingRequest
+) -> TrainingQuote:
+    """Return the quote as the backend states it after a person acted, or a new one."""
+    now = await steps.read_quote(request, quote.quote_id)
+    if now is None or now.state not in _STILL_ANSWERABLE:
+        return await _new_quote(steps, request)
+    if now.state is QuoteState.CONFIRMED and now.confirmation is not None:
+        get_run_logger().info(
+            "%s confirmed the spend at the backend (quote %s)%s.",
+            now.confirmation.principal,
+            now.quote_id,
+            f": {now.confirmation.note}" if now.confirmation.note else "",
         )
-    if answer.manifest_digest.strip() != quote.manifest_digest:
-        raise ConfirmationMismatch(
-            f"{who} confirmed manifest {answer.manifest_digest}, not this request's "
-            f"{quote.manifest_digest}; nothing was submitted",
-            field="manifest_digest",
-        )
-    return SpendConfirmation(quote_id=quote.quote_id, confirmed_by=who, via=ConfirmationVia.PERSON)
+    return now
 
 
 def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = True) -> str:
-    """Return the markdown a person reads above the form: manifest, plan, estimate, choices.
+    """Return the markdown a person reads above the form: cost first, then where to confirm.
 
     The Resume dialog is narrow and does not wrap table cells, so values stay short. Without
-    ``choices`` (``prefect-ito quote``) the form's two answers are left out.
+    ``choices`` (``prefect-ito quote``) the form's answers are left out.
     """
     plan = quote.plan
     p = plan.parallelism
     outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
     over = "" if quote.within_budget else " — **the estimate is above it**"
     lines = [
-        f"### Confirm the spend: training on booking {md.code(quote.booking_id)}",
+        f"### Spend on booking {md.code(quote.booking_id)}: up to "
+        f"${plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most",
         "",
-        "Nothing is submitted until the spend is confirmed; prefect-ito never confirms by itself.",
+        "| estimate | low | high |",
+        "|---|---|---|",
+        f"| cost | {_range(plan.cost_usd, '${:,.0f}')} |",
+        f"| GPU hours | {_range(plan.gpu_hours, '{:,.0f}')} |",
+        f"| duration | {_range(plan.duration_hours, '{:,.0f} h')} |",
         "",
+        *_where_to_confirm(quote, choices),
         "| manifest | value |",
         "|---|---|",
         f"| booking | {md.code(request.booking_id, cell=True)} |",
@@ -264,15 +346,16 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
         if plan.ladder_check
         else "Catalog data only: no ladder check.",
         "",
-        "| estimate | low | high |",
-        "|---|---|---|",
-        f"| GPU hours | {_range(plan.gpu_hours, '{:,.0f}')} |",
-        f"| cost | {_range(plan.cost_usd, '${:,.0f}')} |",
-        f"| duration | {_range(plan.duration_hours, '{:,.0f} h')} |",
-        "",
         f"The booking's term ends {when(quote.term_end)}{outlast}. "
         f"This quote expires {when(quote.expires_at)}.",
     ]
+    if quote.not_carried:
+        lines += [
+            "",
+            "**Asked again — what changed since the last confirmation:**",
+            "",
+            *(f"- {md.text(change)}" for change in quote.not_carried),
+        ]
     if quote.warnings:
         lines += ["", "**Warnings:**", "", *(f"- {md.text(warning)}" for warning in quote.warnings)]
     if not choices:
@@ -283,11 +366,31 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
             "",
             "**Choose one** — the form has no default:",
             "",
-            "- **confirm**: the request above is submitted once; the backend records you as who "
-            "confirmed, and spends up to the budget.",
-            "- **decline**: nothing is submitted; the flow run ends Declined.",
+            "- **decline**: nothing is submitted; the quote is declined at the backend and the "
+            "flow run ends Declined.",
+            "- **recheck**: you confirmed on the backend's page; the flow reads the quote again.",
         ]
     )
+
+
+def _where_to_confirm(quote: TrainingQuote, choices: bool) -> list[str]:
+    """Return the lines that say where a person confirms: the backend's page and code."""
+    if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
+        return [f"Confirmed at the backend by {md.code(quote.confirmation.principal)}.", ""]
+    where = (
+        f"[the backend's confirm page]({quote.confirm_url})"
+        if quote.confirm_url and md.is_http_url(quote.confirm_url)
+        else "the backend's confirm page"
+    )
+    code = f", code {md.code(quote.user_code)}" if quote.user_code else ""
+    lines = [
+        f"**To confirm, sign in on {where}{code}** — the backend records who you are. "
+        "Nothing here confirms a spend, and prefect-ito never confirms by itself.",
+        "",
+    ]
+    if not choices:
+        lines[0] = f"Quote {md.code(quote.quote_id)}: a person confirms it on {where}{code}."
+    return lines
 
 
 def _data(refs: list[str]) -> str:

@@ -22,8 +22,9 @@ from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
+    ConfirmationRecord,
+    ConfirmationVia,
     DecisionRequest,
-    SpendConfirmation,
     TrainingEligibility,
     TrainingQuote,
     TrainingRequest,
@@ -32,7 +33,6 @@ from prefect_ito.contract import (
 from prefect_ito.desk import Watchdog
 from prefect_ito.exceptions import (
     BackendUnavailable,
-    ConfirmationExpired,
     ConfirmationRequired,
     DecisionRequired,
     Detached,
@@ -99,25 +99,35 @@ class Steps(ABC):
     async def quote(self, request: TrainingRequest) -> TrainingQuote:
         """Return the backend's quote for the request: plan, estimate, digest. No work."""
 
-    async def confirm_spend(
-        self, quote: TrainingQuote, request: TrainingRequest
-    ) -> SpendConfirmation:
-        """Return the confirmation of the spend: a standing authorization's, or a person's."""
-        return await spend.confirm(
-            quote,
-            request,
-            authorization=self.authorization,
-            ask=self.ask_to_confirm,
-            logger=self.logger,
-        )
+    @abstractmethod
+    async def read_quote(self, request: TrainingRequest, quote_id: str) -> TrainingQuote | None:
+        """Return the quote as the backend states it, if it is one for ``request``."""
 
-    async def ask_to_confirm(
-        self, quote: TrainingQuote, request: TrainingRequest
-    ) -> SpendConfirmation:
-        """Ask a person to confirm the spend (see :func:`prefect_ito.spend.ask_person`)."""
-        return await spend.ask_person(
+    @abstractmethod
+    async def poll_quote(self, quote_id: str) -> TrainingQuote | None:
+        """Return the quote as the backend states it (None if gone): read often, while waiting."""
+
+    @abstractmethod
+    async def decline_quote(self, quote_id: str, note: str | None) -> None:
+        """Decline the quote at the backend (declining spends nothing)."""
+
+    async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
+        """Return the quote an earlier process of this supervisor asked a person about."""
+        return None
+
+    async def record_quote(self, quote: TrainingQuote) -> None:  # noqa: B027 (optional hook)
+        """Record the quote a person is asked about, for a watcher and for a re-entry."""
+
+    async def await_person(
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+    ) -> TrainingQuote:
+        """Wait for a person to confirm or decline the quote at the backend; see
+        :func:`prefect_ito.spend.wait_for_person`."""
+        return await spend.wait_for_person(
+            self,
             quote,
             request,
+            again=again,
             timeout=self.supervision.approval_timeout,
             poll_interval=ItoSettings().state_poll_seconds,
         )
@@ -126,12 +136,14 @@ class Steps(ABC):
     async def submit(
         self,
         request: TrainingRequest,
-        confirmation: SpendConfirmation,
+        quote_id: str,
+        authorization_id: str | None,
         idempotency_key: str,
         client_reference: str | None,
     ) -> TrainingRun:
-        """Submit the confirmed request once under ``idempotency_key``, with ``client_reference``
-        where the backend takes one: the one step that creates work."""
+        """Submit the request on ``quote_id`` once under ``idempotency_key`` (with
+        ``client_reference`` where the backend takes one): the one step that creates work, and
+        the backend decides whether it may."""
 
     @abstractmethod
     async def read_run(self, run_id: str) -> TrainingRun:
@@ -230,46 +242,22 @@ async def start(
         eligibility.fabric,
     )
     await steps.check_training_capability(request)
-    quote = await steps.quote(request)
-    confirmation = await steps.confirm_spend(quote, request)
-    run = await _submit(steps, request, confirmation, idempotency_key(), client_reference)
+    run = await spend.submit_with_consent(steps, request, idempotency_key(), client_reference)
     on_record = run.confirmation
-    principal = on_record.principal if on_record is not None else None
     steps.logger.info(
-        "Delegated to the Itô desk backend as run %s, confirmed by %s%s.",
+        "Delegated to the Itô desk backend as run %s%s.",
         run.run_id,
-        confirmation.confirmed_by,
-        f" (authenticated as {principal})" if principal else "",
+        _allowed_by(on_record) if on_record is not None else "",
     )
     await steps.record_run(run)
     return run
 
 
-async def _submit(
-    steps: Steps,
-    request: TrainingRequest,
-    confirmation: SpendConfirmation,
-    key: str,
-    reference: str | None,
-) -> TrainingRun:
-    """Submit the confirmed request; quote it once more if the quote expired meanwhile.
-
-    The person confirmed the manifest digest, which covers booking, model, data, target and
-    budget: a new quote for the same digest carries the same confirmation, without asking again.
-    """
-    try:
-        return await steps.submit(request, confirmation, key, reference)
-    except ConfirmationExpired:
-        quote = await steps.quote(request)  # for the same digest: desk.quote checks it
-        spend.refuse_unworkable(quote)
-        steps.logger.info(
-            "The quote expired before the submission; submitting under the new quote %s with "
-            "the same confirmation (manifest %s).",
-            quote.quote_id,
-            quote.manifest_digest,
-        )
-        renewed = confirmation.model_copy(update={"quote_id": quote.quote_id})
-        return await steps.submit(request, renewed, key, reference)
+def _allowed_by(record: ConfirmationRecord) -> str:
+    """Say who allowed the spend, as the backend recorded it."""
+    if record.via == ConfirmationVia.STANDING_AUTHORIZATION:
+        return f", under the standing authorization {record.authorization} of {record.confirmed_by}"
+    return f", confirmed at the backend by {record.confirmed_by}"
 
 
 async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
@@ -417,26 +405,38 @@ class ClientSteps(Steps):
     async def quote(self, request: TrainingRequest) -> TrainingQuote:
         return await self._again(lambda: desk.quote(self.client, request))
 
-    async def ask_to_confirm(
-        self, quote: TrainingQuote, request: TrainingRequest
-    ) -> SpendConfirmation:
+    async def read_quote(self, request: TrainingRequest, quote_id: str) -> TrainingQuote | None:
+        return await self._again(lambda: desk.read_quote(self.client, request, quote_id))
+
+    async def poll_quote(self, quote_id: str) -> TrainingQuote | None:
+        return await self.client.get_quote(quote_id)
+
+    async def decline_quote(self, quote_id: str, note: str | None) -> None:
+        await self._again(lambda: desk.decline_quote(self.client, quote_id, note))
+
+    async def await_person(
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+    ) -> TrainingQuote:
         if current_flow_run_id() is None:
+            where = f" at {quote.confirm_url} (code {quote.user_code})" if quote.confirm_url else ""
             raise ConfirmationRequired(
-                f"the spend on booking {request.booking_id} ({quote.manifest_digest}) needs a "
-                "person's confirmation, and outside a flow run nobody can be asked: give the "
-                "job a standing authorization that covers it, or trigger it in a flow run"
+                f"the spend on booking {request.booking_id} (quote {quote.quote_id}) needs a "
+                f"person's confirmation at the backend{where}, and outside a flow run nobody "
+                "can be waited for: confirm it there and run the job again, give the job a "
+                "standing authorization that covers it, or trigger it in a flow run"
             )
-        return await super().ask_to_confirm(quote, request)
+        return await super().await_person(quote, request, again=again)
 
     async def submit(
         self,
         request: TrainingRequest,
-        confirmation: SpendConfirmation,
+        quote_id: str,
+        authorization_id: str | None,
         idempotency_key: str,
         client_reference: str | None,
     ) -> TrainingRun:
         return await desk.submit(
-            self.client, request, confirmation, idempotency_key, client_reference
+            self.client, request, quote_id, authorization_id, idempotency_key, client_reference
         )
 
     async def read_run(self, run_id: str) -> TrainingRun:

@@ -19,12 +19,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import TaskRun
 from prefect.context import FlowRunContext
 
-from prefect_ito import approval, deferral, desk, event_relay, reporting
+from prefect_ito import approval, deferral, desk, event_relay, quote_wait, reporting
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.cancellation import stop_requested
 from prefect_ito.contract import (
     DecisionRequest,
-    SpendConfirmation,
     TrainingEligibility,
     TrainingQuote,
     TrainingRequest,
@@ -121,14 +120,37 @@ async def reattach_training_run(
 async def delegate_training_run(
     credentials: ItoCredentials,
     request: TrainingRequest,
-    confirmation: SpendConfirmation,
+    quote_id: str,
+    authorization_id: str | None,
     idempotency_key: str,
     client_reference: str | None = None,
 ) -> TrainingRun:
-    """Submit the confirmed request under ``idempotency_key`` (and ``client_reference``, where
-    the backend takes one): the one task that creates work."""
+    """Submit the request on ``quote_id`` under ``idempotency_key`` (and ``client_reference``,
+    where the backend takes one): the one task that creates work, if the backend allows it."""
     async with credentials.get_client() as client:
-        return await desk.submit(client, request, confirmation, idempotency_key, client_reference)
+        return await desk.submit(
+            client, request, quote_id, authorization_id, idempotency_key, client_reference
+        )
+
+
+@_retried_task("read_training_quote", "Read the quote as the backend states it now.")
+async def read_training_quote(
+    credentials: ItoCredentials, request: TrainingRequest, quote_id: str
+) -> TrainingQuote | None:
+    """Return the quote, if it is one of ``request`` (``desk.read_quote``)."""
+    async with credentials.get_client() as client:
+        return await desk.read_quote(client, request, quote_id)
+
+
+@_retried_task(
+    "decline_training_quote", "Decline the quote at the backend: nothing is spent on it."
+)
+async def decline_training_quote(
+    credentials: ItoCredentials, quote_id: str, note: str | None
+) -> None:
+    """Decline the quote at the backend (``desk.decline_quote``)."""
+    async with credentials.get_client() as client:
+        await desk.decline_quote(client, quote_id, note)
 
 
 @_retried_task(
@@ -265,15 +287,52 @@ class TaskSteps(Steps):
     async def quote(self, request: TrainingRequest) -> TrainingQuote:
         return await quote_training_run(self.credentials, request)
 
+    async def read_quote(self, request: TrainingRequest, quote_id: str) -> TrainingQuote | None:
+        return await read_training_quote(self.credentials, request, quote_id)
+
+    async def poll_quote(self, quote_id: str) -> TrainingQuote | None:
+        # Read at every poll of a wait: as a task each, the flow run would fill with them.
+        async with self.credentials.get_client() as client:
+            return await client.get_quote(quote_id)
+
+    async def decline_quote(self, quote_id: str, note: str | None) -> None:
+        await decline_training_quote(self.credentials, quote_id, note)
+
+    async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
+        if self.flow_run_id is None:
+            return None
+        record = await quote_wait.latest_quote_wait(self.flow_run_id)
+        if record is None or record.manifest_digest != request.digest():
+            return None
+        return await self.read_quote(request, record.quote_id)
+
+    async def record_quote(self, quote: TrainingQuote) -> None:
+        if self.flow_run_id is None:
+            return
+        record = quote_wait.QuoteWait(
+            api_url=self.credentials.api_url,
+            keyring_entry=self.credentials.keyring_entry,
+            quote_id=quote.quote_id,
+            manifest_digest=quote.manifest_digest,
+            expires_at=quote.expires_at,
+        )
+        await quote_wait.record_quote_wait(self.flow_run_id, record)
+
     async def submit(
         self,
         request: TrainingRequest,
-        confirmation: SpendConfirmation,
+        quote_id: str,
+        authorization_id: str | None,
         idempotency_key: str,
         client_reference: str | None,
     ) -> TrainingRun:
         return await delegate_training_run(
-            self.credentials, request, confirmation, idempotency_key, client_reference
+            self.credentials,
+            request,
+            quote_id,
+            authorization_id,
+            idempotency_key,
+            client_reference,
         )
 
     async def read_run(self, run_id: str) -> TrainingRun:

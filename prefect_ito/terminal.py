@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
@@ -41,18 +42,22 @@ from rich.markdown import Markdown
 
 from prefect_ito import answers
 from prefect_ito.approval import Choice, RestartDecision
+from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cancellation import request_detach
+from prefect_ito.exceptions import InsufficientScope, ItoAPIError
+from prefect_ito.quote_wait import QuoteWait, latest_quote_wait
 from prefect_ito.spend import SPEND_PREFIX, SpendDecision
 from prefect_ito.views import quiet_tasks
 
 __all__ = [
     "EPHEMERAL_STARTUP_SECONDS",
-    "ConfirmDigest",
+    "ConfirmedBeforehand",
     "Confirmer",
     "Operator",
     "SpendPause",
     "ask_at_terminal",
     "confirm_at_terminal",
+    "confirm_quote_here",
     "has_real_server",
     "interactive",
     "leave_to_others",
@@ -66,16 +71,17 @@ Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
 
 @dataclass(frozen=True)
 class SpendPause:
-    """A flow run waiting for its spend to be confirmed: what it shows, and the digest asked."""
+    """A flow run waiting for a person to confirm its spend at the backend: what it shows, and
+    the quote it recorded (None if it recorded none)."""
 
     flow_run: FlowRun
     description: str
-    manifest_digest: str | None
-    """The digest the form shows filled in: the manifest the flow asks to confirm."""
+    quote: QuoteWait | None
 
 
 Confirmer = Callable[[SpendPause], Awaitable[SpendDecision | None]]
-"""Answers a spend confirmation; None leaves it to the Prefect UI."""
+"""Acts on a spend confirmation (at the backend) and returns an answer for the flow's form, if
+any; None leaves the flow waiting for the backend to say the quote was answered."""
 
 EPHEMERAL_STARTUP_SECONDS = 180
 """How long Prefect's temporary server may take to start: a brand-new ``PREFECT_HOME`` migrates
@@ -239,11 +245,8 @@ async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
         return await answerers.operator(pause.flow_run, pause.description)
     if answerers.confirmer is None:
         return None
-    digest = pause.defaults.get("manifest_digest")
-    asked = SpendPause(
-        pause.flow_run, pause.description, digest if isinstance(digest, str) else None
-    )
-    return await answerers.confirmer(asked)
+    record = await latest_quote_wait(pause.flow_run.id)
+    return await answerers.confirmer(SpendPause(pause.flow_run, pause.description, record))
 
 
 async def _waiting_pause(flow_run_id: UUID) -> _Pause | None:
@@ -324,53 +327,83 @@ async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecisio
 
 
 async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
-    """Ask the person at this terminal to confirm or decline the spend, as the UI would.
+    """Ask the person at this terminal to confirm or decline the spend, and do it at the backend.
 
     Confirm or decline must be typed out (or ``c`` / ``d``): an empty answer asks again, and the
-    end of input leaves the confirmation to someone else instead of deciding by accident.
+    end of input leaves the confirmation to someone else instead of deciding by accident. A
+    confirmation is made at the backend with this person's own token (it needs
+    ``spend:confirm``; a workload's token cannot), and the flow, which reads the quote from the
+    backend at every poll, goes on by itself. A decline is the flow's to make: it is returned.
     """
     console = Console()
     console.print(Markdown(without_images(pause.description)))
     decision = await _read_choice(console, "Confirm or decline the spend?", _SPEND_CHOICES)
-    if decision is None or pause.manifest_digest is None:
+    if decision is None or pause.quote is None:
         console.print(
-            "[yellow]No answer: the spend still waits for a confirmation (the Prefect UI); "
-            "nothing is submitted until then.[/]"
+            "[yellow]No answer: the spend still waits for a person's confirmation at the "
+            "backend; nothing is submitted until then.[/]"
         )
         return None
-    name = await _read_line(console, "Your name: ")
-    reason = await _read_line(console, "Why (optional): ")
-    return SpendDecision(
-        decision=decision,
-        confirmed_by=(name or "").strip() or "terminal user",
-        manifest_digest=pause.manifest_digest,
-        reason=(reason or "").strip(),
+    if decision == "decline":
+        reason = await _read_line(console, "Why (optional): ")
+        return SpendDecision(decision="decline", reason=(reason or "").strip())
+    note = await _read_line(console, "A note beside your confirmation (optional): ")
+    await confirm_quote_here(pause.quote, (note or "").strip() or None, console)
+    return None
+
+
+async def confirm_quote_here(record: QuoteWait, note: str | None, console: Console) -> bool:
+    """Confirm the recorded quote at the backend with this terminal's token; say what happened.
+
+    Returns whether the backend took the confirmation. A token without ``spend:confirm`` (a
+    workload's) is told where a person confirms instead.
+    """
+    credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
+    try:
+        async with credentials.get_client() as client:
+            confirmed = await client.confirm_quote(
+                record.quote_id, note=note, idempotency_key=f"confirm-{uuid.uuid4()}"
+            )
+    except InsufficientScope:
+        console.print(
+            "[yellow]This terminal's token may not confirm a spend (it lacks spend:confirm: "
+            "log in as yourself with `prefect-ito login`). Confirm on the backend's page "
+            "instead; the flow goes on when you do.[/]",
+            soft_wrap=True,
+        )
+        return False
+    except ItoAPIError as error:
+        console.print(f"The backend refused the confirmation: {error}", markup=False)
+        return False
+    console.print(
+        f"Confirmed at the backend as {confirmed.principal} (quote {record.quote_id}).",
+        markup=False,
+        soft_wrap=True,
     )
+    return True
 
 
 @dataclass(frozen=True)
-class ConfirmDigest:
-    """Confirms, on a named person's behalf, the one manifest they confirmed (``--confirm``).
+class ConfirmedBeforehand:
+    """The person confirmed a quote before the flow started (``train --confirm QUOTE_ID``).
 
-    The answer carries the digest the person confirmed, whatever the flow asks: the flow refuses
-    it if its manifest is another (nothing is submitted then).
+    The flow's own quote carries that confirmation when nothing got worse, and it never pauses.
+    If it pauses all the same, the backend asked again: this says why and leaves it waiting.
     """
 
-    manifest_digest: str
-    confirmed_by: str
+    quote_id: str
     console: Console
 
-    async def __call__(self, pause: SpendPause) -> SpendDecision:
+    async def __call__(self, pause: SpendPause) -> SpendDecision | None:
         self.console.print(
-            f"Confirmed with --confirm by {self.confirmed_by}: manifest {self.manifest_digest}.",
+            f"The backend asks for a confirmation again: quote {self.quote_id}, confirmed with "
+            "--confirm, does not carry to the flow's quote. Nothing is submitted until a person "
+            "confirms the new one.",
+            markup=False,
             soft_wrap=True,
         )
-        return SpendDecision(
-            decision="confirm",
-            confirmed_by=self.confirmed_by,
-            manifest_digest=self.manifest_digest,
-            reason="confirmed with prefect-ito train --confirm",
-        )
+        self.console.print(Markdown(without_images(pause.description)))
+        return None
 
 
 def without_images(markdown: str) -> str:

@@ -2,8 +2,8 @@
 
 It verifies the booking, checks the backend can train, and asks the backend for a quote: the
 plan, the estimate, the budget, the booking's term, when the quote expires, and the manifest
-digest — with the exact ``prefect-ito train … --confirm sha256:…`` that confirms that manifest and
-nothing else. A quote creates no work and spends nothing.
+digest — with the exact ``prefect-ito train … --confirm QUOTE_ID`` that confirms that quote, once,
+and runs it. A quote creates no work and spends nothing.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def quote(
 ) -> None:
     """Show the plan, the estimate and the manifest digest `train` with these options would run.
 
-    Read-only: nothing is submitted and nothing is spent. Confirm that exact manifest with the
-    printed `prefect-ito train … --confirm sha256:…`.
+    Creates a quote and nothing else: nothing is submitted and nothing is spent. Confirm it,
+    once, with the printed `prefect-ito train … --confirm QUOTE_ID` (or on the backend's page).
     """
     output.use_json(json_output)
     parameters = training_parameters(training, data_file)
@@ -72,7 +72,7 @@ async def _quote(
     return {
         "quote": found.model_dump(mode="json"),
         "request": request.model_dump(mode="json"),
-        "confirm_command": _train_command(found.manifest_digest),
+        "confirm_command": _train_command(found.quote_id),
     }
 
 
@@ -82,14 +82,14 @@ def _show(result: dict[str, Any]) -> None:
     _console.print(Markdown(describe(found, request, choices=False)))
     _console.print(f"Quote {found.quote_id}; nothing was submitted and nothing was spent.")
     _console.print(f"Manifest digest: {found.manifest_digest}", soft_wrap=True)
-    _console.print("To confirm this manifest, and nothing else, run:")
+    _console.print("To confirm this quote (once, while it stands) and run it:")
     _console.print(  # a command to copy: never broken across lines
         result["confirm_command"], markup=False, highlight=False, soft_wrap=True
     )
 
 
-def _train_command(digest: str) -> str:
-    """Return this very command as ``train``, confirming ``digest`` (``--json`` left out)."""
+def _train_command(quote_id: str) -> str:
+    """Return this very command as ``train``, confirming ``quote_id`` (``--json`` left out)."""
     arguments = sys.argv[sys.argv.index("quote") + 1 :] if "quote" in sys.argv else []
     kept = [argument for argument in arguments if argument != "--json"]
-    return shlex.join(["prefect-ito", "train", *kept, "--confirm", digest])
+    return shlex.join(["prefect-ito", "train", *kept, "--confirm", quote_id])

@@ -10,8 +10,8 @@ and ``demo`` put the flow run's final state and its run summary in its ``data``.
 
 from __future__ import annotations
 
-import getpass
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
 from uuid import UUID
@@ -23,9 +23,9 @@ from prefect.states import Cancelling
 from rich.console import Console
 from rich.markup import escape
 
-from prefect_ito import answers, provenance, terminal, views
+from prefect_ito import answers, desk, provenance, terminal, views
 from prefect_ito.approval import RestartDecision
-from prefect_ito.blocks import resolve_authorization
+from prefect_ito.blocks import ItoCredentials, resolve_credentials
 from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.cli import app, output
 from prefect_ito.cli.errors import exit_with, run_command
@@ -38,10 +38,13 @@ from prefect_ito.cli.options import (
 )
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName
+from prefect_ito.contract import QuoteState, TrainingRequest
 from prefect_ito.exceptions import (
     AnsweredByAnother,
+    ConfirmationExpired,
     ConfirmationMismatch,
     ConfirmationRequired,
+    ConfirmationUsed,
     ExitCode,
     FlowRunNotFound,
     InvalidParameters,
@@ -66,19 +69,20 @@ _console = Console()
 Confirm = Annotated[
     str | None,
     Parameter(
-        help="Confirm the spend of exactly this manifest digest (from `prefect-ito quote` with "
-        "the same options); another manifest is refused before anything is sent."
+        help="Confirm this quote (its id, from `prefect-ito quote` with the same options) at "
+        "the backend with your own token, then run: once only, and only while the quote "
+        "stands. A quote of another request is refused before anything is sent."
     ),
 ]
-ConfirmedBy = Annotated[
+ConfirmNote = Annotated[
     str | None,
-    Parameter(help="Your name, recorded at the backend as who confirmed (default: your login)."),
+    Parameter(help="A note the backend keeps beside your confirmation (it records who you are)."),
 ]
 AuthorizationName = Annotated[
     str | None,
     Parameter(
-        help="Name of a saved ItoSpendAuthorization block that confirms on its creator's "
-        "behalf when it covers the request."
+        help="Name of a saved ItoSpendAuthorization block, naming a standing authorization at "
+        "the backend; the backend decides whether it covers the request."
     ),
 ]
 
@@ -91,15 +95,16 @@ def train(
     credentials: CredentialsName = None,
     api_url: ApiUrl = None,
     confirm: Confirm = None,
-    name: ConfirmedBy = None,
+    name: ConfirmNote = None,
     authorization: AuthorizationName = None,
     verbose: Verbose = False,
     json_output: JsonOption = False,
 ) -> None:
     """Run the training flow on a completed booking: a line per stage change, then a summary.
 
-    Nothing is submitted before the spend is confirmed: at the terminal, with --confirm, or by a
-    standing authorization (--authorization) that covers the request.
+    Nothing is submitted unless the backend says a person confirmed the spend (at this
+    terminal with your own token, with --confirm QUOTE_ID, or on the backend's page) or that a
+    standing authorization (--authorization) covers it.
     """
     output.use_json(json_output)
     parameters = training_parameters(training, data_file)
@@ -113,7 +118,7 @@ def train(
         _fail(_nobody_to_confirm())
 
     def confirmer() -> terminal.Confirmer | None:
-        return run_command(_spend_confirmer(parameters, confirm, name, authorization))
+        return run_command(_spend_confirmer(parameters, flow_parameters, confirm, name))
 
     _run_flow(ito_training, flow_parameters, verbose, confirmer=confirmer)
 
@@ -122,47 +127,69 @@ def _nobody_to_confirm() -> ConfirmationRequired:
     return ConfirmationRequired(
         "nothing was sent: without a terminal nobody can confirm the spend. Run `prefect-ito "
         "quote` with the same options, check the plan and the estimate, then run this command "
-        "again with `--confirm sha256:…`, or name a standing authorization with --authorization"
+        "again with `--confirm QUOTE_ID`, or name a standing authorization with --authorization"
     )
 
 
 async def _spend_confirmer(
-    parameters: TrainingParameters, confirm: str | None, name: str | None, authorization: str | None
+    parameters: TrainingParameters,
+    flow_parameters: dict[str, Any],
+    confirm: str | None,
+    note: str | None,
 ) -> terminal.Confirmer | None:
-    """Return who answers the flow's spend confirmation here; refuse before anything is sent.
+    """Return who acts on the flow's spend confirmation here; with ``--confirm``, confirm first.
 
     Raises:
-        ConfirmationMismatch: ``--confirm`` names another manifest than these options make.
-        ConfirmationRequired: no terminal, and the standing authorization cannot cover them.
+        ConfirmationMismatch: ``--confirm`` names a quote of another request.
+        ConfirmationUsed, ConfirmationExpired: the quote can make no run any more.
+        InsufficientScope: this token may not confirm a spend (it is not a person's).
     """
-    request = parameters.to_request(await resolve_booking(parameters))
-    digest = request.digest()
     if confirm is not None:
-        if confirm.strip() != digest:
-            raise ConfirmationMismatch(
-                f"--confirm {confirm} is not the manifest these options make ({digest}): "
-                "nothing was sent; `prefect-ito quote` with the same options shows its digest",
-                field="confirm",
-            )
-        return terminal.ConfirmDigest(digest, name or _login_name(), _console)
+        request = parameters.to_request(await resolve_booking(parameters))
+        credentials = await resolve_credentials(flow_parameters["credentials"])
+        await confirm_beforehand(credentials, request, confirm, note)
+        return terminal.ConfirmedBeforehand(confirm, _console)
     if terminal.interactive():
         return terminal.confirm_at_terminal
-    standing = await resolve_authorization(authorization)
-    reasons = standing.not_covered(request) if standing is not None else ["none was given"]
-    if reasons:
-        raise ConfirmationRequired(
-            f"nothing was sent: the standing authorization {authorization!r} does not cover "
-            f"this request ({'; '.join(reasons)}), and without a terminal nobody can confirm it; "
-            "run `prefect-ito quote` with the same options, then add `--confirm sha256:…`"
+    return None  # the backend decides on the authorization; else a person, on its page
+
+
+async def confirm_beforehand(
+    credentials: ItoCredentials, request: TrainingRequest, quote_id: str, note: str | None
+) -> None:
+    """Confirm ``quote_id`` at the backend for exactly ``request``; refuse anything else.
+
+    Raises:
+        ConfirmationMismatch: the quote is another request's.
+        ConfirmationUsed, ConfirmationExpired, QuoteAlreadyDecided: it can make no run now.
+    """
+    check_id(quote_id, "confirm")
+    async with credentials.get_client() as client:
+        quote = await client.get_quote(quote_id)
+        mismatch = desk.quote_mismatch(quote, request)
+        if mismatch is not None:
+            raise ConfirmationMismatch(
+                f"--confirm {quote_id} is a quote of another request (it has {mismatch}): "
+                "nothing was sent; `prefect-ito quote` with the same options makes this one's",
+                field="confirm",
+            )
+        if quote.state not in (QuoteState.PENDING, QuoteState.CONFIRMED):
+            state = quote.state.value if quote.state else "unknown"
+            error = ConfirmationExpired if quote.state is QuoteState.EXPIRED else ConfirmationUsed
+            raise error(
+                f"--confirm {quote_id}: the quote is {state}, and makes no run any more: nothing "
+                "was sent; `prefect-ito quote` with the same options makes a new one",
+                field="confirm",
+            )
+        confirmed = await client.confirm_quote(
+            quote_id, note=note, idempotency_key=f"confirm-{uuid.uuid4()}"
         )
-    return None  # the flow confirms under the authorization, or asks in the Prefect UI
-
-
-def _login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no user name in this environment
-        return "prefect-ito user"
+    _console.print(
+        f"Confirmed quote {quote_id} at the backend as {confirmed.principal}: up to "
+        f"${quote.plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most.",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command

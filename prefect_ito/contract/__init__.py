@@ -32,7 +32,7 @@ from prefect_ito.contract.bookings import (
     PostTraining,
     TrainingEligibility,
 )
-from prefect_ito.contract.changes import ChangePage, RunChange
+from prefect_ito.contract.changes import ChangePage, QuoteChange, RunChange
 from prefect_ito.contract.envelope import (
     API_PREFIX,
     CLIENT_REFERENCE_PATTERN,
@@ -57,6 +57,7 @@ from prefect_ito.contract.envelope import (
     SUNSET_HEADER,
     TEXT_MAX_LENGTH,
     ApiError,
+    AuthorizationId,
     BookingId,
     ClientReference,
     Envelope,
@@ -76,7 +77,6 @@ from prefect_ito.contract.requests import (
     ConfirmationVia,
     DecisionChoice,
     DecisionRequest,
-    SpendConfirmation,
     TrainingRequest,
     TrainingRunRequest,
 )
@@ -154,6 +154,7 @@ __all__ = [
     "TRAINING_SCOPES",
     "ActionKind",
     "ApiError",
+    "AuthorizationId",
     "BookingId",
     "BookingStatus",
     "CancelRequest",
@@ -194,6 +195,7 @@ __all__ = [
     "PostTraining",
     "Principal",
     "QuoteAnswer",
+    "QuoteChange",
     "QuoteConfirmation",
     "QuoteConfirmationRequest",
     "QuoteId",
@@ -209,7 +211,6 @@ __all__ = [
     "SpendAuthorizationList",
     "SpendAuthorizationRequest",
     "SpendAuthorizationState",
-    "SpendConfirmation",
     "SpendLimits",
     "SpendUsage",
     "Stage",

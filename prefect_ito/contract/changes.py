@@ -11,6 +11,7 @@ from pydantic import Field
 
 from prefect_ito.contract.envelope import _Model
 from prefect_ito.contract.runs import RunState
+from prefect_ito.contract.spend import QuoteState
 
 
 class RunChange(_Model):
@@ -23,6 +24,13 @@ class RunChange(_Model):
     pending_action: bool = Field(description="Whether the run waits for a person's decision.")
 
 
+class QuoteChange(_Model):
+    """v0.4: a quote that a person confirmed, or someone declined, after the cursor."""
+
+    quote_id: str
+    state: QuoteState = Field(description="The quote's state after the change.")
+
+
 class ChangePage(_Model):
     """The runs of the account that changed after ``after``, and the cursor to ask after next.
 
@@ -31,4 +39,9 @@ class ChangePage(_Model):
     """
 
     changes: list[RunChange]
+    quotes: list[QuoteChange] = Field(
+        default_factory=list,
+        description="v0.4: the quotes answered (confirmed or declined) after the cursor, for a "
+        "watcher of flow runs that wait for a person's confirmation.",
+    )
     cursor: int = Field(ge=0)

@@ -18,7 +18,7 @@ from pydantic_core import CoreSchema
 
 from prefect_ito.contract.open_enum import open_enum_json_schema
 
-SCHEMA_VERSION: Final = "ito.training.v0.3"
+SCHEMA_VERSION: Final = "ito.training.v0.4"
 """The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 3."""
 SCHEMA_VERSION_PATTERN = r"^ito\.training\.v0(\.[0-9]+)?$"
 """Any minor version of v0: additive, so each reads as the other (see docs/contract.md)."""
@@ -69,6 +69,11 @@ QuoteId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
     Field(description="A training quote's id at the Itô desk."),
+]
+AuthorizationId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ID_MAX_LENGTH),
+    Field(description="A standing spend authorization's id at the Itô desk (v0.4)."),
 ]
 ClientReference = Annotated[
     str,
@@ -174,6 +179,8 @@ class ErrorCode(StrEnum):
     QUOTE_NOT_FOUND = "QUOTE_NOT_FOUND"
     QUOTE_ALREADY_DECIDED = "QUOTE_ALREADY_DECIDED"
     SPEND_AUTHORIZATION_NOT_FOUND = "SPEND_AUTHORIZATION_NOT_FOUND"
+    AUTHORIZATION_DOES_NOT_COVER = "AUTHORIZATION_DOES_NOT_COVER"
+    CONTRACT_VERSION_UNSUPPORTED = "CONTRACT_VERSION_UNSUPPORTED"
 
 
 ERROR_STATUS: dict[ErrorCode, int] = {
@@ -207,6 +214,8 @@ ERROR_STATUS: dict[ErrorCode, int] = {
     ErrorCode.QUOTE_NOT_FOUND: 404,
     ErrorCode.QUOTE_ALREADY_DECIDED: 409,
     ErrorCode.SPEND_AUTHORIZATION_NOT_FOUND: 404,
+    ErrorCode.AUTHORIZATION_DOES_NOT_COVER: 403,
+    ErrorCode.CONTRACT_VERSION_UNSUPPORTED: 400,
 }
 """The HTTP status that goes with each code."""
 
@@ -222,8 +231,9 @@ class ApiError(_Model):
         description="v0.3: machine-readable facts about the error, by code: `fields` (the "
         "request fields that differ) for `CONFIRMATION_MISMATCH`, `interval` (the seconds to "
         "poll at from now on) for `SLOW_DOWN`, `run_id` (the run that holds the reference) for "
-        "`CLIENT_REFERENCE_IN_USE`. Absent when there are none; a client ignores members it "
-        "does not know.",
+        "`CLIENT_REFERENCE_IN_USE`; v0.4: `quote_id`, `confirm_url`, `user_code` and `reasons` "
+        "for `CONFIRMATION_REQUIRED`, `reason` for `AUTHORIZATION_DOES_NOT_COVER`. Absent when "
+        "there are none; a client ignores members it does not know.",
     )
 
 

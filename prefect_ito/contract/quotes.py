@@ -2,8 +2,8 @@
 
 ``POST /v0/training-quotes`` takes the submission body and answers a :class:`TrainingQuote`: the
 backend's plan preview, its estimate and a quote id that expires. It creates no work and spends
-nothing; a submission then carries a confirmation naming the quote (see
-:class:`~prefect_ito.contract.SpendConfirmation`).
+nothing. Contract v0.4: a person confirms the quote at the backend (or a standing authorization
+covers it), and a submission names it by ``quote_id``.
 """
 
 from __future__ import annotations
@@ -103,4 +103,16 @@ class TrainingQuote(_Model):
         default=None,
         description="v0.4: the person's answer (confirmed or declined), with the principal the "
         "backend authenticated; absent while nobody answered.",
+    )
+    carried_from: QuoteId | None = Field(
+        default=None,
+        description="v0.4: the earlier quote of the same manifest whose confirmation carried "
+        "to this one. A person's confirmation carries to a new quote only while it is unused "
+        "and younger than the quotes' lifetime, and only if the new estimate's high end is no "
+        "higher and the run is still expected to end before the booking's term.",
+    )
+    not_carried: list[str] = Field(
+        default_factory=list,
+        description="v0.4: why an earlier person's confirmation of this manifest did not carry "
+        "to this quote (what changed since), so that a client can say so when it asks again.",
     )

@@ -1,4 +1,4 @@
-"""Contract v0: what a client sends — training requests, spend confirmations, decisions, cancels."""
+"""Contract v0: what a client sends — training requests and submissions, decisions, cancels."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pydantic import (
 
 from prefect_ito.contract.bookings import PostTraining
 from prefect_ito.contract.envelope import (
+    AuthorizationId,
     BookingId,
     ClientReference,
     ManifestDigest,
@@ -63,49 +64,33 @@ class TrainingRequest(_Model):
 
 
 class ConfirmationVia(StrEnum):
-    """How a spend was confirmed: by a person, or under a standing authorization one created."""
+    """How a run's spend was confirmed: by a person, or under a standing authorization one made."""
 
     PERSON = "person"
     STANDING_AUTHORIZATION = "standing_authorization"
 
 
-class SpendConfirmation(_Model):
-    """A confirmation that a person stands behind a submission's spend (contract v0.3).
-
-    It names the quote the person saw (:class:`~prefect_ito.contract.TrainingQuote`); the backend
-    checks the quote was made for this account, booking, manifest digest and budget, and consumes
-    it with the run it creates.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    quote_id: QuoteId
-    confirmed_by: NonEmptyStr = Field(
-        description="The name the confirming person gave; under a standing authorization, the "
-        "person who created it."
-    )
-    via: ConfirmationVia = Field(
-        description="`person`: a person confirmed this quote; `standing_authorization`: a "
-        "standing authorization a person created in advance covers it."
-    )
-    authorization: NonEmptyStr | None = Field(
-        default=None,
-        description="The standing authorization's name, when `via` is `standing_authorization`.",
-    )
-
-
 class TrainingRunRequest(TrainingRequest):
-    """The body of ``POST /v0/training-runs``: the request, its manifest digest, its confirmation.
+    """The body of ``POST /v0/training-runs``: the request, its manifest digest, what allows it.
 
-    Neither the confirmation nor the client reference is part of the manifest: the digest covers
-    the six request fields only.
+    Contract v0.4: a new run names the quote it spends on (``quote_id``). The backend creates it
+    only if a person confirmed that quote at the backend, or if the standing authorization named
+    by ``authorization_id`` covers it at that moment; nothing a client writes confirms a spend.
+    Neither member is part of the manifest: the digest covers the six request fields only.
     """
 
     manifest_digest: ManifestDigest
-    confirmation: SpendConfirmation | None = Field(
+    quote_id: QuoteId | None = Field(
         default=None,
-        description="Contract v0.3: a new run needs one (`CONFIRMATION_REQUIRED` without it); a "
-        "replay of an earlier submission does not.",
+        description="v0.4: the quote this run spends on, made for this account, booking, "
+        "manifest digest and budget. A new run needs one (`CONFIRMATION_REQUIRED` without it, "
+        "or while nobody confirmed it); a replay of an earlier submission does not.",
+    )
+    authorization_id: AuthorizationId | None = Field(
+        default=None,
+        description="v0.4: the standing authorization meant to cover the quote, instead of a "
+        "person's confirmation of it. The backend checks it against the quote when the run "
+        "would be created (`AUTHORIZATION_DOES_NOT_COVER` when it does not).",
     )
     client_reference: ClientReference | None = Field(
         default=None,
@@ -116,9 +101,10 @@ class TrainingRunRequest(TrainingRequest):
         "`client_reference: true`.",
     )
 
-    def confirmed(self, confirmation: SpendConfirmation) -> TrainingRunRequest:
-        """Return this submission carrying ``confirmation``."""
-        return self.model_copy(update={"confirmation": confirmation})
+    def spending(self, quote_id: str, authorization_id: str | None = None) -> TrainingRunRequest:
+        """Return this submission naming ``quote_id`` (and a standing authorization)."""
+        changes = {"quote_id": quote_id, "authorization_id": authorization_id}
+        return self.model_validate({**self.model_dump(), **changes})
 
     def referenced(self, client_reference: str | None) -> TrainingRunRequest:
         """Return this submission carrying ``client_reference`` (None: without one)."""

@@ -219,20 +219,37 @@ class DecisionRecord(_Model):
 
 
 class ConfirmationRecord(_Model):
-    """Who confirmed a run's spend, and how, as the backend recorded it (contract v0.3)."""
+    """Who allowed a run's spend, and how, as the backend authenticated and recorded it (v0.4).
+
+    ``confirmed_by`` is a principal the backend authenticated — the person who confirmed the
+    quote at the backend, or who created the standing authorization — never a name a client
+    wrote; a person's note is kept beside it.
+    """
 
     quote_id: str
-    confirmed_by: str
+    confirmed_by: Principal = Field(
+        description="v0.4: the person's principal (`user:…`): who confirmed the quote at the "
+        "backend, or who created the standing authorization that covered it."
+    )
     via: str = Field(
         description="`person` or `standing_authorization` (a client keeps a value it does not "
         "know as it is)."
     )
-    authorization: str | None = None
-    confirmed_at: datetime
-    principal: Principal | None = Field(
+    authorization: str | None = Field(
+        default=None, description="The standing authorization's id, when `via` says so."
+    )
+    confirmed_at: datetime = Field(
+        description="When the person confirmed the quote, or the authorization covered it."
+    )
+    note: str | None = Field(default=None, description="The person's note, if they left one.")
+    carried_from: str | None = Field(
         default=None,
-        description="The authenticated principal whose token submitted the confirmed run, "
-        "beside the name in `confirmed_by` (v0.3; a backend of this version always sends it).",
+        description="v0.4: the earlier quote of the same manifest the person confirmed, when "
+        "their confirmation carried to this run's quote (see `TrainingQuote.carried_from`).",
+    )
+    submitted_by: Principal | None = Field(
+        default=None,
+        description="v0.4: the principal whose token submitted the run (a workload's, often).",
     )
 
 

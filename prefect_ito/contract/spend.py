@@ -1,13 +1,12 @@
-"""Contract v0.4 (draft): spend authority at the backend.
+"""Contract v0.4: spend authority at the backend.
 
 A person's confirmation of a quote is something the backend authenticated: a token of a person
 (principal ``user:…``) holding ``spend:confirm`` confirms one quote
 (``POST /v0/training-quotes/{quote_id}/confirmations``), and the backend records its principal.
 A standing authorization is a backend object a person with ``spend:authorize`` creates
 (``POST /v0/spend-authorizations``), with limits the backend checks.
-
-Additive: ``POST /v0/training-runs`` still takes the v0.3 client-written confirmation until
-clients move to quote confirmations.
+``POST /v0/training-runs`` names the quote (and the authorization, if one is meant); the backend
+creates a run only on a person's confirmation of that quote, or an authorization that covers it.
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ class QuoteState(OpenEnum):
     """It expired before it made a run."""
     USED = "used"
     """It made a run."""
+    SUPERSEDED = "superseded"
+    """Its confirmation carried to a newer quote of the same manifest, which is the one to use."""
 
 
 class QuoteAnswer(OpenEnum):

@@ -90,12 +90,32 @@ async def _sim_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    if any(_client_written_confirmation(error) for error in exc.errors()):
+        return error_response(
+            ErrorCode.CONTRACT_VERSION_UNSUPPORTED,
+            f"this backend speaks {SCHEMA_VERSION}: a client-written `confirmation` (v0.3) is "
+            "not taken. A submission names a `quote_id` a person confirmed at the backend, or "
+            "an `authorization_id` that covers it; upgrade the client",
+            field="confirmation",
+        )
     first = exc.errors()[0] if exc.errors() else {}
     loc = [str(part) for part in first.get("loc", ())]
     # A body that is not JSON at all points at the body, not at a character offset in it.
     field = "body" if first.get("type") == "json_invalid" else ".".join(loc[1:]) or "body"
     message = str(first.get("msg", "invalid request"))
     return error_response(ErrorCode.VALIDATION_ERROR, message, field=field)
+
+
+def _client_written_confirmation(error: dict[str, object]) -> bool:
+    """Whether ``error`` is a v0.3 submission's own ``confirmation``, which v0.4 dropped.
+
+    Told apart from any other unknown member so that a v0.3 client learns why, instead of
+    reading "nobody confirmed" or "invalid request" without knowing its way of confirming is gone.
+    """
+    return error.get("type") == "extra_forbidden" and tuple(error.get("loc", ())) == (  # type: ignore[arg-type]
+        "body",
+        "confirmation",
+    )
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

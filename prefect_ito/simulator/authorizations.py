@@ -1,8 +1,8 @@
-"""Standing spend authorizations (contract v0.4 draft): backend objects a person creates.
+"""Standing spend authorizations (contract v0.4): backend objects a person creates.
 
-:class:`AuthorizationBook` keeps an account's authorizations, with what each has used, and
-:func:`covers` says whether one covers a quote. Nothing on the submit path calls it yet: until
-clients move to quote confirmations, ``POST /v0/training-runs`` keeps the v0.3 rule.
+:class:`AuthorizationBook` keeps an account's authorizations, with what each has used;
+:func:`covers` says whether one covers a quote, and :meth:`AuthorizationBook.charge` is what a
+new run under one calls, in the same step that creates it.
 """
 
 from __future__ import annotations
@@ -121,6 +121,29 @@ class AuthorizationBook:
         """Return the account's authorizations, newest first."""
         kept = [k for k in self._kept.values() if k.account == account]
         return [k.stated(now) for k in reversed(kept)]
+
+    def charge(
+        self, account: str, authorization_id: str, quote: TrainingQuote, now: datetime
+    ) -> SpendAuthorization:
+        """Count a new run on ``quote`` against the authorization, if it covers the quote now.
+
+        Raises:
+            SimError: ``SPEND_AUTHORIZATION_NOT_FOUND``, or ``AUTHORIZATION_DOES_NOT_COVER``
+                with the reason.
+        """
+        kept = self._get(account, authorization_id)
+        reason = covers(kept.stated(now), quote, now)
+        if reason is not None:
+            raise SimError(
+                ErrorCode.AUTHORIZATION_DOES_NOT_COVER,
+                f"the standing authorization {authorization_id} does not cover quote "
+                f"{quote.quote_id}: {reason}",
+                field="authorization_id",
+                details={"reason": reason},
+            )
+        kept.runs += 1
+        kept.spend_usd += quote.budget_usd
+        return kept.stated(now)
 
     def revoke(
         self, account: str, authorization_id: str, principal: str, now: datetime

@@ -23,12 +23,17 @@ from prefect_ito.contract import (
     Capabilities,
     Capability,
     ChangePage,
+    ConfirmationRecord,
+    ConfirmationVia,
     DecisionRecord,
     DecisionRequest,
     ErrorCode,
     EventPage,
     EventType,
     PostTraining,
+    QuoteAnswer,
+    QuoteChange,
+    QuoteConfirmation,
     RunChange,
     RunState,
     StageStatus,
@@ -41,7 +46,7 @@ from prefect_ito.contract import (
 from prefect_ito.simulator.authorizations import AuthorizationBook
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
-from prefect_ito.simulator.quotes import QuoteBook
+from prefect_ito.simulator.quotes import HeldQuote, QuoteBook
 from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.scenario import Scenario, SimBooking
 
@@ -86,6 +91,7 @@ class Engine:
         self._feed_cursor = 0
         self._feed_versions: dict[str, int] = {}
         self._changed_at: dict[str, int] = {}
+        self._quote_changed_at: dict[str, int] = {}
         self._in_flight: set[tuple[str, str]] = set()
         self.quotes = QuoteBook(scenario.quote_ttl_seconds)
         self.authorizations = AuthorizationBook()
@@ -117,8 +123,9 @@ class Engine:
         return self._anchor + timedelta(seconds=self._clock() - self._started)
 
     def revision(self) -> int:
-        """Return a number that grows whenever any run changes (for waking long-polls)."""
-        return sum(rec.version for rec in self.runs.values())
+        """Return a number that grows whenever any run changes or a quote is answered (for
+        waking long-polls)."""
+        return sum(rec.version for rec in self.runs.values()) + len(self._quote_changed_at)
 
     def advance(self) -> None:
         """Catch every unfinished run up with the simulated clock."""
@@ -240,7 +247,16 @@ class Engine:
             for run_id, rec in self.runs.items()
             if rec.account == account and self._changed_at.get(run_id, 0) > after
         ]
+        real_now = self._clock()
+        answered = [
+            QuoteChange(
+                quote_id=quote_id, state=self.quotes.held(account, quote_id).state(real_now)
+            )
+            for quote_id, at in self._quote_changed_at.items()
+            if at > after and self.quotes.holds(account, quote_id)
+        ]
         return ChangePage(
+            quotes=answered,
             changes=[
                 RunChange(
                     run_id=rec.run_id,
@@ -253,6 +269,31 @@ class Engine:
             ],
             cursor=self._feed_cursor,
         )
+
+    def answer_quote(
+        self, account: str, quote_id: str, answer: QuoteAnswer, principal: str, note: str | None
+    ) -> QuoteConfirmation:
+        """Record a confirmation or decline of the account's quote by ``principal``.
+
+        A new answer goes on the change feed, so that a watcher resumes the flow run waiting
+        on it.
+        """
+        held = self.quotes.held(account, quote_id)
+        before = held.answer
+        recorded = self.quotes.answer(
+            held,
+            answer=answer,
+            principal=principal,
+            note=note,
+            at=self.wall_now(),
+            real_now=self._clock(),
+        )
+        if recorded is not before:
+            self._note_changes()  # runs first: the cursor orders every change as it happened
+            self._feed_cursor += 1
+            self._quote_changed_at.pop(quote_id, None)
+            self._quote_changed_at[quote_id] = self._feed_cursor
+        return recorded
 
     def _note_changes(self) -> None:
         # The feed's cursor counts version moves, run by run, in the order they are noticed.
@@ -467,23 +508,55 @@ class Engine:
             self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
         self._check_reference(account, request.client_reference)
-        # An older backend (spend_confirmation false) takes no confirmation.
-        held = (
-            self.quotes.check(account, request, self._clock())
-            if self.scenario.spend_confirmation
-            else None
-        )
-        # The run keeps the manifest it was asked for; the confirmation and the client reference
+        confirmation = self._allow(account, request, principal)
+        # The run keeps the manifest it was asked for; what allowed it and the client reference
         # are recorded beside it.
-        asked = request.model_copy(update={"confirmation": None, "client_reference": None})
+        asked = request.model_copy(
+            update={"quote_id": None, "authorization_id": None, "client_reference": None}
+        )
         rec = self._create(account, key, asked, booking)
         rec.client_reference = request.client_reference
-        if held is not None and request.confirmation is not None:
-            rec.confirmation = self.quotes.use(
-                held, request.confirmation, rec.run_id, self.wall_now(), principal
-            )
+        if confirmation is not None:
+            held, rec.confirmation = confirmation
+            self.quotes.use(held, rec.run_id)
         self._remember(account, key, fingerprint, rec.run_id)
         return Submitted(rec.snapshot(), replayed=False)
+
+    def _allow(
+        self, account: str, request: TrainingRunRequest, submitter: str | None
+    ) -> tuple[HeldQuote, ConfirmationRecord] | None:
+        """Return the quote a new run spends on and what allowed it; refuse it otherwise.
+
+        A person's confirmation of that quote, recorded at the backend, or the named standing
+        authorization covering it now (its use is counted here, in the step that creates the
+        run). An older backend (``spend_confirmation`` false) takes no confirmation at all.
+        """
+        if not self.scenario.spend_confirmation:
+            return None
+        held = self.quotes.check(account, request, self._clock())
+        now = self.wall_now()
+        if request.authorization_id is not None:
+            authorization = self.authorizations.charge(
+                account, request.authorization_id, held.quote, now
+            )
+            return held, ConfirmationRecord(
+                quote_id=held.quote.quote_id,
+                confirmed_by=authorization.principal,
+                via=ConfirmationVia.STANDING_AUTHORIZATION,
+                authorization=authorization.authorization_id,
+                confirmed_at=now,
+                submitted_by=submitter,
+            )
+        answer = self.quotes.person_confirmed(held)
+        return held, ConfirmationRecord(
+            quote_id=held.quote.quote_id,
+            confirmed_by=answer.principal,
+            via=ConfirmationVia.PERSON,
+            confirmed_at=answer.confirmed_at,
+            note=answer.note,
+            carried_from=held.quote.carried_from,
+            submitted_by=submitter,
+        )
 
     def _check_reference(self, account: str, reference: str | None) -> None:
         """Refuse a client reference that one of the account's runs already carries.

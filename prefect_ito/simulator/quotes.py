@@ -1,8 +1,9 @@
 """Training quotes: the plan preview and estimate a person confirms before any spend.
 
-:class:`QuoteBook` issues quotes and checks the confirmation a new submission carries. The engine
-consumes a quote in the same synchronous step that creates the run, so two submissions can never
-both use one quote.
+:class:`QuoteBook` issues quotes, records a person's answer to one (contract v0.4), carries a
+confirmation to a new quote of the same manifest when nothing got worse, and checks the quote a new
+submission names. The engine consumes a quote in the same synchronous step that creates the run,
+so two submissions can never both use one quote.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from datetime import datetime, timedelta
 from uuid import uuid4
 
 from prefect_ito.contract import (
-    ConfirmationRecord,
     CostRange,
     ErrorCode,
     PlanPreview,
     QuoteAnswer,
     QuoteConfirmation,
     QuoteState,
-    SpendConfirmation,
     TrainingQuote,
     TrainingRequest,
     TrainingRunRequest,
@@ -50,7 +49,7 @@ def _user_code() -> str:
 
 
 @dataclass
-class _Held:
+class HeldQuote:
     """A quote issued to an account, when it expires (real clock), and the run that used it."""
 
     quote: TrainingQuote
@@ -59,11 +58,17 @@ class _Held:
     used_by: str | None = None
     answer: QuoteConfirmation | None = None
     """A person's confirmation or someone's decline, recorded at the backend (v0.4)."""
+    answered: float = 0.0
+    """When (real clock) the person confirmed: a carried confirmation keeps its first moment."""
+    superseded_by: str | None = None
+    """The newer quote of the same manifest this quote's confirmation carried to."""
 
     def state(self, real_now: float) -> QuoteState:
         """Return where the quote stands at the real moment ``real_now``."""
         if self.used_by is not None:
             return QuoteState.USED
+        if self.superseded_by is not None:
+            return QuoteState.SUPERSEDED
         if self.answer is not None and self.answer.state is QuoteAnswer.DECLINED:
             return QuoteState.DECLINED
         if real_now >= self.expires:
@@ -148,6 +153,23 @@ def _check_match(quote: TrainingQuote, request: TrainingRunRequest) -> None:
     )
 
 
+def _what_got_worse(confirmed: TrainingQuote, new: TrainingQuote) -> list[str]:
+    """Return what makes ``new`` something the person who confirmed ``confirmed`` did not see."""
+    worse = []
+    if new.plan.cost_usd.high > confirmed.plan.cost_usd.high:
+        worse.append(
+            f"the estimate's high end rose from ${confirmed.plan.cost_usd.high:,.0f} to "
+            f"${new.plan.cost_usd.high:,.0f}"
+        )
+    if not new.ends_before_term:
+        worse.append(
+            f"the run may now outlast the booking's term, which ends {new.term_end.isoformat()}"
+        )
+    if new.plan.parallelism.refused:
+        worse.append(f"the backend now refuses the plan: {new.plan.parallelism.reason}")
+    return worse
+
+
 def _same_answer(earlier: QuoteConfirmation, answer: QuoteAnswer, principal: str) -> bool:
     """Whether ``answer`` repeats ``earlier``: any decline repeats a decline (nobody spends)."""
     if earlier.state is not answer:
@@ -168,7 +190,7 @@ class QuoteBook:
 
     def __init__(self, ttl_seconds: float) -> None:
         self._ttl = ttl_seconds
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, HeldQuote] = {}
 
     def issue(
         self,
@@ -210,25 +232,62 @@ class QuoteBook:
             user_code=user_code,
         )
         quote = quote.model_copy(update={"warnings": _warnings(quote)})
-        held = _Held(quote, account, real_now + self._ttl)
+        held = HeldQuote(quote, account, real_now + self._ttl)
+        self._carry(held, real_now)
         self._held[quote.quote_id] = held
         return held.stated(real_now)
 
-    def held(self, account: str, quote_id: str) -> _Held:
+    def _carry(self, new: HeldQuote, real_now: float) -> None:
+        """Carry an earlier person's confirmation of the same manifest to ``new``, if it may.
+
+        It may while it is unused and younger than a quote's lifetime, and only when the new
+        estimate's high end is no higher than the one the person saw and the run is still
+        expected to end before the booking's term; otherwise ``new`` says what changed.
+        """
+        earlier = self._standing_confirmation(new.account, new.quote.manifest_digest, real_now)
+        if earlier is None or earlier.answer is None:
+            return
+        changed = _what_got_worse(earlier.quote, new.quote)
+        if changed:
+            new.quote = new.quote.model_copy(update={"not_carried": changed})
+            return
+        earlier.superseded_by = new.quote.quote_id
+        new.answer = earlier.answer.model_copy(update={"quote_id": new.quote.quote_id})
+        new.answered = earlier.answered
+        new.quote = new.quote.model_copy(update={"carried_from": earlier.quote.quote_id})
+
+    def _standing_confirmation(
+        self, account: str, digest: str, real_now: float
+    ) -> HeldQuote | None:
+        """Return the account's latest quote of ``digest`` whose confirmation may still carry."""
+        for held in reversed(self._held.values()):
+            if held.account != account or held.quote.manifest_digest != digest:
+                continue
+            confirmed = held.answer is not None and held.answer.state is QuoteAnswer.CONFIRMED
+            if confirmed and held.used_by is None and held.superseded_by is None:
+                return held if real_now < held.answered + self._ttl else None
+        return None
+
+    def held(self, account: str, quote_id: str) -> HeldQuote:
         """Return the account's quote, or raise ``QUOTE_NOT_FOUND`` (another account's too)."""
         held = self._held.get(quote_id)
         if held is None or held.account != account:
             raise SimError(ErrorCode.QUOTE_NOT_FOUND, "no such quote for this account")
         return held
 
-    def by_user_code(self, user_code: str) -> _Held | None:
+    def holds(self, account: str, quote_id: str) -> bool:
+        """Whether ``quote_id`` is one of the account's quotes."""
+        held = self._held.get(quote_id)
+        return held is not None and held.account == account
+
+    def by_user_code(self, user_code: str) -> HeldQuote | None:
         """Return the quote a confirm page's user code names, if any."""
         wanted = user_code.strip().upper()
         return next((h for h in self._held.values() if h.quote.user_code == wanted), None)
 
     def answer(
         self,
-        held: _Held,
+        held: HeldQuote,
         *,
         answer: QuoteAnswer,
         principal: str,
@@ -244,13 +303,12 @@ class QuoteBook:
                 confirmed by another person).
         """
         earlier = held.answer
+        state = held.state(real_now)
+        if state in (QuoteState.USED, QuoteState.SUPERSEDED):
+            # Before any replay: a confirmation is used once, and saying it again is no answer.
+            raise _used(held)
         if earlier is not None and _same_answer(earlier, answer, principal):
             return earlier
-        state = held.state(real_now)
-        if state is QuoteState.USED:
-            raise SimError(
-                ErrorCode.CONFIRMATION_USED, f"the quote was already used by run {held.used_by}"
-            )
         if state is QuoteState.EXPIRED:
             raise SimError(
                 ErrorCode.CONFIRMATION_EXPIRED,
@@ -266,56 +324,88 @@ class QuoteBook:
             note=note,
             confirmed_at=at,
         )
+        held.answered = real_now
         return held.answer
 
-    def check(self, account: str, request: TrainingRunRequest, real_now: float) -> _Held:
-        """Return the quote a new submission confirms, if it may be used for it.
+    def check(self, account: str, request: TrainingRunRequest, real_now: float) -> HeldQuote:
+        """Return the quote a new submission names, if it may make this run.
+
+        Whether a person confirmed it (or an authorization covers it) is the engine's next
+        question; this checks the quote is this account's, for this request, and still usable.
 
         Raises:
-            SimError: ``CONFIRMATION_REQUIRED``, ``CONFIRMATION_MISMATCH``,
+            SimError: ``CONFIRMATION_REQUIRED`` (no quote named), ``QUOTE_NOT_FOUND``,
+                ``CONFIRMATION_MISMATCH``, ``QUOTE_ALREADY_DECIDED`` (declined),
                 ``CONFIRMATION_USED`` or ``CONFIRMATION_EXPIRED``.
         """
-        confirmation = request.confirmation
-        if confirmation is None:
+        if request.quote_id is None:
             raise SimError(
                 ErrorCode.CONFIRMATION_REQUIRED,
-                "a new run needs a spend confirmation: ask for a quote (POST "
-                "/v0/training-quotes) and send its quote_id, confirmed by a person",
-                field="confirmation",
+                "a new run names the quote it spends on: ask for a quote (POST "
+                "/v0/training-quotes), have a person confirm it at the backend, and send its "
+                "quote_id (or an authorization_id that covers it)",
+                field="quote_id",
             )
-        held = self._held.get(confirmation.quote_id)
+        held = self._held.get(request.quote_id)
         if held is None or held.account != account:
             raise SimError(
-                ErrorCode.CONFIRMATION_MISMATCH,
-                "no such quote for this account",
-                field="confirmation.quote_id",
+                ErrorCode.QUOTE_NOT_FOUND, "no such quote for this account", field="quote_id"
             )
-        quote = held.quote
-        _check_match(quote, request)
-        if held.answer is not None and held.answer.state is QuoteAnswer.DECLINED:
-            # Declined at the backend (v0.4): no confirmation a client writes can undo that.
+        _check_match(held.quote, request)
+        state = held.state(real_now)
+        if state is QuoteState.DECLINED and held.answer is not None:
             raise _already_decided(held.answer)
-        if held.used_by is not None:
-            raise SimError(
-                ErrorCode.CONFIRMATION_USED, f"the quote was already used by run {held.used_by}"
-            )
-        if real_now >= held.expires:
+        if state in (QuoteState.USED, QuoteState.SUPERSEDED):
+            raise _used(held)
+        if state is QuoteState.EXPIRED:
             raise SimError(
                 ErrorCode.CONFIRMATION_EXPIRED,
-                f"the quote expired at {quote.expires_at.isoformat()}: ask for a new one",
+                f"the quote expired at {held.quote.expires_at.isoformat()}: ask for a new one",
+                field="quote_id",
             )
         return held
 
     @staticmethod
-    def use(
-        held: _Held,
-        confirmation: SpendConfirmation,
-        run_id: str,
-        at: datetime,
-        principal: str | None = None,
-    ) -> ConfirmationRecord:
-        """Mark the quote used by ``run_id`` and return the record the run keeps."""
-        held.used_by = run_id
-        return ConfirmationRecord(
-            **confirmation.model_dump(mode="json"), confirmed_at=at, principal=principal
+    def person_confirmed(held: HeldQuote) -> QuoteConfirmation:
+        """Return the person's confirmation of ``held``, or refuse the run for want of one.
+
+        Raises:
+            SimError: ``CONFIRMATION_REQUIRED``, naming the confirm page and what changed.
+        """
+        answer = held.answer
+        if answer is not None and answer.state is QuoteAnswer.CONFIRMED:
+            return answer
+        quote = held.quote
+        changed = f" ({'; '.join(quote.not_carried)})" if quote.not_carried else ""
+        raise SimError(
+            ErrorCode.CONFIRMATION_REQUIRED,
+            f"nobody confirmed quote {quote.quote_id} at the backend{changed}: a person "
+            f"confirms it at {quote.confirm_url or 'the confirm page'} (code {quote.user_code}) "
+            "or with a token of theirs holding spend:confirm",
+            field="quote_id",
+            details={
+                "quote_id": quote.quote_id,
+                "confirm_url": quote.confirm_url,
+                "user_code": quote.user_code,
+                "reasons": quote.not_carried,
+            },
         )
+
+    @staticmethod
+    def use(held: HeldQuote, run_id: str) -> None:
+        """Mark the quote used by ``run_id``: it makes no other run."""
+        held.used_by = run_id
+
+
+def _used(held: HeldQuote) -> SimError:
+    if held.superseded_by is not None:
+        return SimError(
+            ErrorCode.CONFIRMATION_USED,
+            f"the quote's confirmation carried to the newer quote {held.superseded_by}",
+            field="quote_id",
+        )
+    return SimError(
+        ErrorCode.CONFIRMATION_USED,
+        f"the quote was already used by run {held.used_by}",
+        field="quote_id",
+    )

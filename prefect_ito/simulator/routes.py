@@ -142,6 +142,11 @@ async def create_training_quote(
         ErrorCode.CONFIRMATION_EXPIRED,
         ErrorCode.CONFIRMATION_USED,
         ErrorCode.CLIENT_REFERENCE_IN_USE,
+        ErrorCode.QUOTE_NOT_FOUND,
+        ErrorCode.QUOTE_ALREADY_DECIDED,
+        ErrorCode.SPEND_AUTHORIZATION_NOT_FOUND,
+        ErrorCode.AUTHORIZATION_DOES_NOT_COVER,
+        ErrorCode.CONTRACT_VERSION_UNSUPPORTED,
         status=201,
         replay=Envelope[Submission],
     ),
@@ -154,7 +159,8 @@ async def create_training_run(
     request: Request,
     response: Response,
 ) -> Envelope[Submission]:
-    """Submit a training run with a confirmed quote; the same key and body replay the run."""
+    """Submit a training run on a quote a person confirmed at the backend, or one a standing
+    authorization covers; the same key and body replay the run."""
     with state.engine.keyed_write(token.account, key):
         await _commit_delay(state)
         submitted = state.engine.submit(token.account, key, body, principal=token.principal)
@@ -164,6 +170,11 @@ async def create_training_run(
     else:
         state.faults.drop_after_commit(request.scope)
     return ok(Submission(run=submitted.run, replayed=submitted.replayed))
+
+
+def _moved(page: ChangePage) -> bool:
+    """Whether the feed has anything after the cursor: a run that moved, or an answered quote."""
+    return bool(page.changes or page.quotes)
 
 
 @router.get("/training-runs", responses=_errors())
@@ -215,7 +226,7 @@ async def list_run_changes(
     if not state.engine.scenario.change_feed:
         raise SimError(ErrorCode.NOT_FOUND, "this backend serves no change feed")
     if after is not None and wait > 0:
-        await _wait_for(state, lambda: bool(state.engine.changes(account, after).changes), wait)
+        await _wait_for(state, lambda: _moved(state.engine.changes(account, after)), wait)
     return ok(state.engine.changes(account, after))
 
 

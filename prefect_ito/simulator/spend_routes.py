@@ -1,7 +1,7 @@
-"""Contract v0.4 (draft) routes: a person's quote confirmation and standing authorizations.
+"""Contract v0.4 routes: a person's quote confirmation and standing authorizations.
 
-Served beside the v0.3 routes, which they do not change: ``POST /v0/training-runs`` still takes
-the client-written confirmation until clients move to quote confirmations.
+``POST /v0/training-runs`` (:mod:`prefect_ito.simulator.routes`) then names the quote, and the
+engine checks what these routes recorded.
 """
 
 from __future__ import annotations
@@ -90,16 +90,7 @@ def answer_quote(
     note: str | None,
 ) -> QuoteConfirmation:
     """Record a confirmation or decline of the account's quote by ``principal``."""
-    engine = state.engine
-    held = engine.quotes.held(account, quote_id)
-    return engine.quotes.answer(
-        held,
-        answer=answer,
-        principal=principal,
-        note=note,
-        at=engine.wall_now(),
-        real_now=engine.real_now(),
-    )
+    return state.engine.answer_quote(account, quote_id, answer, principal, note)
 
 
 @router.post("/training-quotes/{quote_id}/confirmations", responses=_errors(*_ANSWER_ERRORS))

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from prefect_ito import exceptions as exc
 from prefect_ito.auth import ENV_API_URL, ENV_TOKEN, store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
-from prefect_ito.contract import CheckpointRef, PendingAction, TrainingRequest
+from prefect_ito.contract import CheckpointRef, PendingAction
 from prefect_ito.memory_keyring import MemoryKeyring
 
 
@@ -35,36 +35,27 @@ class TestItoSpendAuthorizationStandards(BlockStandardTestSuite):
         return ItoSpendAuthorization
 
 
-def test_a_standing_authorization_says_each_reason_a_request_is_not_covered() -> None:
-    request = TrainingRequest(
-        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
-        target="chat", budget_usd=5_000,
-    )  # fmt: skip
-    now = datetime(2026, 6, 1, tzinfo=UTC)
-    covering = ItoSpendAuthorization(
-        authorized_by="Ada", max_budget_usd=5_000, booking_ids=["bk-h200-*"],
-        targets=["chat"], model_sizes=["8B"], expires_at=datetime(2026, 7, 1, tzinfo=UTC),
-    )  # fmt: skip
-    narrow = covering.model_copy(
-        update={
-            "max_budget_usd": 4_999, "booking_ids": ["bk-h100-1x8-ib"], "targets": ["code"],
-            "model_sizes": ["70B"], "expires_at": now,
-        }
-    )  # fmt: skip
+def test_a_standing_authorization_block_only_names_one_at_the_backend() -> None:
+    named = ItoSpendAuthorization(authorization_id="sa_0123456789abcdef")
 
-    assert covering.not_covered(request, now=now) == []
-    reasons = narrow.not_covered(request, now=now)
-    assert len(reasons) == 5
-    for part in ("expired", "$4,999.00", "bk-h100-1x8-ib", "'chat'", "70B"):
-        assert any(part in reason for reason in reasons), part
+    assert named.label == "sa_0123456789abcdef"
+    assert set(ItoSpendAuthorization.model_fields) == {"authorization_id"}
+    for bad in ("", "sa/../x", "sa 1"):
+        with pytest.raises(ValueError, match="authorization_id"):
+            ItoSpendAuthorization(authorization_id=bad)
 
 
-def test_a_standing_authorization_needs_a_time_zone_and_a_booking() -> None:
-    fields = {"authorized_by": "Ada", "max_budget_usd": 1.0, "booking_ids": ["bk-1"]}
-    with pytest.raises(ValueError, match="time zone"):
-        ItoSpendAuthorization(**fields, expires_at=datetime(2027, 1, 1))
-    with pytest.raises(ValueError, match="booking_ids"):
-        ItoSpendAuthorization(**{**fields, "booking_ids": []}, expires_at=datetime.now(UTC))
+def test_limits_written_in_prefect_are_refused_naming_what_to_do_instead() -> None:
+    # Before (v0.3), these limits were the authorization: anyone who can write a flow run's
+    # parameters or a block document could authorize any spend "on behalf of" anyone.
+    inline = {
+        "authorized_by": "Ada Lovelace", "max_budget_usd": 1e12, "booking_ids": ["*"],
+        "expires_at": "2099-01-01T00:00:00Z",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="prefect-ito authorizations create"):
+        ItoSpendAuthorization.model_validate(inline)
+    with pytest.raises(ValueError, match="authorization_id"):
+        ItoSpendAuthorization.model_validate({**inline, "authorization_id": "sa_1"})
 
 
 def test_credentials_block_has_no_secret_field() -> None:

@@ -55,6 +55,8 @@ EXPECTED_CLASS = {
     ErrorCode.QUOTE_NOT_FOUND: exc.QuoteNotFound,
     ErrorCode.QUOTE_ALREADY_DECIDED: exc.QuoteAlreadyDecided,
     ErrorCode.SPEND_AUTHORIZATION_NOT_FOUND: exc.SpendAuthorizationNotFound,
+    ErrorCode.AUTHORIZATION_DOES_NOT_COVER: exc.AuthorizationDoesNotCover,
+    ErrorCode.CONTRACT_VERSION_UNSUPPORTED: exc.ContractVersionUnsupported,
 }
 
 

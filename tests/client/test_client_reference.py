@@ -12,7 +12,7 @@ from ito_fakes import Sleeps
 from prefect_ito import desk
 from prefect_ito import exceptions as exc
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import ConfirmationVia, SpendConfirmation, TrainingRequest
+from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 BOOKING = "bk-h200-2x8-ib"
@@ -43,14 +43,16 @@ def start_sim():
 
 
 def _client(sim: SimulatorServer) -> ItoClient:
-    return ItoClient(sim.url, sim.mint_token(), sleep=Sleeps())
+    # A person's token: these tests confirm their own quotes at the backend.
+    token = sim.mint_token(scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada")
+    return ItoClient(sim.url, token, sleep=Sleeps())
 
 
-async def _confirmation(client: ItoClient, request: TrainingRequest) -> SpendConfirmation:
+async def _confirmation(client: ItoClient, request: TrainingRequest) -> str:
+    """Return the id of a fresh quote for ``request``, confirmed by a person at the backend."""
     quote = await desk.quote(client, request)
-    return SpendConfirmation(
-        quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON
-    )
+    await client.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{quote.quote_id}")
+    return quote.quote_id
 
 
 async def _finished(client: ItoClient, run_id: str) -> None:
@@ -63,7 +65,7 @@ async def test_the_run_is_found_by_reference_after_its_key_expired(start_sim) ->
     sim = start_sim(idempotency_key_retention_seconds=0.3)
     async with _client(sim) as client:
         confirmation = await _confirmation(client, REQUEST)
-        run = await desk.submit(client, REQUEST, confirmation, "k-1", REFERENCE)
+        run = await desk.submit(client, REQUEST, confirmation, None, "k-1", REFERENCE)
         await _finished(client, run.run_id)
         await asyncio.sleep(0.4)
         by_key = await desk.find_attachable_run(client, REQUEST, "k-1")
@@ -82,7 +84,7 @@ async def test_a_reference_that_made_another_request_stops_before_any_quote(star
     other = REQUEST.model_copy(update={"target": "chat"})
     async with _client(sim) as client:
         run = await desk.submit(
-            client, REQUEST, await _confirmation(client, REQUEST), "k-1", REFERENCE
+            client, REQUEST, await _confirmation(client, REQUEST), None, "k-1", REFERENCE
         )
         await _finished(client, run.run_id)
         with pytest.raises(exc.ClientReferenceInUse, match=run.run_id) as caught:
@@ -99,11 +101,11 @@ async def test_a_refused_second_submission_returns_the_run_the_reference_made(st
     sim = start_sim()
     async with _client(sim) as client:
         first = await desk.submit(
-            client, REQUEST, await _confirmation(client, REQUEST), "k-1", REFERENCE
+            client, REQUEST, await _confirmation(client, REQUEST), None, "k-1", REFERENCE
         )
         await _finished(client, first.run_id)
         second = await desk.submit(
-            client, REQUEST, await _confirmation(client, REQUEST), "k-2", REFERENCE
+            client, REQUEST, await _confirmation(client, REQUEST), None, "k-2", REFERENCE
         )
 
     assert second.run_id == first.run_id
@@ -121,7 +123,7 @@ async def test_a_backend_without_references_is_neither_sent_nor_asked_one(
     logger = logging.getLogger("test.reference")
     async with _client(sim) as client:
         run = await desk.submit(
-            client, REQUEST, await _confirmation(client, REQUEST), "k-1", REFERENCE
+            client, REQUEST, await _confirmation(client, REQUEST), None, "k-1", REFERENCE
         )
         await _finished(client, run.run_id)
         with caplog.at_level(logging.INFO, logger="test.reference"):

@@ -14,11 +14,10 @@ from prefect_ito import exceptions as exc
 from prefect_ito._retry import RetryBudget
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
-    ConfirmationVia,
+    ALL_SCOPES,
     DecisionChoice,
     DecisionRequest,
     RunState,
-    SpendConfirmation,
     TrainingRequest,
     TrainingRunRequest,
 )
@@ -30,7 +29,9 @@ COMPLETED = "bk-h200-2x8-ib"
 
 def _client(sim: Any, token: SecretStr | None = None, **options: Any) -> ItoClient:
     options.setdefault("sleep", Sleeps())
-    return ItoClient(sim.url, token if token is not None else sim.mint_token(), **options)
+    # A person's token: these tests confirm their own quotes at the backend.
+    person = sim.mint_token(scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada")
+    return ItoClient(sim.url, token if token is not None else person, **options)
 
 
 def _with_faults(**faults: Any) -> Any:
@@ -38,20 +39,20 @@ def _with_faults(**faults: Any) -> Any:
 
 
 def _v0(sim: Any) -> list[Any]:
-    """Return the contract requests the simulator answered, but for quotes (which create none)."""
+    """Return the contract requests the simulator answered, but for quotes and their
+    confirmations (which create no run)."""
     return [
         entry
         for entry in sim.requests()
-        if entry.path.startswith("/v0/") and entry.path != "/v0/training-quotes"
+        if entry.path.startswith("/v0/") and not entry.path.startswith("/v0/training-quotes")
     ]
 
 
 async def _confirmed(client: ItoClient, request: TrainingRunRequest) -> TrainingRunRequest:
-    """Return ``request`` with a person's confirmation of a fresh quote for it."""
+    """Return ``request`` naming a fresh quote for it, confirmed by a person at the backend."""
     quote = await client.quote_training_run(request)
-    return request.confirmed(
-        SpendConfirmation(quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON)
-    )
+    await client.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{quote.quote_id}")
+    return request.spending(quote.quote_id)
 
 
 async def test_happy_path_reads_and_submission(sim: Any) -> None:

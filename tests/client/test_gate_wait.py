@@ -14,7 +14,7 @@ import pytest
 from ito_fakes import Sleeps, sample_request
 
 from prefect_ito.client import ItoClient
-from prefect_ito.contract import ConfirmationVia, RunState, SpendConfirmation, TrainingRun
+from prefect_ito.contract import ALL_SCOPES, RunState, TrainingRun
 from prefect_ito.desk import Watchdog, follow_gate, gate_settled
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
@@ -35,12 +35,16 @@ def _long_poll_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS", str(CHECK_SECONDS))
 
 
+def _person(sim: Any) -> Any:
+    """A person's token: these tests confirm their own quotes at the backend."""
+    return sim.mint_token(scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada")
+
+
 async def _submitted(client: ItoClient) -> TrainingRun:
     request = sample_request(COMPLETED)
     quote = await client.quote_training_run(request)
-    confirmed = request.confirmed(
-        SpendConfirmation(quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON)
-    )
+    await client.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{quote.quote_id}")
+    confirmed = request.spending(quote.quote_id)
     return (await client.submit_training_run(confirmed, idempotency_key="k-gate")).run
 
 
@@ -79,7 +83,7 @@ async def test_a_cancel_is_heard_between_checks_while_one_long_poll_waits(
         checks.append(len(checks))
         return len(checks) >= 4
 
-    async with ItoClient(still_sim.url, still_sim.mint_token(), sleep=Sleeps()) as client:
+    async with ItoClient(still_sim.url, _person(still_sim), sleep=Sleeps()) as client:
         run = await _started(client)
         waits = _count_reads(client, monkeypatch)
         seen = await follow_gate(client, run, Watchdog(), cancelled_on_the_fourth_check)
@@ -100,7 +104,7 @@ async def test_a_change_ends_the_long_poll_with_no_check_waiting(sim: Any) -> No
         checks.append(len(checks))
         return False
 
-    async with ItoClient(sim.url, sim.mint_token(), sleep=Sleeps()) as client:
+    async with ItoClient(sim.url, _person(sim), sleep=Sleeps()) as client:
         run = await _submitted(client)
         seen = await follow_gate(client, run, Watchdog(), never)
 

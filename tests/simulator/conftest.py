@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from prefect_ito.contract import IDEMPOTENCY_HEADER, TrainingRequest
+from prefect_ito.contract import ALL_SCOPES, IDEMPOTENCY_HEADER, TrainingRequest
 from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
 
 FAST = 4_000_000.0
@@ -45,8 +45,26 @@ class Desk:
         """POST a request for a training quote."""
         return self.http.post("/v0/training-quotes", json=body or submission())
 
-    def confirmed(self, body: dict[str, Any], by: str = "Ada") -> dict[str, Any]:
-        """Return ``body`` carrying a person's confirmation of a fresh quote for it.
+    def person(self, account: str = "sim-user", principal: str = "user:ada") -> httpx.Client:
+        """Return an httpx client with a person's token of ``account``: every scope."""
+        token = self.sim.mint_token(
+            account, scopes=[scope.value for scope in ALL_SCOPES], principal=principal
+        ).get_secret_value()
+        return httpx.Client(
+            base_url=self.sim.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+
+    def confirm_quote(self, quote_id: str, principal: str = "user:ada") -> httpx.Response:
+        """Confirm ``quote_id`` at the backend as the person ``principal``."""
+        with self.person(principal=principal) as person:
+            return person.post(
+                f"/v0/training-quotes/{quote_id}/confirmations",
+                json={},
+                headers={IDEMPOTENCY_HEADER: f"confirm-{quote_id}-{principal}"},
+            )
+
+    def confirmed(self, body: dict[str, Any], principal: str = "user:ada") -> dict[str, Any]:
+        """Return ``body`` naming a fresh quote for it, which a person confirmed at the backend.
 
         When the backend gives no quote (a booking it cannot train, say), ``body`` is returned
         as it is: its submission then meets the same refusal.
@@ -55,14 +73,16 @@ class Desk:
         if quoted.status_code != 201:
             return body
         quote_id = quoted.json()["data"]["quote_id"]
-        return {**body, "confirmation": {"quote_id": quote_id, "confirmed_by": by, "via": "person"}}
+        assert self.confirm_quote(quote_id, principal).status_code == 200
+        return {**body, "quote_id": quote_id}
 
     def submit(
         self, body: dict[str, Any] | None = None, key: str = "key-1", *, confirm: bool = True
     ) -> httpx.Response:
-        """POST a submission with an idempotency key, confirmed by a person if ``confirm``."""
+        """POST a submission with an idempotency key, on a quote a person confirmed if
+        ``confirm``."""
         body = body or submission()
-        if confirm and body.get("confirmation") is None:
+        if confirm and body.get("quote_id") is None:
             body = self.confirmed(body)
         return self.http.post("/v0/training-runs", json=body, headers={IDEMPOTENCY_HEADER: key})
 

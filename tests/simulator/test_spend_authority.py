@@ -1,4 +1,4 @@
-"""Contract v0.4 (draft): spend authority at the backend, over real HTTP against the simulator.
+"""Contract v0.4: spend authority at the backend, over real HTTP against the simulator.
 
 A person's token confirms a quote and the backend records its principal; a workload's token may
 decline but never confirm; standing authorizations are backend objects.
@@ -147,13 +147,12 @@ def test_a_workload_token_may_decline_and_a_decline_is_final(desk):
     assert stated["state"] == "declined"
 
 
-def test_a_quote_declined_at_the_backend_makes_no_run_even_with_a_written_confirmation(desk):
+def test_a_quote_declined_at_the_backend_makes_no_run(desk):
     body = desk.body()
     quote = _quote(desk, body)
     desk.http.post(f"/v0/training-quotes/{quote['quote_id']}/declines")
-    written = {"quote_id": quote["quote_id"], "confirmed_by": "Ada", "via": "person"}
 
-    answer = desk.submit({**body, "confirmation": written})
+    answer = desk.submit({**body, "quote_id": quote["quote_id"]}, confirm=False)
 
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "QUOTE_ALREADY_DECIDED"
@@ -177,10 +176,10 @@ def test_another_person_cannot_confirm_a_quote_someone_confirmed(desk):
     assert answer.json()["error"]["code"] == "QUOTE_ALREADY_DECIDED"
 
 
-def test_the_v0_3_submission_still_works_and_the_quote_is_then_used(desk):
+def test_a_confirmed_quote_makes_one_run_and_is_then_used(desk):
     body = desk.confirmed(desk.body())
     run = desk.start(body)
-    quote_id = body["confirmation"]["quote_id"]
+    quote_id = body["quote_id"]
 
     stated = desk.http.get(f"/v0/training-quotes/{quote_id}").json()["data"]
     confirm = _person(desk).post(f"/v0/training-quotes/{quote_id}/confirmations")

@@ -114,32 +114,56 @@ def test_a_backend_without_spend_confirmation_serves_no_quotes(desk_for):
     assert desk.http.get("/v0/capabilities").json()["data"]["spend_confirmation"] is False
 
 
-def test_a_new_run_without_a_confirmation_is_refused(desk):
+def test_a_new_run_without_a_quote_is_refused(desk):
     response = desk.submit(confirm=False)
 
-    assert error(response) == (428, "CONFIRMATION_REQUIRED", "confirmation")
+    assert error(response) == (428, "CONFIRMATION_REQUIRED", "quote_id")
     assert desk.sim.runs() == []
 
 
-def test_a_confirmation_must_be_of_a_quote_for_this_very_request(desk):
-    other_data = desk.confirmed(desk.body(data_refs=["catalog://other"]))["confirmation"]
-    unknown = {**other_data, "quote_id": "quote_never_made"}
+def test_a_quote_nobody_confirmed_at_the_backend_makes_no_run(desk):
+    quote = desk.quote().json()["data"]
 
-    for confirmation, field in (
-        (other_data, "manifest_digest"),
-        (unknown, "confirmation.quote_id"),
+    response = desk.submit({**desk.body(), "quote_id": quote["quote_id"]})
+
+    assert error(response) == (428, "CONFIRMATION_REQUIRED", "quote_id")
+    details = response.json()["error"]["details"]
+    assert (details["quote_id"], details["user_code"]) == (quote["quote_id"], quote["user_code"])
+    assert details["confirm_url"] == quote["confirm_url"]
+    assert desk.sim.runs() == []
+
+
+def test_a_v0_3_client_written_confirmation_gets_a_clear_error_and_no_run(desk):
+    quote = desk.quote().json()["data"]
+    written = {"quote_id": quote["quote_id"], "confirmed_by": "Ada Lovelace", "via": "person"}
+
+    for body in (
+        {**desk.body(), "confirmation": written},
+        {**desk.body(), "confirmation": written, "quote_id": quote["quote_id"]},
     ):
-        response = desk.submit({**desk.body(), "confirmation": confirmation})
-        assert error(response) == (409, "CONFIRMATION_MISMATCH", field)
+        response = desk.submit(body, confirm=False)
+        assert error(response) == (400, "CONTRACT_VERSION_UNSUPPORTED", "confirmation")
+        assert "ito.training.v0.4" in response.json()["error"]["message"]
+    assert desk.sim.runs() == []
+
+
+def test_a_quote_must_be_for_this_very_request(desk):
+    other_data = desk.confirmed(desk.body(data_refs=["catalog://other"]))["quote_id"]
+
+    response = desk.submit({**desk.body(), "quote_id": other_data})
+    unknown = desk.submit({**desk.body(), "quote_id": "quote_never_made"})
+
+    assert error(response) == (409, "CONFIRMATION_MISMATCH", "manifest_digest")
+    assert error(unknown) == (404, "QUOTE_NOT_FOUND", "quote_id")
     assert desk.sim.runs() == []
 
 
 def test_a_mismatch_names_every_field_that_differs_the_budget_first(desk):
     # Before, a quote for another budget was refused naming only manifest_digest (the budget is
     # part of the manifest, so its digest differs too): nothing said that the budget was at fault.
-    other_budget = desk.confirmed(desk.body(budget_usd=1_000.0))["confirmation"]
+    other_budget = desk.confirmed(desk.body(budget_usd=1_000.0))["quote_id"]
 
-    response = desk.submit({**desk.body(), "confirmation": other_budget})
+    response = desk.submit({**desk.body(), "quote_id": other_budget})
 
     assert error(response) == (409, "CONFIRMATION_MISMATCH", "budget_usd")
     problem = response.json()["error"]
@@ -154,11 +178,10 @@ def test_another_accounts_quote_confirms_nothing(desk):
     quoted = desk.http.post(
         "/v0/training-quotes", json=desk.body(), headers={"Authorization": f"Bearer {stranger}"}
     ).json()["data"]
-    confirmation = {"quote_id": quoted["quote_id"], "confirmed_by": "Eve", "via": "person"}
 
-    response = desk.submit({**desk.body(), "confirmation": confirmation})
+    response = desk.submit({**desk.body(), "quote_id": quoted["quote_id"]})
 
-    assert error(response) == (409, "CONFIRMATION_MISMATCH", "confirmation.quote_id")
+    assert error(response) == (404, "QUOTE_NOT_FOUND", "quote_id")
 
 
 def test_an_expired_quote_confirms_nothing(desk_for):
@@ -168,19 +191,21 @@ def test_an_expired_quote_confirms_nothing(desk_for):
 
     response = desk.submit(body)
 
-    assert error(response) == (410, "CONFIRMATION_EXPIRED", None)
+    assert error(response) == (410, "CONFIRMATION_EXPIRED", "quote_id")
     assert desk.sim.runs() == []
 
 
-def test_the_run_records_who_confirmed_and_keeps_the_manifest_it_was_asked_for(desk):
-    body = desk.confirmed(desk.body(), by="Grace")
+def test_the_run_records_the_person_the_backend_authenticated_and_its_manifest(desk):
+    body = desk.confirmed(desk.body(), principal="user:grace")
 
     run = desk.start(body)
 
-    assert run["confirmation"]["quote_id"] == body["confirmation"]["quote_id"]
-    assert (run["confirmation"]["confirmed_by"], run["confirmation"]["via"]) == ("Grace", "person")
-    assert run["confirmation"]["confirmed_at"]
-    assert run["request"]["confirmation"] is None
+    record = run["confirmation"]
+    assert record["quote_id"] == body["quote_id"]
+    assert (record["confirmed_by"], record["via"]) == ("user:grace", "person")
+    assert record["submitted_by"] == "user:sim-user"
+    assert record["confirmed_at"]
+    assert run["request"].get("quote_id") is None
 
 
 def test_one_quote_makes_at_most_one_run_and_the_same_key_still_replays_it(desk):
@@ -191,7 +216,7 @@ def test_one_quote_makes_at_most_one_run_and_the_same_key_still_replays_it(desk)
     again = desk.submit(body, key="second")
     replay = desk.submit(body, key="first")
 
-    assert error(again) == (409, "CONFIRMATION_USED", None)
+    assert error(again) == (409, "CONFIRMATION_USED", "quote_id")
     assert replay.status_code == 200, replay.text
     assert replay.json()["data"]["run"]["run_id"] == first["run_id"]
     assert [run.run_id for run in desk.sim.runs()] == [first["run_id"]]
