@@ -18,6 +18,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,11 @@ os.environ.update(
 )
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+import httpx  # noqa: E402
+
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization  # noqa: E402
 from prefect_ito.client import ItoClient  # noqa: E402
-from prefect_ito.contract import BookingStatus, TrainingRun  # noqa: E402
+from prefect_ito.contract import ALL_SCOPES, BookingStatus, TrainingRun  # noqa: E402
 from prefect_ito.jobs import ItoTrainingJob  # noqa: E402
 from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402
 from prefect_ito.simulator import (  # noqa: E402
@@ -57,6 +60,10 @@ from prefect_ito.simulator import (  # noqa: E402
     builtin_scenario,
 )
 
+PERSON = "user:benchmarks"
+"""Who confirms and authorizes the benchmarks' spends, as the simulator authenticates them."""
+PERSONS: dict[str, str] = {}
+"""The person's token at each simulator this process started, by its URL."""
 BOOKING = "bk-h200-2x8-ib"
 """A completed booking every built-in scenario holds."""
 STARTUP_SECONDS = 60.0
@@ -80,6 +87,9 @@ def _serve(scenario_json: str, conn: Connection) -> None:
         conn.send(sim.url)
         while (message := conn.recv()) is not None:
             name, args = message
+            if name == "person_token":  # keyword-only options do not cross the pipe as args
+                conn.send(sim.mint_token(scopes=[s.value for s in ALL_SCOPES], principal=PERSON))
+                continue
             assert name in calls
             conn.send(getattr(sim, name)(*args))
 
@@ -105,6 +115,7 @@ class RemoteSimulator:
             self._stop()
             raise RuntimeError("the simulator process did not start")
         self.url = self._conn.recv()
+        PERSONS[self.url] = self.person_token()
         return self
 
     def __exit__(
@@ -130,6 +141,11 @@ class RemoteSimulator:
     def mint_token(self) -> str:
         """Mint a bearer token and return its value."""
         token = self._call("mint_token")
+        return str(token.get_secret_value())
+
+    def person_token(self) -> str:
+        """Mint a token of the benchmarks' person (spend scopes included); return its value."""
+        token = self._call("person_token")
         return str(token.get_secret_value())
 
     def load_scenario(self, scenario: Scenario) -> tuple[float, float]:
@@ -228,19 +244,29 @@ def training_job(url: str, booking: str = BOOKING) -> ItoTrainingJob:
     return ItoTrainingJob(
         credentials=ItoCredentials(api_url=url),
         training=training,
-        authorization=standing_authorization(),
+        authorization=standing_authorization(url),
     )
 
 
-def standing_authorization() -> ItoSpendAuthorization:
-    """Return the standing authorization the benchmarks' runs are confirmed under (simulator)."""
-    return ItoSpendAuthorization(
-        authorized_by="prefect-ito benchmarks",
-        max_budget_usd=1e9,
-        booking_ids=["bk-*"],
-        expires_at=datetime.now(UTC) + timedelta(days=1),
-        note="benchmarks against the reference simulator, which spends nothing",
+def standing_authorization(url: str) -> ItoSpendAuthorization:
+    """Create, as the benchmarks' person, a standing authorization at the simulator at ``url``
+    that covers the benchmarks' runs for a day; return the block that names it."""
+    body = {
+        "name": "prefect-ito benchmarks",
+        "limits": {"max_budget_usd": 1e9, "booking_id_patterns": ["bk-*"]},
+        "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    }
+    response = httpx.post(
+        f"{url}/v0/spend-authorizations",
+        json=body,
+        headers={
+            "Authorization": f"Bearer {PERSONS[url]}",
+            "Idempotency-Key": f"bench-{uuid.uuid4()}",
+        },
+        timeout=30,
     )
+    response.raise_for_status()
+    return ItoSpendAuthorization(authorization_id=response.json()["data"]["authorization_id"])
 
 
 def real_instant(at: datetime, run: TrainingRun, sim: Scenario, loaded_at: float) -> float:

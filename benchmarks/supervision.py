@@ -100,11 +100,11 @@ from prefect import get_client  # noqa: E402
 from prefect.client.schemas.actions import WorkPoolCreate  # noqa: E402
 from prefect.states import Running, Suspended  # noqa: E402
 from prefect.types.entrypoint import EntrypointType  # noqa: E402
+from pydantic import SecretStr  # noqa: E402
 
 from prefect_ito.blocks import ItoCredentials  # noqa: E402
+from prefect_ito.client import ItoClient  # noqa: E402
 from prefect_ito.contract import (  # noqa: E402
-    ConfirmationVia,
-    SpendConfirmation,
     TrainingRun,
 )
 from prefect_ito.deferral import Deferral, deferral_key  # noqa: E402
@@ -191,19 +191,19 @@ async def deployment_id() -> str:
     return str(deployed)
 
 
-async def submit_runs(url: str, n: int) -> list[TrainingRun]:
-    async with ItoCredentials(api_url=url).get_client() as client:
+async def submit_runs(url: str, n: int, person: str) -> list[TrainingRun]:
+    """Submit ``n`` runs, each on a quote the benchmarks' person confirmed at the backend."""
+    async with (
+        ItoCredentials(api_url=url).get_client() as client,
+        ItoClient(url, SecretStr(person)) as confirmer,
+    ):
         runs = []
         for i in range(n):
             request = training_for(booking_id(i)).to_request(BookingClaim(booking_id=booking_id(i)))
             quote = await client.quote_training_run(request.to_submission())
-            confirmation = SpendConfirmation(
-                quote_id=quote.quote_id,
-                confirmed_by="prefect-ito benchmarks",
-                via=ConfirmationVia.PERSON,
-            )
+            await confirmer.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{n}-{i}")
             submission = await client.submit_training_run(
-                request.to_submission().confirmed(confirmation), idempotency_key=f"bench-{n}-{i}"
+                request.to_submission().spending(quote.quote_id), idempotency_key=f"bench-{n}-{i}"
             )
             runs.append(submission.run)
         return runs
@@ -276,7 +276,7 @@ async def clear_flow_runs(flow_runs: list[str]) -> None:
 
 
 def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[str, float]:
-    runs = asyncio.run(submit_runs(sim.url, n))
+    runs = asyncio.run(submit_runs(sim.url, n, sim.person_token()))
     flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs))
     # Nothing resumes before the measurement: every run waits, as it would for hours.
     assert all(asyncio.run(still_suspended(flow_run)) for flow_run in flow_runs[:3])

@@ -171,14 +171,18 @@ async def quote(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
 
 def quote_mismatch(found: TrainingQuote, request: TrainingRequest) -> str | None:
     """Return how ``found`` is a quote for another request than ``request``; None if it is not."""
-    for name, expected, quoted in (
-        ("booking_id", request.booking_id, found.booking_id),
-        ("manifest_digest", request.digest(), found.manifest_digest),
-        ("budget_usd", request.budget_usd, found.budget_usd),
-    ):
-        if expected != quoted:
-            return f"{name} {quoted!r} for a request of {expected!r}"
-    return None
+    # The booking and the budget first: they are part of the manifest too, and say what a
+    # person changed better than a digest does.
+    differ = [
+        f"{name} {quoted!r} for a request of {expected!r}"
+        for name, expected, quoted in (
+            ("booking_id", request.booking_id, found.booking_id),
+            ("budget_usd", request.budget_usd, found.budget_usd),
+            ("manifest_digest", request.digest(), found.manifest_digest),
+        )
+        if expected != quoted
+    ]
+    return "; ".join(differ) or None
 
 
 async def read_quote(

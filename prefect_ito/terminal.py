@@ -53,6 +53,7 @@ __all__ = [
     "EPHEMERAL_STARTUP_SECONDS",
     "ConfirmedBeforehand",
     "Confirmer",
+    "NobodyHere",
     "Operator",
     "SpendPause",
     "ask_at_terminal",
@@ -404,6 +405,31 @@ class ConfirmedBeforehand:
         )
         self.console.print(Markdown(without_images(pause.description)))
         return None
+
+
+@dataclass(frozen=True)
+class NobodyHere:
+    """``train`` without a terminal or ``--confirm``: nobody here can confirm a spend.
+
+    The flow asks only when the backend let no standing authorization cover the quote. Rather
+    than wait for someone who is not there, the quote is declined (a quote is free; declining it
+    spends nothing) and the command ends, saying how to confirm one.
+    """
+
+    console: Console
+
+    async def __call__(self, pause: SpendPause) -> SpendDecision:
+        self.console.print(
+            "Nobody at this command can confirm the spend, and the backend let no standing "
+            "authorization cover it: the quote is declined. To run it, `prefect-ito quote` with "
+            "the same options, then `prefect-ito train … --confirm QUOTE_ID`.",
+            markup=False,
+            soft_wrap=True,
+        )
+        return SpendDecision(
+            decision="decline",
+            reason="prefect-ito train had no terminal, and no standing authorization covered it",
+        )
 
 
 def without_images(markdown: str) -> str:

@@ -151,7 +151,8 @@ async def _spend_confirmer(
         return terminal.ConfirmedBeforehand(confirm, _console)
     if terminal.interactive():
         return terminal.confirm_at_terminal
-    return None  # the backend decides on the authorization; else a person, on its page
+    # The backend decides on the authorization; if it says no, nobody here could confirm.
+    return terminal.NobodyHere(_console)
 
 
 async def confirm_beforehand(
@@ -165,6 +166,8 @@ async def confirm_beforehand(
     """
     check_id(quote_id, "confirm")
     async with credentials.get_client() as client:
+        # Fail closed first: a backend that cannot train is told nothing, not even a yes.
+        await desk.check_training_capability(client, request)
         quote = await client.get_quote(quote_id)
         mismatch = desk.quote_mismatch(quote, request)
         if mismatch is not None:

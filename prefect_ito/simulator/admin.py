@@ -6,13 +6,25 @@ simulator binds to loopback.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from prefect_ito.contract import TRAINING_SCOPES, Envelope, Principal, Scope, TrainingRun
+from prefect_ito.contract import (
+    PERSON_PRINCIPAL_PREFIX,
+    TRAINING_SCOPES,
+    Envelope,
+    ErrorCode,
+    Principal,
+    Scope,
+    SpendAuthorization,
+    SpendAuthorizationRequest,
+    TrainingRun,
+)
 from prefect_ito.simulator.envelopes import ok
+from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.scenario import Scenario, SimBooking
 from prefect_ito.simulator.state import RequestLogEntry, SimStateDep
 
@@ -93,6 +105,32 @@ async def add_booking(state: SimStateDep, booking: SimBooking) -> Envelope[SimBo
     """Put a booking on file."""
     state.engine.add_booking(booking)
     return ok(booking)
+
+
+class AuthorizationOnFile(BaseModel):
+    """A standing authorization to put on file, as the person ``principal`` of ``account``."""
+
+    account: str = Field(default="sim-user", min_length=1, max_length=128)
+    principal: Principal = Field(description="The person who made it (`user:…`).")
+    authorization: SpendAuthorizationRequest
+
+
+@router.post("/spend-authorizations")
+async def add_spend_authorization(
+    state: SimStateDep, on_file: AuthorizationOnFile
+) -> Envelope[SpendAuthorization]:
+    """Put a standing authorization on file, as if its person had created it: the seeding
+    counterpart of ``POST /v0/spend-authorizations``, kept out of the request log."""
+    if not on_file.principal.startswith(PERSON_PRINCIPAL_PREFIX):
+        raise SimError(ErrorCode.VALIDATION_ERROR, "only a person makes a standing authorization")
+    created, _ = state.engine.authorizations.create(
+        on_file.account,
+        on_file.principal,
+        on_file.authorization,
+        key=f"admin-{uuid.uuid4()}",
+        now=state.engine.wall_now(),
+    )
+    return ok(created)
 
 
 @router.get("/runs")

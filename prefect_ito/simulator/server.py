@@ -14,7 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel, SecretStr
 
-from prefect_ito.contract import Envelope
+from prefect_ito.contract import Envelope, SpendAuthorization, SpendAuthorizationRequest
 from prefect_ito.simulator.admin import AdminRun, MintedToken
 from prefect_ito.simulator.app import create_app
 from prefect_ito.simulator.builtins import builtin_scenario
@@ -182,6 +182,20 @@ class SimulatorServer:
     def add_booking(self, booking: SimBooking) -> None:
         """Put a booking on file."""
         self._admin("POST", "/bookings", SimBooking, _dump(booking))
+
+    def add_spend_authorization(
+        self, authorization: SpendAuthorizationRequest, *, account: str, principal: str
+    ) -> SpendAuthorization:
+        """Put on file a standing authorization the person ``principal`` of ``account`` made.
+
+        Seeding, like :meth:`add_booking`: it leaves no entry in the request log.
+        """
+        body = {
+            "account": account,
+            "principal": principal,
+            "authorization": _dump(authorization),
+        }
+        return self._admin("POST", "/spend-authorizations", SpendAuthorization, body)
 
     def bookings(self) -> list[SimBooking]:
         """Return every booking on file."""

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 from keyrings.alt.file import PlaintextKeyring
 from prefect.utilities.asyncutils import run_coro_as_sync
 from spend_helpers import covering_authorization
 
-from prefect_ito.contract import TrainingRequest
+from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.simulator import SimulatorServer
 
 AUTHORIZATION = "cli-tests"
@@ -24,14 +25,18 @@ TRAIN = [
     "--data", "catalog://ito/web-2026-10", "--data", "s3://acme/custom/",
     "--target", "code-assistant", "--budget-usd", "250000",
 ]  # fmt: skip
-CONFIRMED = TrainingRequest(
+REQUEST = TrainingRequest(
     booking_id="bk-h200-2x8-ib", model_size="8B",
     data_refs=["catalog://ito/web-2026-10", "s3://acme/custom/"],
     target="code-assistant", budget_usd=250_000,
-).digest()  # fmt: skip
+)  # fmt: skip
+""":data:`TRAIN`'s request."""
+CONFIRMED = REQUEST.digest()
 """The manifest digest of :data:`TRAIN`'s request."""
-TRAIN_CONFIRMED = [TRAIN[0], *TRAIN[3:], "--confirm", CONFIRMED]
-""":data:`TRAIN` confirmed with ``--confirm`` instead of the authorization (needs no block)."""
+UNCONFIRMED = [TRAIN[0], *TRAIN[3:]]
+""":data:`TRAIN` without the authorization: nothing here allows its spend."""
+TRAIN_CONFIRMED = [*UNCONFIRMED, "--confirm", "quote_never_made"]
+""":data:`TRAIN` with ``--confirm`` of a quote no backend made (needs no block)."""
 ALLOW_PLAINTEXT = "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING"
 FLOW_RUN_LINE = re.compile(r"Flow run \S+ \(([0-9a-f-]{36})\)")  # what train prints first
 
@@ -52,7 +57,7 @@ def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str
     The standing authorization ``train`` names is saved to that Prefect server here, if any.
     """
     if prefect_server:
-        save = covering_authorization().asave(AUTHORIZATION, overwrite=True)
+        save = covering_authorization(simulator, "cli").asave(AUTHORIZATION, overwrite=True)
         run_coro_as_sync(save)  # also from an async test
     token = simulator.mint_token("cli").get_secret_value()
     return {
@@ -61,6 +66,27 @@ def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str
         "ITO_COMPUTE_API_URL": simulator.url,
         "ITO_COMPUTE_TOKEN": token,
     }
+
+
+def confirming_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:
+    """Return :func:`worker_env` with a person's own token (who may confirm a spend) instead."""
+    token = simulator.mint_token(
+        "cli", scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada"
+    ).get_secret_value()
+    return {**worker_env(simulator, prefect_server), "ITO_COMPUTE_TOKEN": token}
+
+
+def quote_for_train(simulator: SimulatorServer) -> str:
+    """Return the id of a fresh quote at ``simulator`` for :data:`TRAIN`'s request."""
+    token = simulator.mint_token("cli").get_secret_value()
+    response = httpx.post(
+        f"{simulator.url}/v0/training-quotes",
+        json=REQUEST.to_submission().model_dump(mode="json"),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return str(response.json()["data"]["quote_id"])
 
 
 def read_flow_run_id(process: subprocess.Popen[str]) -> str:

@@ -19,8 +19,11 @@ from cli_helpers import (
     FLOW_RUN_LINE,
     TRAIN,
     TRAIN_CONFIRMED,
+    UNCONFIRMED,
+    confirming_env,
     person_env,
     prefect_ito,
+    quote_for_train,
     read_flow_run_id,
     start_train,
     stored_login,
@@ -57,7 +60,7 @@ async def start_run(simulator: SimulatorServer) -> str:
     job = ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,
-        authorization=covering_authorization(),
+        authorization=covering_authorization(simulator, "cli"),
     )
     return (await job.trigger()).run_id
 
@@ -231,11 +234,12 @@ def test_ctrl_c_at_a_terminal_detaches_in_ephemeral_mode(tmp_path):
     # A terminal sends Ctrl-C to its whole foreground process group: once that stopped Prefect's
     # temporary server too, and the detaching command then waited for it forever.
     with SimulatorServer(builtin_scenario("stall")) as simulator:
-        env = worker_env(simulator, prefect_server="")
+        env = confirming_env(simulator, prefect_server="")
         del env["PREFECT_API_URL"]
         env["PREFECT_HOME"] = str(tmp_path)
+        confirmed = [*UNCONFIRMED, "--confirm", quote_for_train(simulator)]
         train = subprocess.Popen(
-            [sys.executable, "-m", "prefect_ito.cli", *TRAIN_CONFIRMED],
+            [sys.executable, "-m", "prefect_ito.cli", *confirmed],
             env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,  # its own group, as a terminal's foreground job

@@ -129,7 +129,7 @@ async def finished_runs(simulator: SimulatorServer, targets: list[str]) -> list[
         job = ItoTrainingJob(
             credentials=ItoCredentials(api_url=simulator.url),
             training=training,
-            authorization=covering_authorization(),
+            authorization=covering_authorization(simulator, "cli"),
         )
         run_ids.append((await job.trigger()).run_id)
         while not simulator.runs()[-1].run.state.terminal:

@@ -1,23 +1,33 @@
-"""``prefect-ito quote`` and ``train --confirm``: scriptable, never blind."""
+"""``prefect-ito quote`` and ``train --confirm QUOTE_ID``: scriptable, never blind, used once."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import CONFIRMED, TRAIN, TRAIN_CONFIRMED, prefect_ito, worker_env
+from cli_helpers import (
+    TRAIN,
+    UNCONFIRMED,
+    confirming_env,
+    prefect_ito,
+    quote_for_train,
+    worker_env,
+)
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
-QUOTE = ["quote", *TRAIN_CONFIRMED[1:-2]]  # the options of TRAIN, without --confirm
-UNCONFIRMED = TRAIN_CONFIRMED[:-2]
+QUOTE = ["quote", *UNCONFIRMED[1:]]
 
 
 @pytest.fixture
 def simulator() -> Iterator[SimulatorServer]:
     with SimulatorServer(builtin_scenario("default")) as server:
         yield server
+
+
+def posts(simulator: SimulatorServer, path: str = "/v0/training-runs") -> list[object]:
+    return [r for r in simulator.requests() if r.method == "POST" and r.path == path]
 
 
 def test_quote_prints_the_plan_the_estimate_and_the_command_that_confirms_it(
@@ -28,58 +38,94 @@ def test_quote_prints_the_plan_the_estimate_and_the_command_that_confirms_it(
     assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
     for shown in ("GPU hours", "cost", "duration", "$250,000.00", "The booking's term ends"):
         assert shown in result.stdout, shown
-    assert f"Manifest digest: {CONFIRMED}" in result.stdout
-    command = " ".join(["prefect-ito train", *QUOTE[1:], "--confirm", CONFIRMED])
-    assert command in result.stdout.replace("\n", " ") or command in result.stdout
-    # Read-only: the booking, the capability, then a quote; nothing submitted.
+    (quote,) = [entry for entry in posts(simulator, "/v0/training-quotes")]
+    assert quote is not None
+    command = " ".join(["prefect-ito train", *QUOTE[1:], "--confirm", "quote_"])
+    assert command in result.stdout.replace("\n", " ")
+    # A quote and nothing else: nothing submitted, nothing confirmed.
     requests = [(r.method, r.path) for r in simulator.requests()]
     assert ("GET", "/v0/bookings/bk-h200-2x8-ib/training-eligibility") in requests
-    assert ("GET", "/v0/capabilities") in requests
     assert [r for r in requests if r[0] != "GET"] == [("POST", "/v0/training-quotes")]
-    assert requests[-1] == ("POST", "/v0/training-quotes")
     assert simulator.runs() == []
 
 
-def test_train_with_the_quoted_digest_runs_confirmed_by_the_name_given(simulator, prefect_server):
-    env = worker_env(simulator, prefect_server)
+def test_train_confirming_a_quote_runs_once_recorded_as_the_person(simulator, prefect_server):
+    env = confirming_env(simulator, prefect_server)
+    quote_id = quote_for_train(simulator)
 
-    result = prefect_ito(*TRAIN_CONFIRMED, "--name", "Grace", env=env)
+    result = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, "--name", "Grace", env=env)
 
     assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
+    assert f"Confirmed quote {quote_id} at the backend as user:ada" in result.stdout
     (admin,) = simulator.runs()
-    assert admin.run.manifest_digest == CONFIRMED
-    assert admin.run.confirmation is not None
-    assert (admin.run.confirmation.confirmed_by, admin.run.confirmation.via) == ("Grace", "person")
+    record = admin.run.confirmation
+    assert record is not None
+    assert (record.confirmed_by, record.via, record.note) == ("user:ada", "person", "Grace")
+    assert record.carried_from == quote_id  # the flow's own quote carried the confirmation
 
 
-def test_train_confirming_another_manifest_is_refused_before_anything_is_sent(
+def test_the_same_confirm_again_is_refused_and_spends_nothing(simulator, prefect_server):
+    # Before (v0.3), `--confirm sha256:…` was reusable forever: the same command twice made
+    # two runs, both "confirmed by Alice".
+    env = confirming_env(simulator, prefect_server)
+    quote_id = quote_for_train(simulator)
+    first = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
+    assert first.returncode == ExitCode.SUCCESS, first.stdout + first.stderr
+
+    again = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
+
+    assert again.returncode == ExitCode.NOT_CONFIRMED, again.stdout + again.stderr
+    assert "superseded" in again.stderr and "nothing was sent" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert len(simulator.runs()) == 1
+
+
+def test_train_confirming_a_quote_of_another_request_is_refused_before_any_spend(
     simulator, prefect_server
 ):
-    env = worker_env(simulator, prefect_server)
-    args = [*UNCONFIRMED[:-1], "250001", "--confirm", CONFIRMED]  # another budget
+    env = confirming_env(simulator, prefect_server)
+    quote_id = quote_for_train(simulator)
+    args = [*UNCONFIRMED[:-1], "250001", "--confirm", quote_id]  # another budget
 
     result = prefect_ito(*args, env=env)
 
     assert result.returncode == ExitCode.NOT_CONFIRMED, result.stdout + result.stderr
-    assert CONFIRMED in result.stderr and "is not the manifest these options make" in result.stderr
+    assert "is a quote of another request" in result.stderr and "budget_usd" in result.stderr
     assert "Traceback" not in result.stderr
-    assert simulator.requests() == []
+    assert posts(simulator, f"/v0/training-quotes/{quote_id}/confirmations") == []
+    assert simulator.runs() == []
+
+
+def test_a_workload_token_cannot_confirm_with_train(simulator, prefect_server):
+    quote_id = quote_for_train(simulator)
+
+    result = prefect_ito(
+        *UNCONFIRMED, "--confirm", quote_id, env=worker_env(simulator, prefect_server)
+    )
+
+    assert result.returncode == ExitCode.FORBIDDEN, result.stdout + result.stderr
+    assert "spend:confirm" in result.stderr and "Traceback" not in result.stderr
+    assert simulator.runs() == []
 
 
 def test_train_without_a_terminal_confirm_or_authorization_stops_first(simulator, prefect_server):
     result = prefect_ito(*UNCONFIRMED, env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.NOT_CONFIRMED, result.stdout + result.stderr
-    assert "prefect-ito quote" in result.stderr and "--confirm" in result.stderr
+    assert "prefect-ito quote" in result.stderr and "--confirm QUOTE_ID" in result.stderr
     assert simulator.requests() == []
 
 
-def test_train_with_an_authorization_that_cannot_cover_it_stops_first(simulator, prefect_server):
+def test_train_with_an_authorization_the_backend_refuses_declines_and_spends_nothing(
+    simulator, prefect_server
+):
     env = worker_env(simulator, prefect_server)
     args = [*TRAIN[:-1], "2e9"]  # above the tests' authorization's maximum
 
     result = prefect_ito(*args, env=env)
 
-    assert result.returncode == ExitCode.NOT_CONFIRMED, result.stdout + result.stderr
-    assert "does not cover this request" in result.stderr and "per run" in result.stderr
-    assert simulator.requests() == []
+    assert result.returncode == ExitCode.DECLINED, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert "does not cover" in output and "--confirm QUOTE_ID" in output
+    assert "Traceback" not in output
+    assert simulator.runs() == []

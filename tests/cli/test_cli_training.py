@@ -123,7 +123,7 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
         job = ItoTrainingJob(
             credentials=ItoCredentials(api_url=simulator.url),
             training=training,
-            authorization=covering_authorization(),
+            authorization=covering_authorization(simulator, "cli"),
         )
         run = await job.trigger()
         result = prefect_ito("attach", run.run_id, "--verbose", env=env)

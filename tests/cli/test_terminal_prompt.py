@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from prefect_ito import terminal
+from prefect_ito.contract import ALL_SCOPES, TrainingRequest
+from prefect_ito.origins import ENV_API_URL, ENV_TOKEN
+from prefect_ito.quote_wait import QuoteWait
+from prefect_ito.simulator import SimulatorServer
+from prefect_ito.terminal import SpendPause
 
 
 @pytest.fixture
@@ -44,21 +51,63 @@ async def test_the_end_of_input_leaves_the_decision_to_someone_else(typed):
     assert await terminal.ask_at_terminal(None, "### Loss spike") is None  # type: ignore[arg-type]
 
 
-async def test_the_spend_is_confirmed_only_by_typing_it_out(typed):
-    typed += ["", "yes", "c", "Grace", ""]
-    pause = terminal.SpendPause(None, "### Confirm the spend", "sha256:" + "0" * 64)  # type: ignore[arg-type]
+@pytest.fixture
+def quoted(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SimulatorServer, SpendPause]]:
+    """A simulator with a fresh quote, and the spend pause that names it; this terminal holds
+    a person's own token for it."""
+    with SimulatorServer() as simulator:
+        token = simulator.mint_token(
+            scopes=[scope.value for scope in ALL_SCOPES], principal="user:grace"
+        ).get_secret_value()
+        monkeypatch.setenv(ENV_API_URL, simulator.url)
+        monkeypatch.setenv(ENV_TOKEN, token)
+        request = TrainingRequest(
+            booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
+            target="chat", budget_usd=250_000,
+        )  # fmt: skip
+        quote = httpx.post(
+            f"{simulator.url}/v0/training-quotes",
+            json=request.to_submission().model_dump(mode="json"),
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()["data"]
+        record = QuoteWait(
+            api_url=simulator.url,
+            quote_id=quote["quote_id"],
+            manifest_digest=quote["manifest_digest"],
+            expires_at=quote["expires_at"],
+        )
+        yield simulator, SpendPause(None, "### Spend", record)  # type: ignore[arg-type]
+
+
+def _stated(simulator: SimulatorServer, pause: SpendPause) -> dict[str, Any]:
+    assert pause.quote is not None
+    token = simulator.mint_token().get_secret_value()
+    answer = httpx.get(
+        f"{simulator.url}/v0/training-quotes/{pause.quote.quote_id}",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    stated: dict[str, Any] = answer.json()["data"]
+    return stated
+
+
+async def test_the_spend_is_confirmed_at_the_backend_only_by_typing_it_out(typed, quoted):
+    simulator, pause = quoted
+    typed += ["", "yes", "c", "looked at it"]
 
     decision = await terminal.confirm_at_terminal(pause)
 
-    assert decision is not None
-    assert (decision.decision, decision.confirmed_by, decision.reason) == ("confirm", "Grace", "")
-    assert decision.manifest_digest == pause.manifest_digest
+    # Confirmed at the backend as this person; the flow reads it there and goes on by itself.
+    assert decision is None
     assert typed == []
+    stated = _stated(simulator, pause)
+    assert stated["state"] == "confirmed"
+    assert stated["confirmation"]["principal"] == "user:grace"
+    assert stated["confirmation"]["note"] == "looked at it"
 
 
-async def test_declining_at_the_terminal_and_the_end_of_input(typed):
-    pause = terminal.SpendPause(None, "### Confirm the spend", "sha256:" + "0" * 64)  # type: ignore[arg-type]
-    typed += ["decline", "Grace", "too dear", None]
+async def test_declining_at_the_terminal_and_the_end_of_input(typed, quoted):
+    simulator, pause = quoted
+    typed += ["decline", "too dear", None]
 
     declined = await terminal.confirm_at_terminal(pause)
     unanswered = await terminal.confirm_at_terminal(pause)
@@ -66,6 +115,20 @@ async def test_declining_at_the_terminal_and_the_end_of_input(typed):
     assert declined is not None and declined.decision == "decline"
     assert declined.reason == "too dear"
     assert unanswered is None
+    assert _stated(simulator, pause)["state"] == "pending"  # the flow declines, not the prompt
+
+
+async def test_a_workload_token_at_the_terminal_is_told_where_a_person_confirms(
+    typed, quoted, monkeypatch, capsys
+):
+    simulator, pause = quoted
+    monkeypatch.setenv(ENV_TOKEN, simulator.mint_token().get_secret_value())
+    typed += ["confirm", ""]
+
+    assert await terminal.confirm_at_terminal(pause) is None
+
+    assert "spend:confirm" in capsys.readouterr().out
+    assert _stated(simulator, pause)["state"] == "pending"
 
 
 def test_the_chart_is_named_not_dumped_as_base64_at_the_terminal():

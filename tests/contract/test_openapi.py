@@ -256,7 +256,7 @@ def test_only_enums_a_client_sends_are_closed():
     }
 
     assert closed <= requests, closed - requests
-    assert {"DecisionChoice", "PostTraining", "ConfirmationVia"} <= closed
+    assert {"DecisionChoice", "PostTraining"} <= closed
 
 
 def test_the_docs_name_the_contract_version_the_simulator_serves():

@@ -36,7 +36,7 @@ def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
     ``authorization`` (default: a standing authorization that covers every test request).
     """
     credentials = changes.pop("credentials", ItoCredentials(api_url=simulator.url))
-    authorization = changes.pop("authorization", covering_authorization())
+    authorization = changes.pop("authorization", covering_authorization(simulator))
     training = {
         **REQUEST,
         "booking": BOOKING,

@@ -69,7 +69,7 @@ async def test_training_runs_as_a_subflow_of_a_booking_flow(start_simulator):
         return await ito_training(
             {**REQUEST, "booking": booked},
             credentials=credentials,
-            authorization=covering_authorization(),
+            authorization=covering_authorization(simulator),
         )
 
     summary = await book_then_train()

@@ -27,7 +27,8 @@ from prefect_ito.approval import RestartDecision
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli.training import _decide
 from prefect_ito.exceptions import AnsweredByAnother
-from prefect_ito.parameters import BookingClaim, TrainingParameters
+from prefect_ito.parameters import BookingClaim, SupervisionParameters, TrainingParameters
+from prefect_ito.tasks import TaskSteps
 from prefect_ito.terminal import run_training
 
 EVE = {"decision": "approve", "decided_by": "Eve", "reason": "written before anyone saw it"}
@@ -105,21 +106,26 @@ async def test_a_spend_answer_written_before_the_suspension_is_ignored_and_a_per
         quote = await desk.quote(client, request)
     key = spend.pause_key(quote.manifest_digest)
     response = answers.response_key("suspended", key)
-    confirm = {"decision": "confirm", "confirmed_by": "Eve", "manifest_digest": request.digest()}
+    # Since v0.4 the form cannot confirm; a decline written in advance must not stand either.
+    early = {"decision": "decline", "reason": "Eve, before anyone was asked"}
 
     @flow
     async def asked() -> Any:
-        await create_flow_run_input(response, confirm, flow_run_id=flow_run_id())
+        await create_flow_run_input(response, early, flow_run_id=flow_run_id())
+        steps = TaskSteps(ItoCredentials(api_url=simulator.url), SupervisionParameters())
         try:
-            return await spend.ask_person(quote, request, timeout=60, poll_interval=1)
+            return await spend.wait_for_person(
+                steps, quote, request, again=False, timeout=60, poll_interval=1
+            )
         except Suspension:
             return await stored(response)
 
     left = await asked()
 
-    assert suspensions == [key]  # before, the spend was confirmed on Eve's word
+    assert suspensions == [key]  # the person is asked; the early answer was not taken
     assert left is None
     assert ignored(caplog, response)
+    assert [r for r in simulator.requests() if r.path.endswith("/declines")] == []
 
 
 async def test_an_answer_older_than_its_suspension_is_ignored_and_asked_again_under_a_new_key(

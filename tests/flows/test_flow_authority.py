@@ -41,7 +41,7 @@ async def test_a_read_only_token_attaches_but_a_decision_it_cannot_relay_stops_c
     job = ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,
-        authorization=covering_authorization(),
+        authorization=covering_authorization(simulator),
     )
     run_id = (await job.trigger()).run_id
     person = Person(approve=True)

@@ -46,7 +46,7 @@ async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
     params = {
         "training": DEMO_TRAINING,
         "credentials": ItoCredentials(api_url=simulator.url),
-        "authorization": covering_authorization(),
+        "authorization": covering_authorization(simulator),
     }
     state = await run_training(
         ito_training, params, Person(approve=True), Console(quiet=True), poll=0.3

@@ -92,7 +92,7 @@ async def test_a_killed_flow_run_is_reattached_by_the_next_run(start_simulator, 
     token = simulator.mint_token("flow-tests")  # the same account as the fixture's token
     child = subprocess.Popen(
         [sys.executable, "-c", f"REQUEST = {REQUEST!r}\n{_CHILD}", simulator.url, BOOKING,
-         covering_authorization().model_dump_json()],
+         covering_authorization(simulator).model_dump_json()],
         env={**os.environ, "PREFECT_API_URL": prefect_server, "ITO_COMPUTE_API_URL": simulator.url,
              "ITO_COMPUTE_TOKEN": token.get_secret_value()},
     )  # fmt: skip

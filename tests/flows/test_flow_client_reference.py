@@ -98,7 +98,7 @@ async def test_a_flow_run_killed_after_submitting_re_enters_without_a_second_run
         flow_run = await client.create_flow_run(ito_training, parameters=params)
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(flow_run.id), json.dumps(params["training"]),
-         simulator.url, covering_authorization().model_dump_json()],
+         simulator.url, covering_authorization(simulator).model_dump_json()],
         env={**os.environ, "PREFECT_API_URL": prefect_server, "ITO_COMPUTE_API_URL": simulator.url,
              "ITO_COMPUTE_TOKEN": token},
     )  # fmt: skip

@@ -64,7 +64,7 @@ async def test_a_failing_report_never_stops_supervision(start_simulator):
     job = ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,
-        authorization=covering_authorization(),
+        authorization=covering_authorization(simulator),
     )
     handle = await job.trigger()
     async with job.credentials.get_client() as client:

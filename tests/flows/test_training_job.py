@@ -29,7 +29,7 @@ def make_job(simulator, **changes) -> ItoTrainingJob:
     return ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,
-        authorization=covering_authorization(),
+        authorization=covering_authorization(simulator),
     )
 
 

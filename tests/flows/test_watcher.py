@@ -29,7 +29,7 @@ async def deferred_flow_run(simulator, *, key: str | None = None):
     job = ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,
-        authorization=covering_authorization(),
+        authorization=covering_authorization(simulator),
     )
     run = (await job.trigger()).run
     async with ItoCredentials(api_url=simulator.url).get_client() as client:

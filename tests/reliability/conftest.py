@@ -104,7 +104,7 @@ def run_training(prefect_server: str, sweep: Sweep) -> RunTraining:
         parameters = {
             "training": fields,
             "credentials": credentials or target.credentials(),
-            "authorization": covering_authorization(),
+            "authorization": covering_authorization(target.sim, "reliability"),
         }
         out = io.StringIO()
         person = Person(approve, sweep)

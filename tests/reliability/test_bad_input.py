@@ -469,14 +469,11 @@ def test_a_bad_run_id_is_one_line_and_sends_nothing(
 # --- a standing authorization stored with bad data: refused on load, naming the field ---------
 
 BAD_AUTHORIZATIONS: list[tuple[dict[str, Any], str]] = [
-    ({"expires_at": "2027-01-31T00:00:00"}, "authorization.expires_at"),
-    ({"max_budget_usd": "NaN"}, "authorization.max_budget_usd"),
-    ({"max_budget_usd": "Infinity"}, "authorization.max_budget_usd"),
-    ({"max_budget_usd": -5}, "authorization.max_budget_usd"),
-    ({"booking_ids": []}, "authorization.booking_ids"),
-    ({"booking_ids": [""]}, "authorization.booking_ids"),
-    ({"targets": ["  "]}, "authorization.targets"),
-    ({"authorized_by": " "}, "authorization.authorized_by"),
+    ({"authorization_id": ""}, "authorization.authorization_id"),
+    ({"authorization_id": "sa/../everything"}, "authorization.authorization_id"),
+    ({"authorization_id": 5}, "authorization.authorization_id"),
+    # v0.3's inline limits, written into a saved block by anyone with Prefect API access.
+    ({"authorized_by": "Ada Lovelace", "max_budget_usd": 1e12}, "authorization"),
 ]
 
 
@@ -487,9 +484,10 @@ async def store_bad_authorization(name: str, changes: dict[str, Any]) -> None:
     """
     from prefect import get_client
     from prefect.client.schemas.actions import BlockDocumentUpdate
-    from spend_helpers import covering_authorization
 
-    block_id = await covering_authorization().asave(name, overwrite=True)
+    from prefect_ito.blocks import ItoSpendAuthorization
+
+    block_id = await ItoSpendAuthorization(authorization_id="sa_valid").asave(name, overwrite=True)
     async with get_client() as client:
         stored = await client.read_block_document(block_id)
         update = BlockDocumentUpdate(data={**stored.data, **changes}, merge_existing_data=False)

@@ -219,7 +219,7 @@ async def test_a_job_outside_a_flow_completes_in_a_storm(backend, ledger):
         job = ItoTrainingJob(
             credentials=target.credentials(),
             training=TrainingParameters(**training_fields()),
-            authorization=covering_authorization(),
+            authorization=covering_authorization(target.sim, "reliability"),
         )
         run = await job.trigger()
         await run.wait_for_completion()
