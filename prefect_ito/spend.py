@@ -71,8 +71,8 @@ SPEND_PREFIX = "spend-"
 SHOWN_DATA_REFS = 3
 """Data references listed by name in the confirmation; the rest are counted."""
 
-MAX_QUOTES = 6
-"""Quotes one submission goes through (expired, superseded) before it stops asking."""
+MAX_REQUOTES = 5
+"""New quotes one submission asks for when one expired or moved on, before it gives up."""
 
 WHAT_EACH_ANSWER_DOES = (
     "decline: nothing is submitted, the backend records the quote as declined, and the flow run "
@@ -134,43 +134,43 @@ async def submit_with_consent(
     """
     quote = await _current_quote(steps, request)
     authorization = steps.authorization
-    asked = False
-    for _ in range(MAX_QUOTES):
-        _check(quote, steps)
-        if authorization is not None and quote.state is not QuoteState.CONFIRMED:
-            try:
-                return await steps.submit(
-                    request,
-                    quote.quote_id,
-                    authorization.authorization_id,
-                    idempotency_key,
-                    client_reference,
-                )
-            except AuthorizationDoesNotCover as refusal:
-                steps.logger.warning(
-                    "The standing authorization %s does not cover this request: %s. Asking a "
-                    "person.",
-                    authorization.label,
-                    refusal,
-                )
-                authorization = None
-            except (ConfirmationExpired, ConfirmationUsed):
-                quote = await _new_quote(steps, request)
-                continue
-        if quote.state is not QuoteState.CONFIRMED:
-            quote = await steps.await_person(quote, request, again=asked)
-            asked = True
-            continue
+    asked, requotes = False, 0
+    while True:
+        _check(quote)
         try:
+            if authorization is not None and quote.state is not QuoteState.CONFIRMED:
+                try:
+                    return await steps.submit(
+                        request,
+                        quote.quote_id,
+                        authorization.authorization_id,
+                        idempotency_key,
+                        client_reference,
+                    )
+                except AuthorizationDoesNotCover as refusal:
+                    steps.logger.warning(
+                        "The standing authorization %s does not cover this request: %s. Asking "
+                        "a person.",
+                        authorization.label,
+                        refusal,
+                    )
+                    authorization = None
+            if quote.state is not QuoteState.CONFIRMED:
+                quote = await steps.await_person(quote, request, again=asked)
+                asked = True
+                continue
             return await steps.submit(
                 request, quote.quote_id, None, idempotency_key, client_reference
             )
         except (ConfirmationExpired, ConfirmationUsed):
-            quote = await _new_quote(steps, request)  # a confirmation carries if nothing got worse
-    raise ConfirmationRequired(
-        f"the quotes for booking {request.booking_id} kept expiring before a submission; "
-        "nothing was submitted, and running the flow again asks again"
-    )
+            requotes += 1
+            if requotes > MAX_REQUOTES:
+                raise ConfirmationRequired(
+                    f"the quotes for booking {request.booking_id} kept expiring or moving on "
+                    "before a submission; nothing was submitted, and running the flow again "
+                    "asks again"
+                ) from None
+            quote = await _new_quote(steps, request)  # a confirmation carries if nothing worse
 
 
 async def _current_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
@@ -204,7 +204,7 @@ async def _new_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
     return quote
 
 
-def _check(quote: TrainingQuote, steps: Steps) -> None:
+def _check(quote: TrainingQuote) -> None:
     """Stop on a refused plan, or on a quote someone declined."""
     refuse_unworkable(quote)
     if quote.state is QuoteState.DECLINED:

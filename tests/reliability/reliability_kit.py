@@ -28,8 +28,7 @@ from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
-    ConfirmationVia,
-    SpendConfirmation,
+    ALL_SCOPES,
     TrainingRequest,
     TrainingRun,
 )
@@ -123,6 +122,12 @@ class Backend:
         self.url = sim.url
         self.token: SecretStr = sim.mint_token("reliability")
         sweep.canaries.add(self.token.get_secret_value())
+        # The person who confirms this suite's spends at the backend: a canary of its own.
+        self.person: SecretStr = sim.mint_token(
+            "reliability", scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada"
+        )
+        sweep.canaries.add(self.person.get_secret_value())
+        PERSONS[self.url] = self.person
         # Flows find the token where a login leaves it: the keyring, under the backend's URL.
         store_token(self.url, self.token)
 
@@ -160,8 +165,12 @@ def scenario_with(
 # --- the one way to submit, and the one way to run the flow --------------------------------------
 
 
+PERSONS: dict[str, SecretStr] = {}
+"""The person's token at each backend of this suite, by its URL (see :class:`Backend`)."""
+
+
 class Submit:
-    """Submits ``request`` once under ``key``, confirmed by a person on a fresh quote.
+    """Submits ``request`` once under ``key``, on a fresh quote a person confirmed at the backend.
 
     Every submission of this suite goes through here. ``calls`` counts the logical calls it made
     to the backend (a quote, then a submission), for the tests that weigh retries against calls.
@@ -173,11 +182,10 @@ class Submit:
     async def __call__(self, client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
         self.calls += 1
         quote = await desk.quote(client, request)  # no new run is made without a confirmation
-        confirmation = SpendConfirmation(
-            quote_id=quote.quote_id, confirmed_by="Ada", via=ConfirmationVia.PERSON
-        )
+        async with ItoClient(client.base_url, PERSONS[client.base_url]) as person:
+            await person.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{key}")
         self.calls += 1
-        return await desk.submit(client, request, confirmation, key)
+        return await desk.submit(client, request, quote.quote_id, None, key)
 
 
 class Person:
