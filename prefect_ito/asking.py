@@ -36,23 +36,16 @@ from prefect_ito.cancellation import stop_requested
 from prefect_ito.exceptions import ItoError
 from prefect_ito.flow_run import can_suspend, current_flow_run_id
 
-__all__ = ["PAUSE_MARGIN_SECONDS", "SettledElsewhere", "ask", "stored_answer"]
+__all__ = ["PAUSE_MARGIN_SECONDS", "ask", "stored_answer"]
 
 PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
 
 F = TypeVar("F", bound=RunInput)
 
-Settled = Callable[[], Awaitable[bool]]
-"""Tells whether the question was settled somewhere else (at the backend): no answer needed."""
-
-
-class SettledElsewhere(Exception):
-    """The question was settled somewhere else while the flow run paused in-process for it.
-
-    The flow run was resumed by prefect-ito itself; the caller reads what happened from where it
-    was settled.
-    """
+Settled = Callable[[], Awaitable[RunInput | None]]
+"""Returns the answer to resume with once the question was settled somewhere else (at the
+backend), or None while it is not."""
 
 
 async def ask(
@@ -84,9 +77,10 @@ async def ask(
             suspension): says so in the flow's log.
         timed_out: Returns the error to raise when nobody answered in time.
         initial: Values the form shows filled in.
-        settled: Checked at every poll of an in-process pause; when it says the question was
-            settled elsewhere, the flow run resumes itself and :class:`SettledElsewhere` is
-            raised. (A suspended run is resumed by ``prefect-ito watch`` instead.)
+        settled: Checked at every poll of an in-process pause; once it returns an answer (the
+            question was settled elsewhere), the flow run resumes itself with that answer,
+            which is then returned as any other. (A suspended run is resumed by
+            ``prefect-ito watch`` instead.)
         fresh: Ask anew even if the latest question under ``key`` has an answer: that answer
             was already acted on.
 
@@ -202,7 +196,6 @@ async def _pause(
     Raises:
         ItoError: what ``timed_out`` returns, :data:`PAUSE_MARGIN_SECONDS` before Prefect's own
             deadline.
-        SettledElsewhere: ``settled`` said so; the flow run was resumed.
     """
     pause = asyncio.ensure_future(
         apause_flow_run(
@@ -238,14 +231,17 @@ async def _first_of(
                 return True
             if await stop_requested(None):
                 return False
-            if settled is not None and await settled():
-                await _resume_self()
-                raise SettledElsewhere
+            if settled is not None and (answer := await settled()) is not None:
+                await _resume_self(answer)
 
 
-async def _resume_self() -> None:
-    """Resume this paused flow run: the question it paused for needs no answer any more."""
+async def _resume_self(answer: RunInput) -> None:
+    """Resume this paused flow run with ``answer``: the question was settled elsewhere.
+
+    Prefect resumes a pause that waits for a form only with an answer its schema takes. The
+    pause itself then ends as after any resume, and the answer is read back as any other.
+    """
     async with get_client() as client:
         # Resumed (or cancelled) meanwhile by someone else: just as good, nothing to undo.
         with contextlib.suppress(PrefectHTTPStatusError, ObjectNotFound):
-            await client.resume_flow_run(_flow_run_id())
+            await client.resume_flow_run(_flow_run_id(), run_input=answer.model_dump(mode="json"))

@@ -60,6 +60,7 @@ __all__ = [
     "SpendDecision",
     "describe",
     "pause_key",
+    "recheck",
     "refuse_unworkable",
     "submit_with_consent",
     "wait_for_person",
@@ -97,6 +98,16 @@ class SpendDecision(RunInput):
     reason: str = Field(
         default="", description="Why, if you decline: kept at the backend beside the decline."
     )
+
+
+def recheck(why: str) -> SpendDecision:
+    """Return the answer that resumes a spend question settled at the backend: read it again.
+
+    Prefect resumes a pause that waits for a form only with an answer the form's schema takes.
+    ``recheck`` decides nothing: the flow reads the quote from the backend, and asks again if
+    nobody answered there.
+    """
+    return SpendDecision(decision="recheck", reason=why)
 
 
 def pause_key(manifest_digest: str) -> str:
@@ -242,9 +253,12 @@ async def wait_for_person(
     """
     await steps.record_quote(quote)
 
-    async def settled() -> bool:
+    async def settled() -> SpendDecision | None:
         now = await steps.poll_quote(quote.quote_id)
-        return now is None or now.state is not QuoteState.PENDING
+        if now is not None and now.state is QuoteState.PENDING:
+            return None
+        state = now.state.value if now is not None and now.state else "gone"
+        return recheck(f"the quote is {state} at the backend")
 
     def waiting() -> None:
         get_run_logger().warning(
@@ -263,27 +277,22 @@ async def wait_for_person(
             "flow again asks again"
         )
 
-    try:
-        answer = await asking.ask(
-            SpendDecision,
-            key=pause_key(quote.manifest_digest),
-            description=describe(quote, request),
-            timeout=timeout,
-            poll_interval=poll_interval,
-            waiting=waiting,
-            timed_out=timed_out,
-            settled=settled,
-            fresh=again,
+    answer = await asking.ask(
+        SpendDecision,
+        key=pause_key(quote.manifest_digest),
+        description=describe(quote, request),
+        timeout=timeout,
+        poll_interval=poll_interval,
+        waiting=waiting,
+        timed_out=timed_out,
+        settled=settled,
+        fresh=again,
+    )
+    if answer is None:
+        raise RunCancelled(
+            "the flow run was cancelled while the spend waited for a person; nothing was submitted"
         )
-    except asking.SettledElsewhere:
-        answer = None
-    else:
-        if answer is None:
-            raise RunCancelled(
-                "the flow run was cancelled while the spend waited for a person; nothing was "
-                "submitted"
-            )
-    if answer is not None and answer.decision == "decline":
+    if answer.decision == "decline":
         await steps.decline_quote(quote.quote_id, answer.reason or None)
     return await _after_answer(steps, quote, request)
 

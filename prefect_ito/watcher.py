@@ -14,8 +14,9 @@ nothing (its first sweep reads everything again), and two watchers resume nothin
 resume is claimed first, :mod:`prefect_ito.claims`; a claim whose holder died is taken over once
 stale).
 
-It never decides anything, never confirms or declines a spend, never resumes with an input, and
-never submits: a re-entered or resumed flow run re-attaches to the run it recorded, or reads its
+It never decides anything, never confirms or declines a spend, and never submits; it resumes a
+spend question only with ``recheck`` (Prefect resumes a form's pause only with an answer), which
+decides nothing: a re-entered or resumed flow run re-attaches to the run it recorded, or reads its
 quote at the backend itself, and asks again while it is pending. A run that waits for a person
 under any other key (a decision at a gate) is never resumed.
 """
@@ -28,7 +29,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import httpx
@@ -52,7 +53,7 @@ from prefect_ito.deferral import DEFER_PREFIX, Deferral
 from prefect_ito.exceptions import ItoError, QuoteNotFound
 from prefect_ito.quote_wait import QuoteWait
 from prefect_ito.recovery import Recovery
-from prefect_ito.spend import SPEND_PREFIX
+from prefect_ito.spend import SPEND_PREFIX, recheck
 from prefect_ito.watched import watched_flow_runs
 
 __all__ = ["Watcher"]
@@ -323,8 +324,11 @@ class Watcher:
             # stale, as the backend run may never change again to bring it back.
             self._look_again_at[record.run_id] = deferral.wall_clock() + claims.CLAIM_STALE_SECONDS
 
-    async def _resume_once(self, flow_run: FlowRun, why: str) -> bool:
-        """Resume a suspended flow run without input; return False if another watcher claimed it.
+    async def _resume_once(
+        self, flow_run: FlowRun, why: str, answer: dict[str, Any] | None = None
+    ) -> bool:
+        """Resume a suspended flow run (with ``answer`` for a pause that waits for a form);
+        return False if another watcher claimed it.
 
         Watchers that follow the same feed see the same change at once. Prefect checks that a run
         is paused before resuming it, but not in the same write, so two resumes that race may
@@ -341,7 +345,7 @@ class Watcher:
             if not await claim_turn(client, flow_run.id, prefix, held, ""):
                 return False
         try:
-            await aresume_flow_run(flow_run.id)
+            await aresume_flow_run(flow_run.id, run_input=answer)
         except _CHANGED_UNDER_US as error:  # resumed, cancelled or deleted meanwhile
             logger.info("Flow run %s was not resumed: %s", flow_run.id, error)
             return True
@@ -409,7 +413,8 @@ class Watcher:
                         return
             with _unless_changed(flow_run):
                 what = state.value if state is not None else "gone"
-                await self._resume_once(flow_run, f"quote {record.quote_id} is {what}")
+                why = f"quote {record.quote_id} is {what}"
+                await self._resume_once(flow_run, why, recheck(why).model_dump(mode="json"))
 
         await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
 

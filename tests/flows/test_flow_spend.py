@@ -92,6 +92,23 @@ async def test_a_person_confirms_at_the_backend_and_the_backend_records_who(star
     assert len(submissions(simulator)) == 1
 
 
+async def test_after_a_confirmation_at_the_backend_the_flow_pauses_again_for_a_restart(
+    start_simulator,
+):
+    # The flow, paused in-process for the spend, resumes itself once the quote is confirmed at
+    # the backend. Before, it resumed without the answer Prefect's form needs, Prefect refused,
+    # and the flow ran on while Prefect still held it paused: the restart question that followed
+    # failed with "Cannot pause flows that are not currently running" (seen in the demo).
+    simulator = start_simulator("loss-spike")
+    person = Confirmer(simulator, "confirm")
+
+    state = await run_with(simulator, person)
+
+    assert state.is_completed(), state.message
+    (admin,) = simulator.runs()
+    assert admin.run.decisions and admin.run.decisions[0].decision.value == "approve"
+
+
 async def test_declining_in_the_form_declines_at_the_backend_and_submits_nothing(start_simulator):
     simulator = start_simulator("default")
     person = Confirmer(simulator, "decline")

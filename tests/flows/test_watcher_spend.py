@@ -7,6 +7,7 @@ that names a backend this process is not configured for, and never on a record i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -15,6 +16,7 @@ import pytest
 from capture_server import CaptureServer
 from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
+from prefect.input import keyset_from_paused_state
 from prefect.states import Running, Suspended
 
 from prefect_ito import spend
@@ -72,9 +74,23 @@ async def ask_again(flow_run, quote, *, api_url: str, keyring_entry: str | None 
         expires_at=quote.expires_at,
     )
     await record_quote_wait(flow_run.id, record)
-    key = spend.pause_key(quote.manifest_digest)
+    # A question asked again gets a key of its own (see prefect_ito.answers), as the flow's do.
+    asked = _ASKED.setdefault(flow_run.id, 0)
+    _ASKED[flow_run.id] += 1
+    key = spend.pause_key(quote.manifest_digest) + (f"-again-{asked}" if asked else "")
+    # As ``asuspend_flow_run(wait_for_input=SpendDecision)`` leaves it: the form's keyset on
+    # the state and its schema saved, so that Prefect resumes it only with an answer.
+    suspended = Suspended(pause_key=key)
+    keyset = keyset_from_paused_state(suspended)
+    suspended.state_details.run_input_keyset = keyset
+    await spend.SpendDecision.with_initial_data(description="spend").asave(
+        keyset, flow_run_id=flow_run.id
+    )
     async with get_client() as client:
-        await client.set_flow_run_state(flow_run.id, Suspended(pause_key=key), force=True)
+        await client.set_flow_run_state(flow_run.id, suspended, force=True)
+
+
+_ASKED: dict[object, int] = {}
 
 
 async def answer(simulator, quote_id: str, how: str) -> None:
@@ -103,12 +119,12 @@ async def resumed_within(flow_run_id, seconds: float) -> float:
 
 
 async def resume_inputs(flow_run_id) -> list:
-    """Return the flow-run inputs a resume would have left: none, as no input is sent."""
+    """Return the answers a resume left: the watcher's ``recheck``, which decides nothing."""
     async with get_client() as client:
         inputs = await client.filter_flow_run_input(
             flow_run_id, key_prefix="", limit=100, exclude_keys=set()
         )
-    return [item for item in inputs if item.key.startswith(spend.SPEND_PREFIX)]
+    return [json.loads(item.value) for item in inputs if item.key.endswith("-response")]
 
 
 @pytest.mark.parametrize("feed", [True, False], ids=["change-feed", "per-quote-reads"])
@@ -135,7 +151,9 @@ async def test_a_run_is_resumed_within_seconds_of_its_quote_being_answered(
 
     assert took < 5, took
     assert watcher.resumed in ([flow_run.id], [])  # forgotten once it no longer waits
-    assert await resume_inputs(flow_run.id) == []  # resumed without an input
+    # Resumed with the one answer the form takes that decides nothing: the flow reads the quote.
+    (given,) = await resume_inputs(flow_run.id)
+    assert given["decision"] == "recheck" and how in given["reason"]
     paths = [r.path for r in simulator.requests()]
     assert f"/v0/training-quotes/{quote.quote_id}" in paths
     assert ("/v0/training-runs/changes" in paths) is feed
