@@ -386,8 +386,9 @@ def _where_to_confirm(quote: TrainingQuote, choices: bool) -> list[str]:
     """Return the lines that say where a person confirms: the backend's page and code."""
     if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
         return [f"Confirmed at the backend by {md.code(quote.confirmation.principal)}.", ""]
+    # The address is shown too: a terminal shows a link's text, not where it points.
     where = (
-        f"[the backend's confirm page]({quote.confirm_url})"
+        f"[the backend's confirm page]({quote.confirm_url}) ({md.code(quote.confirm_url)})"
         if quote.confirm_url and md.is_http_url(quote.confirm_url)
         else "the backend's confirm page"
     )
