@@ -44,6 +44,7 @@ CATEGORIES: dict[str, str] = {
     "malformed-answers": "Malformed backend answers",
     "secrets": "Secrets (canary tokens)",
     "never-alone": "Never acts on its own",
+    "spend-attempts": "Spend attempts without a person's confirmation at the backend",
 }
 """The categories of the report, in its order."""
 REPORT_PATHS = "tests/reliability tests/e2e/test_crashes.py"
@@ -88,6 +89,13 @@ METHODS: dict[str, str] = {
     "never-alone": "Every request any simulator of the suite answered is matched against the "
     "endpoints of the OpenAPI document, and every restart decision posted against the answers "
     "people gave.",
+    "spend-attempts": "A seeded generator picks, for each attempt, a route and its parameters: "
+    "over HTTP with the worker's token (training scopes only, no person's principal) against a "
+    "simulator, and as whole `ito-training` flow runs for the routes through Prefect (inline "
+    "authorizations, forged blocks, answers written before the question, Resume, the form, "
+    "the `credentials` parameter). Runs created are counted from the simulator's own records, "
+    "leaving out the setup runs a person made; the controls, where a person did confirm at the "
+    "backend or made a covering authorization, must make exactly one run each.",
 }
 """How each category is measured, for the report."""
 
