@@ -173,7 +173,9 @@ async def submit_with_consent(
             return await steps.submit(
                 request, quote.quote_id, None, idempotency_key, client_reference
             )
-        except (ConfirmationExpired, ConfirmationUsed):
+        except (ConfirmationExpired, ConfirmationUsed, ConfirmationRequired):
+            # Expired, superseded, or priced on a booking that changed since: a new quote, which
+            # a person's confirmation carries to only if nothing got worse.
             requotes += 1
             if requotes > MAX_REQUOTES:
                 raise ConfirmationRequired(

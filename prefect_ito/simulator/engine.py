@@ -508,7 +508,7 @@ class Engine:
             self._remember(account, key, fingerprint, rec.run_id)
             return Submitted(rec.snapshot(), replayed=True)
         self._check_reference(account, request.client_reference)
-        confirmation = self._allow(account, request, principal)
+        confirmation = self._allow(account, request, booking, principal)
         # The run keeps the manifest it was asked for; what allowed it and the client reference
         # are recorded beside it.
         asked = request.model_copy(
@@ -523,7 +523,11 @@ class Engine:
         return Submitted(rec.snapshot(), replayed=False)
 
     def _allow(
-        self, account: str, request: TrainingRunRequest, submitter: str | None
+        self,
+        account: str,
+        request: TrainingRunRequest,
+        booking: SimBooking,
+        submitter: str | None,
     ) -> tuple[HeldQuote, ConfirmationRecord] | None:
         """Return the quote a new run spends on and what allowed it; refuse it otherwise.
 
@@ -535,9 +539,12 @@ class Engine:
             return None
         held = self.quotes.check(account, request, self._clock())
         now = self.wall_now()
+        script = self.scenario.script_for(booking.booking_id)
+        # What was confirmed or covered is the cost and term quoted: not a booking grown since.
+        quote = self.quotes.as_it_stands(held, request, booking, script, now)
         if request.authorization_id is not None:
             authorization = self.authorizations.charge(
-                account, request.authorization_id, held.quote, now
+                account, request.authorization_id, quote, now
             )
             return held, ConfirmationRecord(
                 quote_id=held.quote.quote_id,

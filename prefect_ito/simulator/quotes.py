@@ -103,6 +103,31 @@ def _range(value: float) -> CostRange:
     return CostRange(low=round(value * ESTIMATE_LOW, 2), high=round(value * ESTIMATE_HIGH, 2))
 
 
+def _priced(
+    request: TrainingRunRequest, booking: SimBooking, script: RunScript, now: datetime
+) -> TrainingQuote:
+    """Return what ``request`` costs on ``booking`` as it is ``now``, as a quote without an id."""
+    plan = preview(request, booking, script)
+    quote = TrainingQuote(
+        quote_id="unissued",
+        booking_id=request.booking_id,
+        manifest_digest=request.manifest_digest,
+        budget_usd=request.budget_usd,
+        plan=plan,
+        within_budget=plan.cost_usd.high <= request.budget_usd,
+        term_end=booking.term_end,
+        # Compared in hours: a model of thousands of trillions of parameters would date the end
+        # of its run past the year 9999.
+        ends_before_term=plan.duration_hours.high * 3600
+        <= (booking.term_end - now).total_seconds(),
+        expires_at=now,
+        manifest=TrainingRequest.model_validate(
+            request.model_dump(include=set(TrainingRequest.model_fields))
+        ),
+    )
+    return quote.model_copy(update={"warnings": _warnings(quote)})
+
+
 def _warnings(quote: TrainingQuote) -> list[str]:
     plan = quote.plan
     warnings = []
@@ -161,11 +186,11 @@ def _what_got_worse(confirmed: TrainingQuote, new: TrainingQuote) -> list[str]:
             f"the estimate's high end rose from ${confirmed.plan.cost_usd.high:,.0f} to "
             f"${new.plan.cost_usd.high:,.0f}"
         )
-    if not new.ends_before_term:
+    if confirmed.ends_before_term and not new.ends_before_term:
         worse.append(
             f"the run may now outlast the booking's term, which ends {new.term_end.isoformat()}"
         )
-    if new.plan.parallelism.refused:
+    if new.plan.parallelism.refused and not confirmed.plan.parallelism.refused:
         worse.append(f"the backend now refuses the plan: {new.plan.parallelism.reason}")
     return worse
 
@@ -207,31 +232,18 @@ class QuoteBook:
 
         With ``base_url`` the quote names the confirm page a person answers it on.
         """
-        plan = preview(request, booking, script)
         user_code = _user_code()
         confirm_url = (
             f"{base_url.rstrip('/')}{CONFIRM_PAGE}?user_code={user_code}" if base_url else None
         )
-        quote = TrainingQuote(
-            quote_id=f"quote_{uuid4().hex[:16]}",
-            booking_id=request.booking_id,
-            manifest_digest=request.manifest_digest,
-            budget_usd=request.budget_usd,
-            plan=plan,
-            within_budget=plan.cost_usd.high <= request.budget_usd,
-            term_end=booking.term_end,
-            # Compared in hours: a model of thousands of trillions of parameters would date the
-            # end of its run past the year 9999.
-            ends_before_term=plan.duration_hours.high * 3600
-            <= (booking.term_end - now).total_seconds(),
-            expires_at=now + timedelta(seconds=self._ttl),
-            manifest=TrainingRequest.model_validate(
-                request.model_dump(include=set(TrainingRequest.model_fields))
-            ),
-            confirm_url=confirm_url,
-            user_code=user_code,
+        quote = _priced(request, booking, script, now).model_copy(
+            update={
+                "quote_id": f"quote_{uuid4().hex[:16]}",
+                "expires_at": now + timedelta(seconds=self._ttl),
+                "confirm_url": confirm_url,
+                "user_code": user_code,
+            }
         )
-        quote = quote.model_copy(update={"warnings": _warnings(quote)})
         held = HeldQuote(quote, account, real_now + self._ttl)
         self._carry(held, real_now)
         self._held[quote.quote_id] = held
@@ -389,6 +401,36 @@ class QuoteBook:
                 "user_code": quote.user_code,
                 "reasons": quote.not_carried,
             },
+        )
+
+    @staticmethod
+    def as_it_stands(
+        held: HeldQuote,
+        request: TrainingRunRequest,
+        booking: SimBooking,
+        script: RunScript,
+        now: datetime,
+    ) -> TrainingQuote:
+        """Return ``held``'s quote priced again on the booking as it is ``now``, if nothing got
+        worse since it was quoted (then it is the quote as issued).
+
+        A confirmation, and an authorization's cover, are of the cost and term a person saw:
+        a booking that grew or whose term shrank since is another spend.
+
+        Raises:
+            SimError: ``CONFIRMATION_REQUIRED`` naming what changed; ask for a new quote.
+        """
+        now_priced = _priced(request, booking, script, now)
+        worse = _what_got_worse(held.quote, now_priced)
+        if not worse:
+            return held.quote
+        quote = held.quote
+        raise SimError(
+            ErrorCode.CONFIRMATION_REQUIRED,
+            f"the booking changed since quote {quote.quote_id} was made ({'; '.join(worse)}): "
+            "ask for a new quote, which a person confirms again",
+            field="quote_id",
+            details={"quote_id": quote.quote_id, "reasons": worse},
         )
 
     @staticmethod

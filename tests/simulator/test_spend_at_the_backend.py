@@ -239,3 +239,26 @@ def test_a_requote_that_may_outlast_the_term_waits_for_a_person(desk):
     answer = desk.submit({**desk.body(), "quote_id": second["quote_id"]}, confirm=False)
     assert _error(answer) == (428, "CONFIRMATION_REQUIRED")
     assert desk.sim.runs() == []
+
+
+@pytest.mark.parametrize("allowed_by", ["person", "authorization"])
+def test_a_confirmed_quote_on_a_booking_that_grew_since_makes_no_run(desk, allowed_by):
+    # Found by the randomized spend attempts: a quote a person confirmed at $34k on 2 nodes
+    # was still taken after the booking became 20 nodes (up to $337k), since only new quotes
+    # were priced again. What a person confirmed is the cost and term they saw.
+    booking = next(b for b in desk.sim.bookings() if b.booking_id == desk.body()["booking_id"])
+    body = desk.body()
+    quote = desk.quote(body).json()["data"]
+    named = {**body, "quote_id": quote["quote_id"]}
+    if allowed_by == "person":
+        desk.confirm_quote(quote["quote_id"])
+    else:
+        authorization = _authorize(desk, max_budget_usd=1e9)
+        named["authorization_id"] = authorization["authorization_id"]
+    desk.sim.add_booking(booking.model_copy(update={"node_count": 20}))
+
+    answer = _post(_worker(desk), "/v0/training-runs", named, "stale")
+
+    assert _error(answer) == (428, "CONFIRMATION_REQUIRED")
+    assert any("rose from" in reason for reason in answer.json()["error"]["details"]["reasons"])
+    assert desk.sim.runs() == []
