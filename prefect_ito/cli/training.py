@@ -25,7 +25,7 @@ from rich.markup import escape
 
 from prefect_ito import answers, desk, provenance, terminal, views
 from prefect_ito.approval import RestartDecision
-from prefect_ito.blocks import ItoCredentials, resolve_credentials
+from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_credentials
 from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.cli import app, output
 from prefect_ito.cli.errors import exit_with, run_command
@@ -118,7 +118,9 @@ def train(
         _fail(_nobody_to_confirm())
 
     def confirmer() -> terminal.Confirmer | None:
-        return run_command(_spend_confirmer(parameters, flow_parameters, confirm, name))
+        return run_command(
+            _spend_confirmer(parameters, flow_parameters, confirm, name, authorization)
+        )
 
     _run_flow(ito_training, flow_parameters, verbose, confirmer=confirmer)
 
@@ -136,14 +138,20 @@ async def _spend_confirmer(
     flow_parameters: dict[str, Any],
     confirm: str | None,
     note: str | None,
+    authorization: str | None,
 ) -> terminal.Confirmer | None:
     """Return who acts on the flow's spend confirmation here; with ``--confirm``, confirm first.
 
+    A named authorization block is loaded first, so that a broken one is one line before
+    anything is sent (what it names is the backend's to judge).
+
     Raises:
+        InvalidParameters: the authorization block is missing or its data is broken.
         ConfirmationMismatch: ``--confirm`` names a quote of another request.
         ConfirmationUsed, ConfirmationExpired: the quote can make no run any more.
         InsufficientScope: this token may not confirm a spend (it is not a person's).
     """
+    await resolve_authorization(authorization)
     if confirm is not None:
         request = parameters.to_request(await resolve_booking(parameters))
         credentials = await resolve_credentials(flow_parameters["credentials"])

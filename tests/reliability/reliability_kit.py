@@ -173,7 +173,8 @@ class Submit:
     """Submits ``request`` once under ``key``, on a fresh quote a person confirmed at the backend.
 
     Every submission of this suite goes through here. ``calls`` counts the logical calls it made
-    to the backend (a quote, then a submission), for the tests that weigh retries against calls.
+    to the backend (a quote, the person's confirmation, then a submission), for the tests that
+    weigh retries against calls.
     """
 
     def __init__(self) -> None:
@@ -182,6 +183,7 @@ class Submit:
     async def __call__(self, client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
         self.calls += 1
         quote = await desk.quote(client, request)  # no new run is made without a confirmation
+        self.calls += 1
         async with ItoClient(client.base_url, PERSONS[client.base_url]) as person:
             await person.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{key}")
         self.calls += 1

@@ -502,7 +502,7 @@ async def test_a_stored_authorization_with_bad_data_fails_its_flow_run_naming_th
     from prefect_ito.flows import ito_training
 
     target: Backend = backend()
-    name = f"bad-authorization-{field.rsplit('.', 1)[1].replace('_', '-')}"
+    name = f"bad-authorization-{field.rsplit('.', 1)[-1].replace('_', '-')}-{len(changes)}"
     await store_bad_authorization(name, changes)
 
     state = await ito_training(

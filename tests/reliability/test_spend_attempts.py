@@ -291,9 +291,10 @@ def requote_after_change(a: Attacker, booking: str) -> list[httpx.Response]:
     requoted = a.quote(body)
     assert requoted["state"] == "pending" and requoted["not_carried"], requoted
     refused = a.submit(body, quote_id=requoted["quote_id"])
-    # The quote the person confirmed before the change, sent as it was: measured apart (its key
-    # says so), since a person did confirm that quote; see the report.
-    stale = a.submit(body, key=f"stale-{booking}", quote_id=first)
+    # The quote the person confirmed before the change, sent as it was: what they confirmed is
+    # the cost and term they saw, so the backend prices it again and refuses it. (The first
+    # version of this module found it was taken: 17 runs of 17.)
+    stale = a.submit(body, quote_id=first)
     return [refused, stale]
 
 
@@ -373,7 +374,6 @@ def test_no_spend_attempt_over_http_creates_a_run(backend, sweep, ledger):
     attacker = Attacker(backend(bookings=bookings), rng, sweep.canaries)
     short = Attacker(backend(bookings=bookings, quote_ttl_seconds=QUOTE_TTL), rng, sweep.canaries)
     faults, answered, created = Counter[str](), Counter[str](), Counter[str]()
-    stale = Counter[str]()
     for index, route in enumerate(_plan(rng, list(ROUTES), HTTP_ATTEMPTS)):
         on = short if route == "confirmed quote expired" else attacker
         before = {admin.run_id for admin in on.sim.runs()}
@@ -381,8 +381,7 @@ def test_no_spend_attempt_over_http_creates_a_run(backend, sweep, ledger):
         new = [admin for admin in on.sim.runs() if admin.run_id not in before]
         faults[route] += 1
         answered.update(_code(answer) for answer in responses)
-        stale.update("run created" for run in new if run.idempotency_key.startswith("stale-"))
-        made = [run for run in new if not run.idempotency_key.startswith(("setup-", "stale-"))]
+        made = [run for run in new if not run.idempotency_key.startswith("setup-")]
         created[route] += len(made)
     controls = _controls(attacker, rng)
     for each in (attacker, short):
@@ -398,13 +397,6 @@ def test_no_spend_attempt_over_http_creates_a_run(backend, sweep, ledger):
             "seed": str(SEED),
             "backend answers to the worker's token (http)": ", ".join(
                 f"{code} {n}" for code, n in sorted(answered.items())
-            ),
-            "a person's confirmed quote, sent as it was after the booking changed": (
-                f"runs created {stale['run created']} of "
-                f"{faults['re-quote after the booking got pricier or shorter']} (outside the "
-                "figure above: a person did confirm that quote, before the change; the backend "
-                "does not check a confirmed quote against the booking again, and the run's "
-                "budget stays its ceiling)"
             ),
         },
     )
@@ -589,7 +581,9 @@ class FlowRoutes:
         credentials = self.rng.choice(
             [
                 {"api_url": self.sim.url, "keyring_entry": "ada"},
-                {"api_url": self.sim.url, "token": self.person_token},
+                # A token written into Prefect (a made-up one: a real one written there would be
+                # the writer's own leak, which the suite's sweep rightly counts) is never used.
+                {"api_url": self.sim.url, "token": f"written-in-prefect-{uuid.uuid4().hex}"},
             ]
         )
         parameters = {**self.parameters(booking), "credentials": credentials}

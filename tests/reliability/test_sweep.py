@@ -35,6 +35,7 @@ from prefect.client.orchestration import get_client
 from reliability_kit import SWEEP, Sweep, answer_key, request_for
 
 from prefect_ito import demo
+from prefect_ito.contract import ALL_SCOPES
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.outcomes import exit_code
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -74,8 +75,8 @@ def _spy_on_the_demo(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> tuple[lis
     mint, stop = SimulatorServer.mint_token, SimulatorServer.stop
     operate = demo.ScriptedOperator.__call__
 
-    def mint_token(self: SimulatorServer, account: str = "sim-user") -> Any:
-        token = mint(self, account)
+    def mint_token(self: SimulatorServer, account: str = "sim-user", **options: Any) -> Any:
+        token = mint(self, account, **options)
         minted.append(token.get_secret_value())
         sweep.canaries.add(minted[-1])
         return token
@@ -102,7 +103,9 @@ def _spy_on_the_demo(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> tuple[lis
 def test_every_command_answers_in_json_without_its_token(prefect_server, sweep: Sweep, ledger):
     """The commands' ``--json`` documents, good and bad, go to the sweep with their token."""
     with SimulatorServer(builtin_scenario("default")) as simulator:
-        token = simulator.mint_token("json").get_secret_value()
+        # A person's token: `train --confirm` confirms the quote with it at the backend.
+        scopes = [scope.value for scope in ALL_SCOPES]
+        token = simulator.mint_token("json", scopes=scopes, principal="user:ada").get_secret_value()
         sweep.canaries.add(token)
         env = {
             **os.environ,
@@ -119,7 +122,7 @@ def test_every_command_answers_in_json_without_its_token(prefect_server, sweep: 
         commands = {
             "whoami": ["whoami"],
             "quote": ["quote", *training],
-            "train": ["train", *training, "--confirm", request.digest(), "--name", "Ada"],
+            "train": ["train", *training, "--confirm", _quote(simulator.url, token, request)],
             "runs show": ["runs", "show", "--booking", request.booking_id],
         }
         codes = {name: _run_json(args, env, sweep) for name, args in commands.items()}
@@ -136,6 +139,17 @@ def test_every_command_answers_in_json_without_its_token(prefect_server, sweep: 
         "whoami": 0, "quote": 0, "train": 0, "runs show": 0,
         "whoami, token revoked": ExitCode.AUTHENTICATION,
     }  # fmt: skip
+
+
+def _quote(url: str, token: str, request: Any) -> str:
+    """Return the id of a fresh quote for ``request`` at the backend at ``url``."""
+    response = httpx.post(
+        f"{url}/v0/training-quotes",
+        json=request.to_submission().model_dump(mode="json"),
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    response.raise_for_status()
+    return str(response.json()["data"]["quote_id"])
 
 
 def _run_json(args: list[str], env: dict[str, str], sweep: Sweep) -> int:
