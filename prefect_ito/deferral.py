@@ -32,6 +32,7 @@ from prefect_ito.contract import TrainingRun
 __all__ = [
     "BACKEND_RUN_KEY",
     "DEFER_PREFIX",
+    "BackendRecord",
     "Deferral",
     "deferral_key",
     "latest_deferral",
@@ -51,13 +52,22 @@ BACKEND_RUN_KEY = "ito-backend-run"
 _KEY_NAMESPACE = uuid.UUID("8f0e4b0a-2d7f-4a37-9f1e-5b6c3a9d2e41")
 
 
-class Deferral(BaseModel):
-    """What a deferred flow run waits on: everything a watcher needs, and no secret."""
+class BackendRecord(BaseModel):
+    """Where a waiting flow run's backend is, as its record in Prefect says: no secret.
+
+    Written in Prefect, so nothing here is trusted: a watcher follows ``api_url`` only to an
+    origin it is configured for (:mod:`prefect_ito.origins`).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     api_url: str
     keyring_entry: str | None = None
+
+
+class Deferral(BackendRecord):
+    """What a deferred flow run waits on: everything a watcher needs, and no secret."""
+
     run_id: str
     version: int
     stage: str | None

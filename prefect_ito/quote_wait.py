@@ -20,7 +20,9 @@ from uuid import UUID
 
 from prefect import get_client
 from prefect.exceptions import PrefectHTTPStatusError
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+
+from prefect_ito.deferral import BackendRecord
 
 __all__ = ["QUOTE_RECORD_PREFIX", "QuoteWait", "latest_quote_wait", "record_quote_wait"]
 
@@ -28,13 +30,9 @@ QUOTE_RECORD_PREFIX = "ito-quote-"
 """Input keys of these records start with this (never a pause key: no one answers them)."""
 
 
-class QuoteWait(BaseModel):
+class QuoteWait(BackendRecord):
     """Which quote a flow run waits on a person for, and at which backend; no secret."""
 
-    model_config = ConfigDict(frozen=True)
-
-    api_url: str
-    keyring_entry: str | None = None
     quote_id: str
     manifest_digest: str
     expires_at: datetime
