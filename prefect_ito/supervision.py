@@ -3,10 +3,11 @@
 :func:`start` and :func:`supervise` say *what* happens, in which order; a :class:`Steps` says
 *how* each step is done. The ``ito-training`` flow runs every step as a Prefect task (so each shows
 in the UI, with retries where they are safe); :class:`~prefect_ito.jobs.ItoTrainingRun` calls the
-same steps plainly over one client (:class:`ClientSteps`). Both therefore verify, quote, confirm,
-delegate, report, ask people and stop on request in exactly the same way, and only
-:meth:`Steps.submit` creates work — :func:`start` is the only caller of it, only after nothing
-could be re-attached, and only with a confirmation of the spend (see :mod:`prefect_ito.spend`).
+same steps plainly over one client (:class:`ClientSteps`). Both therefore verify, quote, wait for
+a person, delegate, report, ask people and stop on request in exactly the same way, and only
+:meth:`Steps.submit` creates work — reached from :func:`start` only after nothing could be
+re-attached, and only on a quote the backend says a person confirmed or an authorization covers
+(see :mod:`prefect_ito.spend`); the backend decides, and refuses anything else.
 """
 
 from __future__ import annotations
