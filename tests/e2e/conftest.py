@@ -13,12 +13,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from e2e_stack import (
+    ACCOUNT,
     AUTHORIZATION_BLOCK,
     BOOKING_BLOCK,
     CHECKOUT,
@@ -28,6 +28,7 @@ from e2e_stack import (
     POOL,
     PROCESS_TEMPLATE,
     SHIPPED_YAML,
+    WORKLOAD,
     Stack,
     deploy,
     deployment_file,
@@ -43,8 +44,9 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.events.clients import PrefectEventsClient
 from prefect.events.worker import EventsWorker
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from spend_helpers import covering_authorization
 
-from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
+from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.simulator import SimulatorServer
 
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
@@ -138,8 +140,8 @@ def _running_stack(
     database, api_url, scratch = prefect_api
     suite = _suite(config)
     with SimulatorServer(e2e_scenario()) as simulator:
-        token = simulator.mint_token("e2e")
-        _save_blocks(simulator.url)
+        token = simulator.mint_token(ACCOUNT, principal=WORKLOAD)  # a workload's token
+        _save_blocks(simulator, ACCOUNT)
         _create_work_pool()
         deploy(
             deployment_file(scratch, shipped),
@@ -179,17 +181,21 @@ def _running_stack(
             suite.stop_process(stack.watcher if stack and stack.watcher else watcher)
 
 
-def _save_blocks(api_url: str) -> None:
-    """Save the blocks the shipped prefect.yaml names, as a user does once per workspace."""
-    ItoCredentials(api_url=api_url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
+def _save_blocks(simulator: SimulatorServer, account: str) -> None:
+    """Save the blocks the shipped prefect.yaml names, as a user does once per workspace.
+
+    The standing authorization the deployments name is a backend object: the tests' person
+    creates it at the simulator, for the worker's account, and the block only names it.
+    """
+    ItoCredentials(api_url=simulator.url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
     ItoBooking(
         booking_id=PLAIN_BOOKING, gpu_sku="H200", node_count=2, gpus_per_node=8,
         fabric="InfiniBand", region="eu-north-1",
     ).save(BOOKING_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
-    ItoSpendAuthorization(
-        authorized_by="Ada (e2e)", max_budget_usd=1e6, booking_ids=["bk-*"],
-        expires_at=datetime.now(UTC) + timedelta(days=1), note="end-to-end tests",
-    ).save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
+    authorization = covering_authorization(
+        simulator, account, max_budget_usd=1e6, booking_id_patterns=["bk-*"]
+    )
+    authorization.save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
 
 
 def _create_work_pool() -> None:

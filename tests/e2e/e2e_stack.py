@@ -34,6 +34,10 @@ INSTALLED_YAML = CHECKOUT / "deployments" / "prefect-installed.yaml"
 PROCESS_TEMPLATE = CHECKOUT / "deployments" / "process-base-job-template.json"
 """The process work pool's template: no job variable sets the command, environment or directory."""
 POOL = "ito-process"
+ACCOUNT = "e2e"
+"""The backend account of the worker's token, and of the person who allows its spend."""
+WORKLOAD = "service:e2e-worker"
+"""The principal of the worker's token: a workload's, which no spend scope is granted to."""
 PLAIN_BOOKING = "bk-h200-2x8-ib"
 CREDENTIALS_BLOCK = "ito-desk"  # the block names deployments/prefect.yaml ships with
 BOOKING_BLOCK = "ito-booking"
@@ -48,7 +52,9 @@ LOST_MACHINE_BOOKING = "bk-e2e-lost-machine"
 CONFIRM_BOOKING = "bk-e2e-confirm"
 """A booking whose run nobody's standing authorization covers: a person confirms it."""
 BROWSER_CONFIRM_BOOKING = "bk-e2e-confirm-browser"
-"""The same, confirmed in the Prefect UI."""
+"""The same, confirmed in a browser on the backend's confirm page."""
+BROWSER_DECLINE_BOOKING = "bk-e2e-decline-browser"
+"""The same, declined in the Prefect UI's Resume form."""
 NIGHTLY = "ito-training/nightly"
 AFTER_BOOKING = "ito-training/after-booking"
 CANCEL_ON_CANCELLED = "ito-cancel-training/cancel-on-cancelled"
@@ -70,6 +76,7 @@ def e2e_scenario() -> Scenario:
             *slow,
             CONFIRM_BOOKING,
             BROWSER_CONFIRM_BOOKING,
+            BROWSER_DECLINE_BOOKING,
             DEFER_BOOKING,
         ]
     ]

@@ -1,11 +1,13 @@
-"""End to end in a browser: a person approves a loss-spike restart, and confirms a spend, in the
-Prefect UI.
+"""End to end in a browser: a person approves a loss-spike restart in the Prefect UI, confirms
+a spend on the backend's confirm page, and declines one in the Prefect UI.
 
 Headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) opens the UI that
 ``prefect server start`` serves, presses Resume on the suspended run, checks the evidence and the
 chart, fills the form Prefect generates from the :class:`~prefect_ito.approval.RestartDecision`
 schema, is refused without a choice, approves and submits; then it looks at the flow run's
-Artifacts tab, the telemetry card and the decisions card. Screenshots of each are kept in
+Artifacts tab, the telemetry card and the decisions card. For a spend (contract v0.4) it signs in
+on the simulator's confirm page (the quote's ``confirm_url``) and confirms there, and it declines
+another in the Resume form, which can only decline or recheck. Screenshots of each are kept in
 ``test-output/browser/`` (or ``$PREFECT_ITO_TEST_OUTPUT/browser/``). SQLite only: the UI is the
 same for every database. Without Chromium or Playwright the test is skipped, unless
 ``PREFECT_ITO_REQUIRE_BROWSER=1`` (set by ``.ci/run``) turns the skip into a failure.
@@ -18,27 +20,38 @@ import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+from uuid import UUID
 
+import httpx
 import pytest
 from e2e_stack import (
+    ACCOUNT,
     BROWSER_BOOKING,
     BROWSER_CONFIRM_BOOKING,
+    BROWSER_DECLINE_BOOKING,
     CHECKOUT,
-    NIGHTLY,
+    WORKLOAD,
     Stack,
     backend_runs,
     completed,
+    flow_run_processes,
     named,
     on_booking,
+    start_training,
     suspend_on_spike,
+    wait_for,
     wait_for_flow_run,
 )
-from prefect.deployments import run_deployment
+from prefect import get_client
+from prefect.client.schemas.objects import FlowRun
 
-from prefect_ito.contract import DecisionChoice, RunState
+from prefect_ito.contract import DecisionChoice, QuoteState, RunState, TrainingQuote
+from prefect_ito.quote_wait import latest_quote_wait
 from prefect_ito.reporting import artifact_key
+from prefect_ito.spend import SPEND_PREFIX
 
 if TYPE_CHECKING:
     from playwright.async_api import Locator, Page
@@ -60,6 +73,12 @@ CARD = ".p-layout-well__content"
 """An artifact's page: its description and its content."""
 APPROVER = "Grace Hopper"
 REASON = "the spike follows a bad data shard; restart from the checkpoint"
+CONFIRMER = f"user:{ACCOUNT}"
+"""Who the confirm page signs in: the person of the worker's account."""
+NOTE = "Ada, from the confirm page"
+DECLINE_REASON = "not this month: the data is not ready"
+RESUME_WITHIN = 5.0
+"""Seconds from a person's confirmation to the watcher's resume of the suspended flow run."""
 
 
 def missing_browser() -> str | None:
@@ -136,12 +155,17 @@ async def open_resume_form(page: Page, flow_run_url: str) -> Locator:
     return page.get_by_role("dialog").filter(has_text="Resume Flow Run")
 
 
-async def choose(page: Page, field: Locator, option: str) -> None:
-    """Pick ``option`` in one of the generated form's drop-downs, from the keyboard."""
+async def choose(page: Page, field: Locator, option: str, among: list[str] | None = None) -> None:
+    """Pick ``option`` in one of the generated form's drop-downs, from the keyboard.
+
+    With ``among``, first check that the drop-down offers exactly those options, in that order.
+    """
     from playwright.async_api import expect
 
     await field.locator(".p-select-button__control").focus()
     await page.keyboard.press("ArrowDown")
+    if among is not None:
+        await expect(page.locator(".p-select-option")).to_have_text(among)
     await page.locator(".p-select-option", has_text=re.compile(rf"^{option}$")).click()
     await expect(field.locator(".p-select-button__value")).to_have_text(option)
 
@@ -240,55 +264,132 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
 
 
 @pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True)
-async def test_a_person_confirms_a_spend_in_the_prefect_ui(
+async def test_a_person_confirms_a_spend_at_the_backend_and_declines_one_in_the_prefect_ui(
     chromium: Path, stack: Stack, page: Page
 ):
-    """Confirm a run no standing authorization covers, in the Resume form of its flow run.
+    """Two deployment runs nobody authorized suspend for their spend, holding no process.
 
-    The form shows what is confirmed (manifest, digest, plan, estimate, budget, booking term),
-    refuses an untouched submission, and the backend records the person who confirmed.
+    One is confirmed on the backend's confirm page, where a person signs in and reads the cost
+    first; the watcher resumes it within seconds, and the backend records the person. The other
+    is declined in the Prefect UI's Resume form, which shows the cost, the confirm link and the
+    code, and cannot confirm: the flow run ends Declined, and so does the quote at the backend.
     """
     from playwright.async_api import expect
 
-    params = {**on_booking(BROWSER_CONFIRM_BOOKING), "authorization": None}
-    flow_run = await run_deployment(NIGHTLY, parameters=params, timeout=0)
-    suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
-    assert suspended.state is not None
-    assert (suspended.state.state_details.pause_key or "").startswith("spend-")
+    # Both at once: their waits for the worker and a flow process overlap.
+    confirming = await start_training(unauthorized(BROWSER_CONFIRM_BOOKING))
+    declining = await start_training(unauthorized(BROWSER_DECLINE_BOOKING))
     ui_url = stack.api_url.removesuffix("/api")
     shots = screenshot_dir()
 
     async with screenshot_on_failure(page, shots / "spend-failure.png"):
-        dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{flow_run.id}")
-        for shown in (BROWSER_CONFIRM_BOOKING, "sha256:", "budget", "GPU hours", "term ends"):
-            await expect(dialog).to_contain_text(shown)
-        digest = form_field(dialog, "Manifest Digest").get_by_role("textbox")
-        assert (await digest.input_value()).startswith("sha256:")  # pre-filled from the quote
+        quote = await suspended_for_spend(stack, confirming.id)
+        assert quote.confirm_url and quote.user_code
+        await page.goto(quote.confirm_url)
+        await expect(page.get_by_label("Quote code")).to_have_value(quote.user_code)
+        # The simulator's page signs a person in by account; they speak as user:<account>.
+        await page.get_by_label("Account").fill(ACCOUNT)
+        await snapshot(page, page.locator("body"), shots / "confirm-page-sign-in.png")
+        await page.get_by_role("button", name="Sign in").click()
+        rows = page.locator("tr")
+        await expect(rows.first).to_have_text(f"Estimated cost{cost(quote)}")  # cost first
+        await expect(rows.nth(1)).to_have_text(f"Budget ceiling${quote.budget_usd:,.2f}")
+        await expect(page.get_by_text(f"Quote {quote.quote_id}, state pending.")).to_be_visible()
+        await expect(page.locator("input[name=user_code]")).to_have_value(quote.user_code)
+        await page.get_by_label("Note").fill(NOTE)
+        await snapshot(page, page.locator("body"), shots / "confirm-page.png")
+        clicked = datetime.now(UTC)
+        await page.get_by_role("button", name="Confirm", exact=True).click()
+        await expect(page.get_by_text(f"Confirmed as {CONFIRMER}")).to_be_visible()
+        await snapshot(page, page.locator("body"), shots / "confirm-page-confirmed.png")
+        assert await resumed_within(confirming.id, clicked) < RESUME_WITHIN
+
+        quote_b = await suspended_for_spend(stack, declining.id)
+        dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{declining.id}")
+        high = f"${quote_b.plan.cost_usd.high:,.0f}"
+        await expect(dialog).to_contain_text(f"{BROWSER_DECLINE_BOOKING}: up to {high} estimated")
+        link = dialog.get_by_role("link", name=re.compile("confirm page"))
+        assert quote_b.confirm_url and quote_b.user_code
+        await expect(link).to_have_attribute("href", quote_b.confirm_url)
+        await expect(dialog).to_contain_text(quote_b.confirm_url)  # for a text-only terminal
+        await expect(dialog).to_contain_text(f"code {quote_b.user_code}")
         decision = form_field(dialog, "Decision")
         await expect(decision.locator(".p-select-button__value")).to_have_text("")
-        await form_field(dialog, "Confirmed By").get_by_role("textbox").fill(APPROVER)
+        await form_field(dialog, "Reason").get_by_role("textbox").fill(DECLINE_REASON)
         await snapshot(page, page.locator(".p-modal__card"), shots / "spend-form.png")
-
-        # Submitting without a choice is refused, and nothing is submitted.
-        await dialog.get_by_role("button", name="Submit").click()
-        await expect(decision).to_contain_text("'decision' is a required property")
-        assert backend_runs(stack, BROWSER_CONFIRM_BOOKING) == []
-        await choose(page, decision, "confirm")
+        # The form offers no way to confirm.
+        await choose(page, decision, "decline", among=["decline", "recheck"])
         await submit_as_a_person_would(page, dialog)
-        await wait_for_flow_run(flow_run.id, completed)
+        declined = await wait_for_flow_run(declining.id, named("Declined"))
+        await wait_for_flow_run(confirming.id, completed)
 
     (run,) = backend_runs(stack, BROWSER_CONFIRM_BOOKING)
     assert run.confirmation is not None
-    assert (run.confirmation.confirmed_by, run.confirmation.via) == (APPROVER, "person")
-    assert run.confirmation.quote_id and run.manifest_digest == await digest_of(params)
+    assert (run.confirmation.confirmed_by, run.confirmation.via) == (CONFIRMER, "person")
+    assert (run.confirmation.quote_id, run.confirmation.note) == (quote.quote_id, NOTE)
+    assert run.confirmation.submitted_by == WORKLOAD  # the worker's token only submitted it
+    assert run.manifest_digest == quote.manifest_digest
+    assert stack.watcher_log is not None  # the watcher resumed it: the run held no process
+    resumed = f"Resumed flow run {confirming.id}: quote {quote.quote_id} is confirmed."
+    assert resumed in stack.watcher_log.read_text()
+    assert declined.state is not None and declined.state.is_failed()
+    assert backend_runs(stack, BROWSER_DECLINE_BOOKING) == []
+    now = await read_quote(stack, quote_b.quote_id)
+    assert now.state is QuoteState.DECLINED
+    assert now.confirmation is not None  # declined by the flow, with the worker's token
+    assert (now.confirmation.principal, now.confirmation.note) == (WORKLOAD, DECLINE_REASON)
 
 
-async def digest_of(params: dict[str, object]) -> str:
-    """Return the manifest digest of a deployment run's ``training`` parameter."""
-    from prefect_ito.parameters import BookingClaim, TrainingParameters
+def unauthorized(booking_id: str) -> dict[str, object]:
+    """Return a deployment run's parameters on ``booking_id`` that name no authorization."""
+    return {**on_booking(booking_id), "authorization": None}
 
-    training = TrainingParameters.model_validate(params["training"])
-    return training.to_request(BookingClaim(booking_id=training.booking)).digest()
+
+def cost(quote: TrainingQuote) -> str:
+    """Return the estimate as the confirm page writes it."""
+    return f"${quote.plan.cost_usd.low:,.2f} – ${quote.plan.cost_usd.high:,.2f}"
+
+
+async def suspended_for_spend(stack: Stack, flow_run_id: UUID) -> TrainingQuote:
+    """Wait until the flow run suspends for a spend, with no process; return its quote."""
+    suspended = await wait_for_flow_run(flow_run_id, asking_for_spend)
+    assert suspended.state_name == "Suspended"
+    await wait_for(lambda: not flow_run_processes(flow_run_id))  # it holds no process
+    record = await latest_quote_wait(flow_run_id)
+    assert record is not None and record.api_url == stack.simulator.url
+    return await read_quote(stack, record.quote_id)
+
+
+def asking_for_spend(flow_run: FlowRun) -> bool:
+    state = flow_run.state
+    key = (state.state_details.pause_key or "") if state else ""
+    return bool(state and state.is_paused() and key.startswith(SPEND_PREFIX))
+
+
+async def read_quote(stack: Stack, quote_id: str) -> TrainingQuote:
+    """Read a quote as the backend states it, with the worker's token (training:read)."""
+    async with httpx.AsyncClient(base_url=stack.simulator.url, timeout=10) as client:
+        response = await client.get(
+            f"/v0/training-quotes/{quote_id}",
+            headers={"Authorization": f"Bearer {stack.token.get_secret_value()}"},
+        )
+    response.raise_for_status()
+    return TrainingQuote.model_validate(response.json()["data"])
+
+
+async def resumed_within(flow_run_id: UUID, since: datetime) -> float:
+    """Wait until the flow run leaves its spend suspension; return seconds from ``since``.
+
+    Measured by the server's timestamp of the first state after the suspension, so the figure
+    does not depend on how often this test looks.
+    """
+    await wait_for_flow_run(flow_run_id, lambda run: not asking_for_spend(run), timeout=60)
+    async with get_client() as client:
+        states = sorted(await client.read_flow_run_states(flow_run_id), key=lambda s: s.timestamp)
+    after = [s for s in states if s.timestamp >= since and not s.is_paused()]
+    seconds = (after[0].timestamp - since).total_seconds()
+    print(f"resumed {seconds:.2f} s after the confirmation ({after[0].name})")
+    return seconds
 
 
 async def submit_as_a_person_would(page: Page, dialog: Locator) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from capture_server import CaptureServer
 from e2e_stack import (
+    ACCOUNT,
     AFTER_BOOKING,
     APPROVE_BOOKING,
     BOOKING_BLOCK,
@@ -42,15 +43,15 @@ from e2e_stack import (
     wait_for_flow_run,
 )
 from prefect import get_client
-from prefect.deployments import run_deployment
 from prefect.exceptions import PrefectHTTPStatusError
-from prefect.flow_runs import aresume_flow_run
 from prefect.states import Cancelling, Running, Suspended
+from spend_helpers import PERSON, confirm_at_backend
 
 from prefect_ito.blocks import ItoBooking
 from prefect_ito.chaining import emit_booking_completed
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.parameters import BookingClaim, TrainingParameters
+from prefect_ito.quote_wait import latest_quote_wait
 
 pytestmark = pytest.mark.e2e
 
@@ -277,6 +278,11 @@ def files_under(root: Path) -> list[Path]:
 
 
 async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(stack: Stack):
+    """A person confirms at the backend, with a token of their own; the watcher resumes the run.
+
+    Nothing answers the flow run in Prefect: it reads the quote again once resumed, and the
+    backend records who confirmed it.
+    """
     params = {**on_booking(CONFIRM_BOOKING), "authorization": None}
     digest = (
         TrainingParameters.model_validate(params["training"])
@@ -284,19 +290,23 @@ async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(sta
         .digest()
     )
 
-    flow_run = await run_deployment(NIGHTLY, parameters=params, timeout=0)
+    flow_run = await start_training(params)
     suspended = await wait_for_flow_run(flow_run.id, named("Suspended"))
     assert suspended.state is not None
     assert (suspended.state.state_details.pause_key or "").startswith("spend-")
     await wait_for(lambda: not flow_run_processes(flow_run.id))  # holds no process meanwhile
     assert backend_runs(stack, CONFIRM_BOOKING) == []
-    answer = {"decision": "confirm", "confirmed_by": "Grace", "manifest_digest": digest}
-    await aresume_flow_run(flow_run.id, run_input=answer)
+    record = await latest_quote_wait(flow_run.id)
+    assert record is not None and record.manifest_digest == digest
+    await asyncio.to_thread(confirm_at_backend, stack.simulator, record.quote_id, ACCOUNT)
     await wait_for_flow_run(flow_run.id, completed)
 
     (run,) = backend_runs(stack, CONFIRM_BOOKING)
     assert run.confirmation is not None
-    assert (run.confirmation.confirmed_by, run.confirmation.via) == ("Grace", "person")
+    assert (run.confirmation.confirmed_by, run.confirmation.via) == (PERSON, "person")
+    assert (run.confirmation.quote_id, run.manifest_digest) == (record.quote_id, digest)
     logs = await flow_run_log_messages(flow_run.id, until="succeeded through")
     assert len([m for m in logs if "Waiting for a person to confirm" in m]) == 1, logs
-    assert any("Grace confirmed the spend" in m for m in logs), logs
+    # Resumed by the watcher, the flow run takes up the quote it recorded, as the backend states it.
+    assert f"Resumed: the quote {record.quote_id} is confirmed at the backend." in logs, logs
+    assert any(m.endswith(f"confirmed at the backend by {PERSON}.") for m in logs), logs

@@ -44,9 +44,16 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from pydantic import SecretStr
 
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
+from prefect_ito.contract import SpendAuthorization, SpendAuthorizationRequest, SpendLimits
 from prefect_ito.simulator import AdminRun, RequestLogEntry
 
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
+ACCOUNT = "trials"
+"""The backend account of the worker's token, and of the standing authorization."""
+PERSON = "user:ada"
+"""The person who made the standing authorization, as the backend knows them."""
+WORKLOAD = "service:trials-worker"
+"""The principal of the worker's token: a workload's."""
 HEARTBEAT_SECONDS = "30"
 """Flow runs beat every 30 s (Prefect's least); a watcher counts 65 s of silence as lost."""
 
@@ -57,11 +64,15 @@ class Simulator(Protocol):
     @property
     def url(self) -> str: ...
 
-    def mint_token(self, account: str = ...) -> SecretStr: ...
+    def mint_token(self, account: str = ..., *, principal: str | None = ...) -> SecretStr: ...
 
     def runs(self) -> list[AdminRun]: ...
 
     def requests(self) -> list[RequestLogEntry]: ...
+
+    def add_spend_authorization(
+        self, authorization: SpendAuthorizationRequest, *, account: str, principal: str
+    ) -> SpendAuthorization: ...
 
 
 @dataclass
@@ -181,11 +192,19 @@ def trial_stack(simulator: Simulator, scratch: Path | None = None) -> Iterator[T
 def _prepare(stack: TrialStack) -> None:
     """Save the credentials block, create the pool, deploy, start a worker and two watchers."""
     ItoCredentials(api_url=stack.simulator.url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
-    # The shipped deployments name this standing authorization: the trials' spend is covered.
-    ItoSpendAuthorization(
-        authorized_by="Ada (crash trials)", max_budget_usd=1e7, booking_ids=["bk-*"],
-        expires_at=datetime.now(UTC) + timedelta(days=1), note="crash trials",
-    ).save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]  # fmt: skip
+    # The shipped deployments name this standing authorization, which a person made at the
+    # backend for the worker's account: the trials' spend is covered.
+    authorization = stack.simulator.add_spend_authorization(
+        SpendAuthorizationRequest(
+            name="crash trials",
+            limits=SpendLimits(max_budget_usd=1e7, booking_id_patterns=["bk-*"]),
+            expires_at=datetime.now(UTC) + timedelta(days=1),
+        ),
+        account=ACCOUNT,
+        principal=PERSON,
+    )
+    block = ItoSpendAuthorization(authorization_id=authorization.authorization_id)
+    block.save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
     template = json.loads(PROCESS_TEMPLATE.read_text())
     with get_client(sync_client=True) as client:
         client.create_work_pool(
@@ -193,12 +212,13 @@ def _prepare(stack: TrialStack) -> None:
         )
     deployer = environment(stack.api_url, stack.scratch / "deployer")
     deploy(deployment_file(stack.scratch, SHIPPED_YAML), deployer, stack.scratch / "deploy.log")
+    token = stack.simulator.mint_token(ACCOUNT, principal=WORKLOAD)  # a workload's token
     # The token reaches flow runs and watchers through their own environment, nothing else.
     stack.env = environment(
         stack.api_url,
         stack.scratch / "worker",
         ITO_COMPUTE_API_URL=stack.simulator.url,  # the one origin the token belongs to
-        ITO_COMPUTE_TOKEN=stack.simulator.mint_token("trials").get_secret_value(),
+        ITO_COMPUTE_TOKEN=token.get_secret_value(),
         XDG_DATA_HOME=str(stack.scratch / "worker-keyring"),
         PREFECT_FLOWS_HEARTBEAT_FREQUENCY=HEARTBEAT_SECONDS,
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
