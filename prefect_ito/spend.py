@@ -148,31 +148,25 @@ async def submit_with_consent(
     asked, requotes = False, 0
     while True:
         _check(quote)
+        if authorization is not None and quote.state is not QuoteState.CONFIRMED:
+            allowed_by = authorization.authorization_id
+        elif quote.state is QuoteState.CONFIRMED:
+            allowed_by = None
+        else:
+            quote = await steps.await_person(quote, request, again=asked)
+            asked = True
+            continue
         try:
-            if authorization is not None and quote.state is not QuoteState.CONFIRMED:
-                try:
-                    return await steps.submit(
-                        request,
-                        quote.quote_id,
-                        authorization.authorization_id,
-                        idempotency_key,
-                        client_reference,
-                    )
-                except AuthorizationDoesNotCover as refusal:
-                    steps.logger.warning(
-                        "The standing authorization %s does not cover this request: %s. Asking "
-                        "a person.",
-                        authorization.label,
-                        refusal,
-                    )
-                    authorization = None
-            if quote.state is not QuoteState.CONFIRMED:
-                quote = await steps.await_person(quote, request, again=asked)
-                asked = True
-                continue
             return await steps.submit(
-                request, quote.quote_id, None, idempotency_key, client_reference
+                request, quote.quote_id, allowed_by, idempotency_key, client_reference
             )
+        except AuthorizationDoesNotCover as refusal:
+            steps.logger.warning(
+                "The standing authorization %s does not cover this request: %s. Asking a person.",
+                allowed_by,
+                refusal,
+            )
+            authorization = None
         except (ConfirmationExpired, ConfirmationUsed, ConfirmationRequired):
             # Expired, superseded, or priced on a booking that changed since: a new quote, which
             # a person's confirmation carries to only if nothing got worse.
