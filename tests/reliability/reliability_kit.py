@@ -21,6 +21,7 @@ from typing import Any
 from prefect import State
 from prefect.client.schemas.objects import FlowRun
 from pydantic import SecretStr
+from spend_helpers import covering_authorization
 
 from prefect_ito import desk
 from prefect_ito.approval import RestartDecision, pause_key
@@ -28,7 +29,6 @@ from prefect_ito.auth import store_token
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
-    ALL_SCOPES,
     TrainingRequest,
     TrainingRun,
 )
@@ -122,12 +122,9 @@ class Backend:
         self.url = sim.url
         self.token: SecretStr = sim.mint_token("reliability")
         sweep.canaries.add(self.token.get_secret_value())
-        # The person who confirms this suite's spends at the backend: a canary of its own.
-        self.person: SecretStr = sim.mint_token(
-            "reliability", scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada"
-        )
-        sweep.canaries.add(self.person.get_secret_value())
-        PERSONS[self.url] = self.person
+        # The standing authorization a person made at this backend, which this suite's
+        # submissions name (put on file, so it is neither a request nor a retry of a test).
+        AUTHORIZATIONS[self.url] = covering_authorization(sim, "reliability").authorization_id
         # Flows find the token where a login leaves it: the keyring, under the backend's URL.
         store_token(self.url, self.token)
 
@@ -165,16 +162,16 @@ def scenario_with(
 # --- the one way to submit, and the one way to run the flow --------------------------------------
 
 
-PERSONS: dict[str, SecretStr] = {}
-"""The person's token at each backend of this suite, by its URL (see :class:`Backend`)."""
+AUTHORIZATIONS: dict[str, str] = {}
+"""The standing authorization a person made at each backend of this suite, by its URL."""
 
 
 class Submit:
-    """Submits ``request`` once under ``key``, on a fresh quote a person confirmed at the backend.
+    """Submits ``request`` once under ``key``, on a fresh quote, under the standing authorization
+    a person made at the backend.
 
     Every submission of this suite goes through here. ``calls`` counts the logical calls it made
-    to the backend (a quote, the person's confirmation, then a submission), for the tests that
-    weigh retries against calls.
+    to the backend (a quote, then a submission), for the tests that weigh retries against calls.
     """
 
     def __init__(self) -> None:
@@ -184,10 +181,8 @@ class Submit:
         self.calls += 1
         quote = await desk.quote(client, request)  # no new run is made without a confirmation
         self.calls += 1
-        async with ItoClient(client.base_url, PERSONS[client.base_url]) as person:
-            await person.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{key}")
-        self.calls += 1
-        return await desk.submit(client, request, quote.quote_id, None, key)
+        authorization = AUTHORIZATIONS[client.base_url]
+        return await desk.submit(client, request, quote.quote_id, authorization, key)
 
 
 class Person:
