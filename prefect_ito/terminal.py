@@ -37,6 +37,7 @@ from prefect.settings import (
     PREFECT_UI_URL,
     temporary_settings,
 )
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markdown import Markdown
 
@@ -44,9 +45,10 @@ from prefect_ito import answers
 from prefect_ito.approval import Choice, RestartDecision
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cancellation import request_detach
-from prefect_ito.exceptions import InsufficientScope, ItoAPIError
+from prefect_ito.contract import TrainingQuote
+from prefect_ito.exceptions import InsufficientScope, ItoAPIError, ItoError
 from prefect_ito.quote_wait import QuoteWait, latest_quote_wait
-from prefect_ito.spend import SPEND_PREFIX, SpendDecision
+from prefect_ito.spend import SPEND_PREFIX, SpendDecision, describe
 from prefect_ito.views import quiet_tasks
 
 __all__ = [
@@ -337,9 +339,20 @@ async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
     backend at every poll, goes on by itself. A decline is the flow's to make: it is returned.
     """
     console = Console()
-    console.print(Markdown(without_images(pause.description)))
+    # What a person confirms is the quote the record names, so that quote is what they read, as
+    # the backend states it: the record and the form's text are Prefect's, which anyone with
+    # API access may have written.
+    stated = await stated_quote(pause.quote) if pause.quote is not None else None
+    if stated is None or stated.manifest is None:
+        console.print(Markdown(without_images(pause.description)))
+        console.print(
+            "[yellow]The quote could not be read from the backend, so it cannot be confirmed "
+            "here: confirm it on the backend's own page, or decline it.[/]"
+        )
+    else:
+        console.print(Markdown(describe(stated, stated.manifest)))
     decision = await _read_choice(console, "Confirm or decline the spend?", _SPEND_CHOICES)
-    if decision is None or pause.quote is None:
+    if decision is None or pause.quote is None or (decision == "confirm" and stated is None):
         console.print(
             "[yellow]No answer: the spend still waits for a person's confirmation at the "
             "backend; nothing is submitted until then.[/]"
@@ -351,6 +364,16 @@ async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
     note = await _read_line(console, "A note beside your confirmation (optional): ")
     await confirm_quote_here(pause.quote, (note or "").strip() or None, console)
     return None
+
+
+async def stated_quote(record: QuoteWait) -> TrainingQuote | None:
+    """Return the quote ``record`` names, as the backend states it; None if it cannot be read."""
+    try:
+        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
+        async with credentials.get_client() as client:
+            return await client.get_quote(record.quote_id)
+    except (ItoError, ValidationError):  # a record nobody may follow, or a quote not found
+        return None
 
 
 async def confirm_quote_here(record: QuoteWait, note: str | None, console: Console) -> bool:

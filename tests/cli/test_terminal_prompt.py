@@ -105,6 +105,43 @@ async def test_the_spend_is_confirmed_at_the_backend_only_by_typing_it_out(typed
     assert stated["confirmation"]["note"] == "looked at it"
 
 
+async def test_the_terminal_shows_the_quote_the_record_names_as_the_backend_states_it(
+    typed, quoted, capsys
+):
+    # The record and the form's text are Prefect's: anyone with API access could name another
+    # quote of the account (a 70B run, say) beside a harmless description. Before, the terminal
+    # showed the description and confirmed whatever quote the record named.
+    simulator, pause = quoted
+    forged = SpendPause(None, "### Spend: $10 on a tiny run", pause.quote)  # type: ignore[arg-type]
+    typed += [None]
+
+    assert await terminal.confirm_at_terminal(forged) is None
+
+    shown = capsys.readouterr().out
+    stated = _stated(simulator, pause)
+    assert "$10 on a tiny run" not in shown
+    assert f"${stated['plan']['cost_usd']['high']:,.0f}" in shown
+    assert stated["manifest_digest"] in shown
+
+
+async def test_a_quote_the_backend_does_not_know_is_never_confirmed_here(typed, quoted, capsys):
+    simulator, pause = quoted
+    assert pause.quote is not None
+    unknown = SpendPause(
+        None,  # type: ignore[arg-type]
+        "### Spend",
+        pause.quote.model_copy(update={"quote_id": "quote_never_made"}),
+    )
+    typed += ["confirm"]
+
+    assert await terminal.confirm_at_terminal(unknown) is None
+
+    assert "could not be read from the backend" in capsys.readouterr().out
+    assert _stated(simulator, pause)["state"] == "pending"
+    posts = [r for r in simulator.requests() if r.path.endswith("/confirmations")]
+    assert posts == []
+
+
 async def test_declining_at_the_terminal_and_the_end_of_input(typed, quoted):
     simulator, pause = quoted
     typed += ["decline", "too dear", None]
