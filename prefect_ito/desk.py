@@ -163,18 +163,20 @@ async def quote(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
     found = await client.quote_training_run(request.to_submission())
     mismatch = quote_mismatch(found, request)
     if mismatch is not None:
+        field, differ = mismatch
         raise ItoProtocolError(
-            f"the backend quoted {mismatch}", endpoint="POST /v0/training-quotes"
+            f"the backend quoted {differ}", endpoint="POST /v0/training-quotes", field=field
         )
     return found
 
 
-def quote_mismatch(found: TrainingQuote, request: TrainingRequest) -> str | None:
-    """Return how ``found`` is a quote for another request than ``request``; None if it is not."""
+def quote_mismatch(found: TrainingQuote, request: TrainingRequest) -> tuple[str, str] | None:
+    """Return how ``found`` is a quote for another request than ``request`` — the first field
+    that differs, and every difference in words — or None if it is this request's."""
     # The booking and the budget first: they are part of the manifest too, and say what a
     # person changed better than a digest does.
     differ = [
-        f"{name} {quoted!r} for a request of {expected!r}"
+        (name, f"{name} {quoted!r} for a request of {expected!r}")
         for name, expected, quoted in (
             ("booking_id", request.booking_id, found.booking_id),
             ("budget_usd", request.budget_usd, found.budget_usd),
@@ -182,7 +184,9 @@ def quote_mismatch(found: TrainingQuote, request: TrainingRequest) -> str | None
         )
         if expected != quoted
     ]
-    return "; ".join(differ) or None
+    if not differ:
+        return None
+    return differ[0][0], "; ".join(words for _, words in differ)
 
 
 async def read_quote(

@@ -180,7 +180,7 @@ async def confirm_beforehand(
         mismatch = desk.quote_mismatch(quote, request)
         if mismatch is not None:
             raise ConfirmationMismatch(
-                f"--confirm {quote_id} is a quote of another request (it has {mismatch}): "
+                f"--confirm {quote_id} is a quote of another request (it has {mismatch[1]}): "
                 "nothing was sent; `prefect-ito quote` with the same options makes this one's",
                 field="confirm",
             )

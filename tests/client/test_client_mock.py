@@ -21,6 +21,7 @@ from prefect_ito.contract import (
     DecisionRequest,
     ErrorCode,
     EventPage,
+    TrainingRequest,
     TrainingRunList,
 )
 
@@ -420,3 +421,24 @@ async def test_a_key_in_flight_past_the_retries_is_raised_with_its_retry_after()
 
     assert caught.value.retry_after == 1.0
     assert len(script.requests) == 3
+
+
+async def test_a_quote_for_another_budget_is_a_protocol_error_naming_the_field() -> None:
+    from prefect_ito import desk
+    from prefect_ito.simulator import builtin_scenario
+    from prefect_ito.simulator.engine import Engine
+
+    submission = sample_request("bk-h200-2x8-ib")
+    request = TrainingRequest.model_validate(
+        submission.model_dump(include=set(TrainingRequest.model_fields))
+    )
+    quoted = Engine(builtin_scenario("default")).quote("sim-user", submission)
+    other = {**quoted.model_dump(mode="json"), "budget_usd": request.budget_usd + 1}
+    script = Script(ok(other, status=201))
+
+    async with mock_client(script) as client:
+        with pytest.raises(exc.ItoProtocolError) as raised:
+            await desk.quote(client, request)
+
+    assert raised.value.field == "budget_usd"
+    assert "budget_usd" in str(raised.value)
