@@ -46,8 +46,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import httpx  # noqa: E402
 
+from prefect_ito.backend.client import ItoClient  # noqa: E402
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization  # noqa: E402
-from prefect_ito.client import ItoClient  # noqa: E402
 from prefect_ito.contract import ALL_SCOPES, BookingStatus, TrainingRun  # noqa: E402
 from prefect_ito.jobs import ItoTrainingJob  # noqa: E402
 from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402

@@ -30,7 +30,7 @@ from _bench import (
 )
 from pydantic import SecretStr
 
-from prefect_ito.client import ItoClient
+from prefect_ito.backend.client import ItoClient
 
 LOOPBACK_CALLS = 150
 IN_MEMORY_CALLS = 2_000

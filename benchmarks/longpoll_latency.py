@@ -32,7 +32,7 @@ from _bench import (
     use_token,
 )
 
-from prefect_ito.client import ItoClient
+from prefect_ito.backend.client import ItoClient
 
 WAIT_SECONDS = 10.0
 SHORT_POLL_SECONDS = 1.0

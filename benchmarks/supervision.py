@@ -102,16 +102,16 @@ from prefect.states import Running, Suspended  # noqa: E402
 from prefect.types.entrypoint import EntrypointType  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
+from prefect_ito.backend.client import ItoClient  # noqa: E402
 from prefect_ito.blocks import ItoCredentials  # noqa: E402
-from prefect_ito.client import ItoClient  # noqa: E402
 from prefect_ito.contract import (  # noqa: E402
     TrainingRun,
 )
-from prefect_ito.deferral import Deferral, deferral_key  # noqa: E402
 from prefect_ito.flows import ito_training  # noqa: E402
 from prefect_ito.jobs import ItoTrainingRun  # noqa: E402
 from prefect_ito.parameters import BookingClaim, TrainingParameters  # noqa: E402
 from prefect_ito.simulator import Scenario  # noqa: E402
+from prefect_ito.waiting.deferral import Deferral, deferral_key  # noqa: E402
 
 Figures = dict[str, float]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoBooking, ItoCredentials, ItoSpendAuthorization
-from prefect_ito.chaining import emit_booking_completed
-from prefect_ito.client import ItoClient
 from prefect_ito.exceptions import ItoError
 from prefect_ito.jobs import ItoTrainingJob, ItoTrainingRun
+from prefect_ito.reporting.chaining import emit_booking_completed
 
 __all__ = [
     "ItoBooking",

@@ -3,7 +3,7 @@ behind unattended spend.
 
 No block holds a secret. :class:`ItoCredentials` says which backend and which keyring entry
 to use, and resolves the token only when :meth:`ItoCredentials.get_client` is called (see
-:mod:`prefect_ito.auth`), so the block document Prefect stores never contains it.
+:mod:`prefect_ito.backend.auth`), so the block document Prefect stores never contains it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ from prefect.blocks.abstract import CredentialsBlock
 from prefect.blocks.core import Block
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from prefect_ito.auth import check_keyring_label, normalise_api_url, resolve_api_url, resolve_token
-from prefect_ito.client import ItoClient
+from prefect_ito.backend.auth import (
+    check_keyring_label,
+    normalise_api_url,
+    resolve_api_url,
+    resolve_token,
+)
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.origins import admit
 from prefect_ito.contract import ID_MAX_LENGTH
 from prefect_ito.exceptions import InvalidParameters, ItoError
-from prefect_ito.origins import admit
 
 __all__ = [
     "ItoBooking",
@@ -41,7 +46,8 @@ class ItoCredentials(CredentialsBlock):
     environment when ``ITO_COMPUTE_API_URL`` names this block's origin, else from the OS keyring
     entry that ``prefect-ito login`` wrote for that origin. Anyone with access to the Prefect API
     can write a block, so a client is made only for an origin this process is configured for
-    (``ITO_COMPUTE_API_URL`` or ``ITO_COMPUTE_ALLOWED_ORIGINS``; see :mod:`prefect_ito.origins`).
+    (``ITO_COMPUTE_API_URL`` or ``ITO_COMPUTE_ALLOWED_ORIGINS``; see
+    :mod:`prefect_ito.backend.origins`).
 
     Example:
         Load a saved block and talk to the backend:
@@ -202,7 +208,7 @@ async def resolve_credentials(
 
     A dict is a block's fields as Prefect stores a flow run's parameters. Whatever names the
     backend, its origin must be one this process is configured for, checked here so that a flow
-    run stops before its first request (see :mod:`prefect_ito.origins`).
+    run stops before its first request (see :mod:`prefect_ito.backend.origins`).
 
     Raises:
         InvalidParameters: no block has that name, or the fields are not a block's.

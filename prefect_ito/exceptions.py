@@ -716,7 +716,7 @@ class OriginNotAllowed(InvalidParameters):
     """A backend URL read from Prefect names an origin this process is not configured for.
 
     Nothing was sent to it. The operator allows an origin with ``ITO_COMPUTE_ALLOWED_ORIGINS`` in
-    the worker's and the watcher's own environment (see :mod:`prefect_ito.origins`).
+    the worker's and the watcher's own environment (see :mod:`prefect_ito.backend.origins`).
 
     Attributes:
         origin: The origin that was refused.

@@ -18,18 +18,14 @@ from typing import Any
 from prefect import State, flow, get_client, get_run_logger
 from prefect.states import Cancelled
 
-from prefect_ito import supervision
 from prefect_ito.blocks import (
     ItoCredentials,
     ItoSpendAuthorization,
     resolve_authorization,
     resolve_credentials,
 )
-from prefect_ito.cancellation import cancel_for_flow_run
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoError, RunNotFound
-from prefect_ito.flow_run import current_flow_run_id
-from prefect_ito.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.parameters import (
     SupervisionParameters,
     TrainingParameters,
@@ -37,8 +33,12 @@ from prefect_ito.parameters import (
     derive_idempotency_key,
     resolve_booking,
 )
-from prefect_ito.reporting import TrainingSummary
-from prefect_ito.tasks import TaskSteps
+from prefect_ito.reporting.report import TrainingSummary
+from prefect_ito.supervision import loop as supervision
+from prefect_ito.supervision.outcomes import outcome_state, raise_for_outcome
+from prefect_ito.supervision.tasks import TaskSteps
+from prefect_ito.waiting.cancellation import cancel_for_flow_run
+from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
 

@@ -1,7 +1,8 @@
 """Prefect's job conventions for Itô training: ``ItoTrainingJob`` → ``ItoTrainingRun``.
 
 ``trigger()`` goes through the very checks and delegating code the flow's tasks use (see
-:mod:`prefect_ito.desk`): re-attach, verify the booking, check the capability, quote, have the
+:mod:`prefect_ito.backend.desk`): re-attach, verify the booking, check the capability, quote, have
+the
 spend confirmed, submit once.
 The run handle adds what Prefect's abstract ``JobRun`` lacks: :meth:`ItoTrainingRun.cancel` and
 :meth:`ItoTrainingRun.attach`.
@@ -12,16 +13,17 @@ from __future__ import annotations
 from prefect.blocks.abstract import JobBlock, JobRun
 from pydantic import Field
 
-from prefect_ito import desk, supervision
+from prefect_ito.backend import desk
+from prefect_ito.backend.provenance import last_seen
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoRunOutcome
-from prefect_ito.flow_run import current_flow_run_id
-from prefect_ito.outcomes import raise_for_outcome
 from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
-from prefect_ito.provenance import last_seen
-from prefect_ito.reporting import TrainingSummary
-from prefect_ito.supervision import ClientSteps
+from prefect_ito.reporting.report import TrainingSummary
+from prefect_ito.supervision import loop as supervision
+from prefect_ito.supervision.loop import ClientSteps
+from prefect_ito.supervision.outcomes import raise_for_outcome
+from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = ["ItoTrainingJob", "ItoTrainingRun"]
 

@@ -12,7 +12,7 @@ import httpx
 from prefect.settings.base import PrefectBaseSettings, build_settings_config
 from pydantic import Field
 
-from prefect_ito._retry import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
+from prefect_ito.backend._retry import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 
 __all__ = ["ItoSettings"]
 

@@ -26,8 +26,8 @@ os.environ.update(
         "PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING": "true",
         "PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS": "1",
         "PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS": "1",
-        # A flow run ends once Prefect holds its events (prefect_ito.event_relay); the suite's
-        # servers write the events they receive every half second, not every five.
+        # A flow run ends once Prefect holds its events (prefect_ito.reporting.event_relay); the
+        # suite's servers write the events they receive every half second, not every five.
         "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
     }
 )
@@ -127,7 +127,7 @@ def _fresh_retry_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
     A process shares one budget per backend on purpose; tests that meet the same URL (a mock
     backend, a session simulator) must not spend each other's.
     """
-    from prefect_ito import _retry
+    from prefect_ito.backend import _retry
 
     monkeypatch.setattr(_retry, "_budgets", {})
 

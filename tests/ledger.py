@@ -81,7 +81,7 @@ METHODS: dict[str, str] = {
     "reaches the backend byte for byte.",
     "malformed-answers": "A tap between the client and the simulator rewrites answers while a "
     "run is supervised. Fuzzed bodies are fed to the response parser by "
-    "`tests/client/test_parser_fuzz.py`.",
+    "`tests/backend/test_parser_fuzz.py`.",
     "secrets": "Every token of the suite is a canary, searched for (with anything shaped like a "
     "simulator token) in every test's captured output and log records, command output, state and "
     "exception texts, Prefect's API (block documents with secrets, logs, flow and task runs, "

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect_ito import provenance
-from prefect_ito.auth import (
+from prefect_ito.backend import provenance
+from prefect_ito.backend.auth import (
     delete_token,
     load_stored_token,
     store_token,
     usable_keyring,
 )
-from prefect_ito.auth import (
+from prefect_ito.backend.auth import (
     login as device_login,
 )
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.cli import app, output
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client, resolve_target
-from prefect_ito.client import ItoClient
 from prefect_ito.contract import DeviceAuthorization
 from prefect_ito.exceptions import (
     ItoError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect_ito import provenance
+from prefect_ito.backend import provenance
 from prefect_ito.cli import app, output
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client

@@ -33,7 +33,7 @@ from typing import Annotated, Any, TypeVar
 from cyclopts import Parameter
 from pydantic_core import to_json
 
-from prefect_ito import provenance
+from prefect_ito.backend import provenance
 from prefect_ito.exceptions import ExitCode, ItoError
 
 __all__ = [

@@ -17,9 +17,9 @@ from cyclopts import Parameter
 from rich.console import Console
 from rich.markdown import Markdown
 
-from prefect_ito import desk, terminal
+from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
-from prefect_ito.cli import app, output
+from prefect_ito.cli import app, output, terminal
 from prefect_ito.cli.options import (
     CommandLineTraining,
     DataFile,
@@ -30,7 +30,7 @@ from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName
 from prefect_ito.contract import TrainingQuote, TrainingRequest
 from prefect_ito.parameters import TrainingParameters, resolve_booking
-from prefect_ito.spend import describe
+from prefect_ito.people.spend import describe
 
 __all__ = ["quote"]
 

@@ -14,15 +14,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prefect_ito import cards, provenance, views
-from prefect_ito.cli import app, output
+from prefect_ito.backend import provenance
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.cli import app, output, views
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
-from prefect_ito.client import ItoClient
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import InvalidParameters, RunNotFound
 from prefect_ito.parameters import IDEMPOTENCY_KEY_PATTERN, check_id
-from prefect_ito.reporting import TrainingSummary
+from prefect_ito.reporting import cards
+from prefect_ito.reporting.report import TrainingSummary
 
 __all__ = ["runs", "show"]
 

@@ -24,12 +24,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from prefect_ito import cards, terminal
-from prefect_ito import markdown as md
-from prefect_ito.cli import app, output
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.cli import app, output, terminal
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
-from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
     QuoteConfirmation,
     QuoteConfirmationRequest,
@@ -50,7 +48,9 @@ from prefect_ito.exceptions import (
     SpendDeclined,
 )
 from prefect_ito.parameters import check_id, invalid_parameters
-from prefect_ito.spend import describe
+from prefect_ito.people.spend import describe
+from prefect_ito.reporting import cards
+from prefect_ito.reporting import markdown as md
 
 __all__ = ["authorizations", "confirm", "create", "list_authorizations", "revoke"]
 

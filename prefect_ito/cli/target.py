@@ -3,7 +3,8 @@
 ``login``, ``logout``, ``whoami``, ``capabilities`` and ``runs show`` take the backend the same
 way: ``--api-url``, else ``--credentials`` (the name of a saved ItoCredentials block, whose
 keyring entry is then used), else ``ITO_COMPUTE_API_URL``. A block's URL is followed only to an
-origin this process is configured for (:func:`prefect_ito.origins.admit`); a URL a person types
+origin this process is configured for (:func:`prefect_ito.backend.origins.admit`); a URL a person
+types
 is theirs to choose, and gets only the token that belongs to its own origin.
 """
 
@@ -14,9 +15,9 @@ from typing import Annotated
 import httpx
 from cyclopts import Parameter
 
-from prefect_ito.auth import resolve_api_url, resolve_token
+from prefect_ito.backend.auth import resolve_api_url, resolve_token
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
-from prefect_ito.client import ItoClient
 from prefect_ito.exceptions import InvalidParameters, PrefectUnreachable
 
 __all__ = ["ApiUrl", "CredentialsName", "open_client", "resolve_target"]

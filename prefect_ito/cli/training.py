@@ -23,11 +23,9 @@ from prefect.states import Cancelling
 from rich.console import Console
 from rich.markup import escape
 
-from prefect_ito import answers, desk, provenance, terminal, views
-from prefect_ito.approval import RestartDecision
+from prefect_ito.backend import desk, provenance
 from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_credentials
-from prefect_ito.cancellation import cancel_for_flow_run
-from prefect_ito.cli import app, output
+from prefect_ito.cli import app, output, terminal, views
 from prefect_ito.cli.errors import exit_with, run_command
 from prefect_ito.cli.options import (
     CommandLineTraining,
@@ -53,14 +51,17 @@ from prefect_ito.exceptions import (
     PrefectServerRequired,
 )
 from prefect_ito.flows import ito_attach_training, ito_training
-from prefect_ito.outcomes import exit_code, outcome_error
 from prefect_ito.parameters import (
     SupervisionParameters,
     TrainingParameters,
     check_id,
     resolve_booking,
 )
-from prefect_ito.reporting import read_status
+from prefect_ito.people import answers
+from prefect_ito.people.approval import RestartDecision
+from prefect_ito.reporting.report import read_status
+from prefect_ito.supervision.outcomes import exit_code, outcome_error
+from prefect_ito.waiting.cancellation import cancel_for_flow_run
 
 __all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
 
@@ -300,7 +301,7 @@ def demo(
         scenario: A built-in scenario: demo, gate-failure, refused, ladder-rejection,
             budget-exhausted, stall, two-spikes, unavailable.
     """
-    from prefect_ito.demo import run_demo
+    from prefect_ito.cli.demo import run_demo
 
     output.use_json(json_output)
     try:

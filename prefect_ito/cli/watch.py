@@ -13,9 +13,9 @@ from prefect.settings import get_current_settings
 
 from prefect_ito.cli import app
 from prefect_ito.cli.errors import exit_with, require_positive, run_command
+from prefect_ito.cli.terminal import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
-from prefect_ito.terminal import has_real_server
-from prefect_ito.watcher import Watcher
+from prefect_ito.waiting.watcher import Watcher
 
 __all__ = ["watch"]
 
@@ -77,7 +77,7 @@ async def _watch(watcher: Watcher) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    logging.getLogger("prefect_ito.watcher").info(
+    logging.getLogger("prefect_ito.waiting.watcher").info(
         "Watching deferred, spend-waiting and lost ito-training flow runs (long-polls of %g s).",
         watcher.wait,
     )

@@ -139,7 +139,7 @@ class ErrorCode(StrEnum):
 
     Open in the OpenAPI document: a backend may add codes within v0, and a client treats a code
     it does not know by the HTTP status of the answer. prefect-ito reads ``error.code`` from an
-    answer as a string (``prefect_ito._http``), so an unknown code becomes a plain
+    answer as a string (``prefect_ito.backend._http``), so an unknown code becomes a plain
     :class:`~prefect_ito.exceptions.ItoAPIError`; this enum names the codes it knows.
     """
 

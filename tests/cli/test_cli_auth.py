@@ -37,7 +37,7 @@ HEADLESS_LOGIN = """
 import sys
 import keyring.core
 from prefect_ito.cli import app
-import prefect_ito.demo
+import prefect_ito.cli.demo
 
 keyring.core.init_backend(
     limit=lambda backend: not type(backend).__module__.startswith(("keyring.", "keyrings."))
@@ -61,7 +61,7 @@ def chosen():
 before = chosen()
 import prefect_ito
 import prefect_ito.cli
-import prefect_ito.demo
+import prefect_ito.cli.demo
 after = chosen()
 ours = [
     cls.__qualname__

@@ -21,7 +21,7 @@ import pytest
 from cli_helpers import one_document, prefect_ito
 from pydantic import SecretStr
 
-from prefect_ito.client import ItoClient
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import ALL_SCOPES, QuoteState, TrainingQuote, TrainingRequest
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario

@@ -10,8 +10,8 @@ from prefect import flow, get_client
 from prefect.input.run_input import keyset_from_paused_state
 from prefect.states import Paused, Running
 
-from prefect_ito.approval import RestartDecision
 from prefect_ito.exceptions import ExitCode
+from prefect_ito.people.approval import RestartDecision
 
 GRACE = {"decision": "approve", "decided_by": "Grace", "reason": "a data blip"}
 DECIDE = ["--reject", "--reason", "the loss keeps rising", "--name", "Ada"]

@@ -8,12 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
-from prefect_ito import terminal
+from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
+from prefect_ito.cli import terminal
+from prefect_ito.cli.terminal import SpendPause
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
-from prefect_ito.origins import ENV_API_URL, ENV_TOKEN
-from prefect_ito.quote_wait import QuoteWait
 from prefect_ito.simulator import SimulatorServer
-from prefect_ito.terminal import SpendPause
+from prefect_ito.waiting.quote_wait import QuoteWait
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_task_chatter_leaves_the_console_only_and_only_when_not_verbose():
 
     from prefect.logging.handlers import APILogHandler, PrefectConsoleHandler
 
-    from prefect_ito.views import TaskChatterFilter, quiet_tasks
+    from prefect_ito.cli.views import TaskChatterFilter, quiet_tasks
 
     def record(name: str, level: int, message: str) -> logging.LogRecord:
         return logging.LogRecord(name, level, __file__, 1, message, None, None)
@@ -217,8 +217,8 @@ def test_an_expected_outcome_is_one_console_line_and_keeps_its_traceback_for_the
 
     from prefect.logging.handlers import PrefectConsoleHandler
 
+    from prefect_ito.cli.views import OutcomeFormatter, quiet_tasks
     from prefect_ito.exceptions import IdempotencyKeyReused
-    from prefect_ito.views import OutcomeFormatter, quiet_tasks
 
     def failed_with(error: Exception) -> logging.LogRecord:
         try:
@@ -265,8 +265,8 @@ def test_the_summary_names_the_run_once_on_a_line_of_its_own():
     from played_runs import play
     from rich.console import Console
 
-    from prefect_ito.reporting import TrainingSummary
-    from prefect_ito.views import print_summary
+    from prefect_ito.cli.views import print_summary
+    from prefect_ito.reporting.report import TrainingSummary
 
     run, seen = play("demo", decide="approve")
     console = Console(width=100, record=True)

@@ -24,8 +24,8 @@ from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFi
 from pydantic import SecretStr
 from trial_stack import TrialStack
 
-from prefect_ito.client import ItoClient
-from prefect_ito.reporting import EVENT_NAMES, event_id
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.reporting.report import EVENT_NAMES, event_id
 from prefect_ito.simulator import AdminRun
 
 if TYPE_CHECKING:

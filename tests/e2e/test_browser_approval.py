@@ -3,7 +3,8 @@ a spend on the backend's confirm page, and declines one in the Prefect UI.
 
 Headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) opens the UI that
 ``prefect server start`` serves, presses Resume on the suspended run, checks the evidence and the
-chart, fills the form Prefect generates from the :class:`~prefect_ito.approval.RestartDecision`
+chart, fills the form Prefect generates from the
+:class:`~prefect_ito.people.approval.RestartDecision`
 schema, is refused without a choice, approves and submits; then it looks at the flow run's
 Artifacts tab, the telemetry card and the decisions card. For a spend (contract v0.4) it signs in
 on the simulator's confirm page (the quote's ``confirm_url``) and confirms there, and it declines
@@ -49,9 +50,9 @@ from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
 
 from prefect_ito.contract import DecisionChoice, QuoteState, RunState, TrainingQuote
-from prefect_ito.quote_wait import latest_quote_wait
-from prefect_ito.reporting import artifact_key
-from prefect_ito.spend import SPEND_PREFIX
+from prefect_ito.people.spend import SPEND_PREFIX
+from prefect_ito.reporting.report import artifact_key
+from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 if TYPE_CHECKING:
     from playwright.async_api import Locator, Page

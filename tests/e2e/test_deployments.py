@@ -48,10 +48,10 @@ from prefect.states import Cancelling, Running, Suspended
 from spend_helpers import PERSON, confirm_at_backend
 
 from prefect_ito.blocks import ItoBooking
-from prefect_ito.chaining import emit_booking_completed
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.parameters import BookingClaim, TrainingParameters
-from prefect_ito.quote_wait import latest_quote_wait
+from prefect_ito.reporting.chaining import emit_booking_completed
+from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 pytestmark = pytest.mark.e2e
 

@@ -1,30 +1,5 @@
-"""Fixtures for flow tests: the session's Prefect server and a fresh simulator per test."""
+"""Fixtures for the flows tests that run flows: a simulator per test."""
 
-from __future__ import annotations
+from simulator_fixture import start_simulator
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
-import pytest
-
-from prefect_ito.auth import store_token
-from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
-
-
-@pytest.fixture
-def start_simulator(prefect_server: str) -> Iterator[Callable[..., SimulatorServer]]:
-    """Start a simulator with a scenario and a stored token; stop it after the test."""
-    started: list[SimulatorServer] = []
-
-    def start(scenario: Scenario | str = "default", **options: Any) -> SimulatorServer:
-        if isinstance(scenario, str):
-            scenario = builtin_scenario(scenario)
-        simulator = SimulatorServer(scenario, **options)
-        simulator.start()
-        started.append(simulator)
-        store_token(simulator.url, simulator.mint_token("flow-tests"))
-        return simulator
-
-    yield start
-    for simulator in started:
-        simulator.stop()
+__all__ = ["start_simulator"]

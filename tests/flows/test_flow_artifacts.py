@@ -9,9 +9,9 @@ from prefect import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from rich.console import Console
 
+from prefect_ito.cli.terminal import run_training
 from prefect_ito.flows import ito_training
-from prefect_ito.reporting import TrainingSummary, artifact_key
-from prefect_ito.terminal import run_training
+from prefect_ito.reporting.report import TrainingSummary, artifact_key
 
 
 async def test_each_concern_is_one_card_on_the_flow_run_and_the_decision_is_on_record(

@@ -9,16 +9,16 @@ from flow_helpers import BOOKING, REQUEST, Person, parameters
 from rich.console import Console
 from spend_helpers import covering_authorization
 
-from prefect_ito.auth import store_token
+from prefect_ito.backend.auth import store_token
 from prefect_ito.blocks import ItoBooking, ItoCredentials
+from prefect_ito.cli.terminal import run_training
 from prefect_ito.contract import RunState, Scope
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.jobs import ItoTrainingJob
-from prefect_ito.outcomes import exit_code
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import SimulatorServer
-from prefect_ito.terminal import run_training
+from prefect_ito.supervision.outcomes import exit_code
 
 
 def posts(simulator: SimulatorServer) -> list[Any]:

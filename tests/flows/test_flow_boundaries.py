@@ -20,10 +20,10 @@ from rich.console import Console
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.demo import DEMO_TRAINING
+from prefect_ito.cli.demo import DEMO_TRAINING
+from prefect_ito.cli.terminal import run_training
 from prefect_ito.flows import ito_training
-from prefect_ito.reporting import EVENT_NAMES, event_id
-from prefect_ito.terminal import run_training
+from prefect_ito.reporting.report import EVENT_NAMES, event_id
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = {"torch", "transformers", "accelerate", "deepspeed", "jax", "vllm", "trl", "lightning"}

@@ -24,7 +24,7 @@ from spend_helpers import covering_authorization
 
 from prefect_ito.contract import RunState
 from prefect_ito.flows import ito_training
-from prefect_ito.reporting import TrainingSummary
+from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.simulator import builtin_scenario
 
 KEY_RETENTION_SECONDS = 2.0
@@ -39,7 +39,7 @@ _CHILD = textwrap.dedent(
     from prefect import get_client
     from prefect.flow_engine import run_flow_async
 
-    from prefect_ito import deferral
+    from prefect_ito.waiting import deferral
     from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
     from prefect_ito.flows import ito_training
 

@@ -11,7 +11,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
 from prefect_ito.contract import RunState, StageStatus
 from prefect_ito.flows import ito_training
-from prefect_ito.reporting import TrainingSummary, artifact_key
+from prefect_ito.reporting.report import TrainingSummary, artifact_key
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.envelopes import NOTICE
 

@@ -19,11 +19,11 @@ from prefect import get_client
 from prefect.states import Running, Suspended
 from rich.console import Console
 
-from prefect_ito.deferral import DEFER_PREFIX, Deferral
+from prefect_ito.backend.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
+from prefect_ito.cli.terminal import run_training
 from prefect_ito.flows import ito_training
-from prefect_ito.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
-from prefect_ito.terminal import run_training
-from prefect_ito.watcher import Watcher
+from prefect_ito.waiting.deferral import DEFER_PREFIX, Deferral
+from prefect_ito.waiting.watcher import Watcher
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ async def test_the_watcher_follows_no_record_to_their_server(worker_environment,
         by_entry = await _forged_deferral(theirs.url, keyring_entry=worker_environment.url)
         watcher = Watcher(wait=0.5, lost_after=None)
         try:
-            with caplog.at_level(logging.INFO, logger="prefect_ito.watcher"):
+            with caplog.at_level(logging.INFO, logger="prefect_ito.waiting.watcher"):
                 for _ in range(3):
                     await watcher.sweep()
         finally:
@@ -106,7 +106,7 @@ async def test_a_record_that_is_no_deferral_costs_the_sweep_nothing(worker_envir
         await client.create_flow_run_input(flow_run.id, key, '{"not": "a record"}')
     watcher = Watcher(wait=0.5, lost_after=None)
     try:
-        with caplog.at_level(logging.WARNING, logger="prefect_ito.watcher"):
+        with caplog.at_level(logging.WARNING, logger="prefect_ito.waiting.watcher"):
             await watcher.sweep()
             await watcher.sweep()
     finally:

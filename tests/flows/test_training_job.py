@@ -15,7 +15,7 @@ from prefect_ito.contract import RunState
 from prefect_ito.exceptions import DecisionRequired, GateFailed
 from prefect_ito.jobs import ItoTrainingJob, ItoTrainingRun
 from prefect_ito.parameters import TrainingParameters
-from prefect_ito.reporting import TrainingSummary
+from prefect_ito.reporting.report import TrainingSummary
 
 
 class TestItoTrainingJobStandards(BlockStandardTestSuite):

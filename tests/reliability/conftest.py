@@ -29,7 +29,7 @@ from reliability_kit import (
 from rich.console import Console
 from spend_helpers import covering_authorization
 
-from prefect_ito import terminal
+from prefect_ito.cli import terminal
 from prefect_ito.flows import ito_training
 from prefect_ito.simulator import Scenario, SimulatorServer
 

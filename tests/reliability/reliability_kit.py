@@ -23,15 +23,15 @@ from prefect.client.schemas.objects import FlowRun
 from pydantic import SecretStr
 from spend_helpers import covering_authorization
 
-from prefect_ito import desk
-from prefect_ito.approval import RestartDecision, pause_key
-from prefect_ito.auth import store_token
+from prefect_ito.backend import desk
+from prefect_ito.backend.auth import store_token
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.client import ItoClient
 from prefect_ito.contract import (
     TrainingRequest,
     TrainingRun,
 )
+from prefect_ito.people.approval import RestartDecision, pause_key
 from prefect_ito.simulator import (
     Faults,
     RequestLogEntry,

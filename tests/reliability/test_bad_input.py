@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reliability_kit import Backend, request_for
 
-from prefect_ito.auth import ENV_API_URL, ENV_TOKEN
+from prefect_ito.backend.auth import ENV_API_URL, ENV_TOKEN
 from prefect_ito.blocks import ItoBooking, ItoCredentials
 from prefect_ito.cli import main
 from prefect_ito.cli.simulator import resolve_scenario

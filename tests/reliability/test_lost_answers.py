@@ -23,8 +23,8 @@ import pytest
 from reliability_kit import Backend, completed_bookings, request_for
 from transports import Tap
 
-from prefect_ito import desk
-from prefect_ito._retry import RetryBudget
+from prefect_ito.backend import desk
+from prefect_ito.backend._retry import RetryBudget
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import DecisionChoice, DecisionRequest, RunState, TrainingRun
 from prefect_ito.simulator import Faults, RequestLogEntry

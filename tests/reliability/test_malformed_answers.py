@@ -7,7 +7,7 @@ nobody documented, and a long-poll that never answers. Each ends supervision wit
 (an :class:`~prefect_ito.exceptions.ItoError` whose state and exit code the docs list) or is
 handled as the contract's extension rules say — never with another exception, and never with a
 report that says more than the backend did. (Fuzzed bodies are fed to the response parser by
-``tests/client/test_parser_fuzz.py``.)
+``tests/backend/test_parser_fuzz.py``.)
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import pytest
 from reliability_kit import Backend, request_for
 from transports import Rewrite, Tap
 
-from prefect_ito import client as client_module
-from prefect_ito import supervision
+from prefect_ito.backend import client as client_module
 from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import ItoError
-from prefect_ito.outcomes import raise_for_outcome
 from prefect_ito.parameters import SupervisionParameters
-from prefect_ito.supervision import STEP_RETRY_DELAYS_SECONDS, ClientSteps
+from prefect_ito.supervision import loop as supervision
+from prefect_ito.supervision.loop import STEP_RETRY_DELAYS_SECONDS, ClientSteps
+from prefect_ito.supervision.outcomes import raise_for_outcome
 
 RUN = re.compile(r"^/v0/training-runs/run_[0-9a-f]+$")
 EVENTS = re.compile(r"^/v0/training-runs/run_[0-9a-f]+/events$")

@@ -11,7 +11,7 @@ import asyncio
 
 from reliability_kit import Backend
 
-from prefect_ito.auth import resolve_token
+from prefect_ito.backend.auth import resolve_token
 from prefect_ito.settings import ItoSettings
 
 RUN_PATH = "/v0/training-runs/"

@@ -44,8 +44,7 @@ from prefect.input import create_flow_run_input
 from reliability_kit import Backend, completed_bookings, training_fields
 from spend_helpers import PERSON, confirm_at_backend
 
-from prefect_ito import answers, spend
-from prefect_ito.auth import store_token
+from prefect_ito.backend.auth import store_token
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import (
     ALL_SCOPES,
@@ -56,7 +55,8 @@ from prefect_ito.contract import (
 )
 from prefect_ito.flows import ito_training
 from prefect_ito.parameters import BookingClaim, TrainingParameters
-from prefect_ito.quote_wait import latest_quote_wait
+from prefect_ito.people import answers, spend
+from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 SEED = 20_260_504
 HTTP_ATTEMPTS = 240

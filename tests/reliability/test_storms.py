@@ -18,12 +18,12 @@ from reliability_kit import Backend, completed_bookings, request_for, training_f
 from spend_helpers import covering_authorization
 from transports import Tap
 
-from prefect_ito._retry import (
+from prefect_ito.backend._retry import (
     RETRY_BUDGET_CAPACITY,
     RETRY_BUDGET_REFILL_PER_SECOND,
     RetryBudget,
 )
-from prefect_ito.client import ItoClient
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.exceptions import (
     BackendUnavailable,
     BookingBusy,

@@ -34,11 +34,11 @@ import pytest
 from prefect.client.orchestration import get_client
 from reliability_kit import SWEEP, Sweep, answer_key, request_for
 
-from prefect_ito import demo
+from prefect_ito.cli import demo
 from prefect_ito.contract import ALL_SCOPES
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.outcomes import exit_code
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.supervision.outcomes import exit_code
 
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
 DATABASES = "SELECT datname FROM pg_database WHERE datname LIKE 'prefect%' ORDER BY datname"

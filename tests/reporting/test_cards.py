@@ -5,10 +5,11 @@ from __future__ import annotations
 from played_runs import play
 from rich.console import Console
 
-from prefect_ito import cards, reporting
+from prefect_ito.cli.views import print_summary
 from prefect_ito.contract import DecisionChoice
-from prefect_ito.reporting import TrainingSummary, artifact_key
-from prefect_ito.views import print_summary
+from prefect_ito.reporting import cards
+from prefect_ito.reporting import report as reporting
+from prefect_ito.reporting.report import TrainingSummary, artifact_key
 
 
 def test_the_telemetry_card_shows_a_chart_and_no_wall_of_points():

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 from played_runs import play
 
-from prefect_ito.charts import LossChart, Spike, draw, loss_chart, markdown_image
+from prefect_ito.reporting.charts import LossChart, Spike, draw, loss_chart, markdown_image
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -18,9 +18,10 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from played_runs import play
 
-from prefect_ito import approval, cards, spend
-from prefect_ito import markdown as md
 from prefect_ito.contract import TrainingRequest, TrainingRun
+from prefect_ito.people import approval, spend
+from prefect_ito.reporting import cards
+from prefect_ito.reporting import markdown as md
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.engine import Engine
 

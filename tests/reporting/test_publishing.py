@@ -6,8 +6,8 @@ from played_runs import play
 from prefect import flow, get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-from prefect_ito import reporting
-from prefect_ito.publishing import Publisher
+from prefect_ito.reporting import report as reporting
+from prefect_ito.reporting.publishing import Publisher
 
 
 async def artifacts_of(flow_run_id):

@@ -1,0 +1,532 @@
+"""Running a training flow from a terminal: a live view, and a person answering at the prompt.
+
+The flow runs in this process (against ``PREFECT_API_URL`` when set, else Prefect's ephemeral
+mode). When it pauses for a restart decision or a spend confirmation, the answer goes back through
+Prefect's resume API — the same one the Prefect UI uses — so the flow cannot tell a terminal from
+the UI. Ctrl-C detaches:
+supervision stops at its next check and the flow run ends ``Detached``, while the backend run goes
+on; a second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+from uuid import UUID
+
+from prefect import Flow, State, get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+from prefect.flow_engine import run_flow_async
+from prefect.input import RunInput
+from prefect.input.run_input import keyset_from_paused_state
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+    PREFECT_UI_URL,
+    temporary_settings,
+)
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markdown import Markdown
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cli.views import quiet_tasks
+from prefect_ito.contract import TrainingQuote
+from prefect_ito.exceptions import InsufficientScope, ItoAPIError, ItoError
+from prefect_ito.people import answers
+from prefect_ito.people.approval import Choice, RestartDecision
+from prefect_ito.people.spend import SPEND_PREFIX, SpendDecision, describe
+from prefect_ito.waiting.cancellation import request_detach
+from prefect_ito.waiting.quote_wait import QuoteWait, latest_quote_wait
+
+__all__ = [
+    "EPHEMERAL_STARTUP_SECONDS",
+    "ConfirmedBeforehand",
+    "Confirmer",
+    "NobodyHere",
+    "Operator",
+    "SpendPause",
+    "ask_at_terminal",
+    "confirm_at_terminal",
+    "confirm_quote_here",
+    "has_real_server",
+    "interactive",
+    "leave_to_others",
+    "prefect_api",
+    "run_training",
+]
+
+Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
+"""Answers a restart decision, given the markdown it shows a person; None leaves it waiting."""
+
+
+@dataclass(frozen=True)
+class SpendPause:
+    """A flow run waiting for a person to confirm its spend at the backend: what it shows, and
+    the quote it recorded (None if it recorded none)."""
+
+    flow_run: FlowRun
+    description: str
+    quote: QuoteWait | None
+
+
+Confirmer = Callable[[SpendPause], Awaitable[SpendDecision | None]]
+"""Acts on a spend confirmation (at the backend) and returns an answer for the flow's form, if
+any; None leaves the flow waiting for the backend to say the quote was answered."""
+
+EPHEMERAL_STARTUP_SECONDS = 180
+"""How long Prefect's temporary server may take to start: a brand-new ``PREFECT_HOME`` migrates
+its database first, which takes tens of seconds on a small, busy machine (Prefect allows 20)."""
+
+_QUIET_EPHEMERAL_SERVER = {
+    # The temporary server has no network to send telemetry to, and logs every failure to.
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # Its SQLite "database is locked" retries are Prefect's own business, not the user's.
+    "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
+}
+
+
+def has_real_server() -> bool:
+    """Tell whether a Prefect server (not the ephemeral one) is configured."""
+    return bool(PREFECT_API_URL.value())
+
+
+@contextlib.contextmanager
+def prefect_api() -> Iterator[None]:
+    """Make Prefect's API ready for a command: a real server, or a quiet temporary one.
+
+    The temporary server is given time to migrate a new database, and its noise is kept out of
+    the command's output. The first API call comes from the main thread, so exactly one
+    temporary server starts.
+    """
+    if has_real_server():
+        yield
+        return
+    for name, value in _QUIET_EPHEMERAL_SERVER.items():
+        os.environ.setdefault(name, value)
+    startup = {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EPHEMERAL_STARTUP_SECONDS}
+    with temporary_settings(startup):
+        with _children_in_their_own_process_group(), get_client(sync_client=True) as client:
+            client.hello()
+        yield
+
+
+@contextlib.contextmanager
+def _children_in_their_own_process_group() -> Iterator[None]:
+    """Start the processes begun meanwhile (Prefect's temporary server) in a group of their own.
+
+    A terminal sends Ctrl-C to its whole foreground process group. Prefect starts its temporary
+    server in ours, so the Ctrl-C that detaches would also stop the server the flow still has to
+    report its final state to, and the command would wait for it forever.
+    """
+    original = subprocess.Popen
+    subprocess.Popen = _OwnGroupPopen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        subprocess.Popen = original  # type: ignore[misc]
+
+
+class _OwnGroupPopen(subprocess.Popen[Any]):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("process_group", 0)
+        super().__init__(*args, **kwargs)
+
+
+async def run_training(
+    flow: Flow[Any, Any],
+    parameters: dict[str, Any],
+    operator: Operator,
+    console: Console,
+    *,
+    confirmer: Confirmer | None = None,
+    poll: float = 1.0,
+    verbose: bool = False,
+) -> State[Any]:
+    """Run ``flow`` here with ``parameters``; ``operator`` answers restart decisions, and
+    ``confirmer`` spend confirmations (without one they are left to the Prefect UI).
+
+    Prefect's per-task "Finished in state" lines stay off the console unless ``verbose``.
+    """
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(flow, parameters=parameters)
+    console.print(f"Flow run [bold]{flow_run.name}[/] ({flow_run.id})")
+    running = asyncio.ensure_future(
+        run_flow_async(
+            cast(Any, flow), flow_run=flow_run, parameters=parameters, return_type="state"
+        )
+    )
+    answering = asyncio.ensure_future(
+        _answer_pauses(flow_run.id, _Answerers(operator, confirmer), console, poll)
+    )
+    try:
+        with _detach_on_interrupt(console), quiet_tasks(verbose):
+            await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
+            if answering.done():
+                answering.result()  # the operator failed: say so rather than wait for nobody
+            state = await running
+    finally:
+        answering.cancel()
+        running.cancel()
+    assert isinstance(state, State)
+    return state
+
+
+@contextlib.contextmanager
+def _detach_on_interrupt(console: Console) -> Iterator[None]:
+    """Turn the first Ctrl-C into a detach; a second one interrupts as usual."""
+    loop = asyncio.get_running_loop()
+
+    def first_interrupt() -> None:
+        console.print("[yellow]Detaching: supervision stops; the backend run goes on.[/]")
+        request_detach()
+        loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first_interrupt)
+    except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class _Answerers:
+    operator: Operator
+    confirmer: Confirmer | None
+
+
+@dataclass(frozen=True)
+class _Pause:
+    flow_run: FlowRun
+    state: State[Any]
+    response_key: str
+    description: str
+    spend: bool
+    defaults: dict[str, Any]
+
+
+async def _answer_pauses(
+    flow_run_id: UUID, answerers: _Answerers, console: Console, poll: float
+) -> None:
+    """Hand each new pause of the flow run to whoever answers it, once, and relay the answer."""
+    handled: set[str] = set()
+    while True:
+        await asyncio.sleep(poll)
+        pause = await _waiting_pause(flow_run_id)
+        if pause is None or pause.response_key in handled:
+            continue
+        handled.add(pause.response_key)
+        _announce_pause(console, flow_run_id, spend=pause.spend)
+        answer = await _answer(pause, answerers)
+        if answer is None:
+            continue
+        kept = await answers.resume_with(flow_run_id, pause.state, answer.model_dump(mode="json"))
+        if not kept.ours and kept.answer is not None:
+            # Names come from whoever answered: printed as they are, never read as markup.
+            taken = f"Another answer was taken first: {kept.describe()}."
+            console.print(taken, style="yellow", markup=False, soft_wrap=True)
+
+
+async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
+    if not pause.spend:
+        return await answerers.operator(pause.flow_run, pause.description)
+    if answerers.confirmer is None:
+        return None
+    record = await latest_quote_wait(pause.flow_run.id)
+    return await answerers.confirmer(SpendPause(pause.flow_run, pause.description, record))
+
+
+async def _waiting_pause(flow_run_id: UUID) -> _Pause | None:
+    """Return the flow run's pause while it waits for input: key, description, form defaults."""
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run_id)
+        state = flow_run.state
+        if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
+            return None
+        keyset = keyset_from_paused_state(state)
+        try:
+            description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+            schema = await client.read_flow_run_input(flow_run_id, keyset["schema"])
+        except (ObjectNotFound, PrefectHTTPStatusError) as error:
+            if _status(error) not in (None, 404):
+                raise
+            return None  # Prefect saves the form just after the Paused state: look again soon
+    fields = json.loads(schema).get("properties", {})
+    return _Pause(
+        flow_run=flow_run,
+        state=state,
+        response_key=keyset["response"],
+        description=json.loads(description),
+        spend=(state.state_details.pause_key or "").startswith(SPEND_PREFIX),
+        defaults={name: spec["default"] for name, spec in fields.items() if "default" in spec},
+    )
+
+
+def _status(error: Exception) -> int | None:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False) -> None:
+    if spend:
+        console.print("[bold yellow]The spend needs a person's confirmation.[/]")
+        if has_real_server() and (ui := PREFECT_UI_URL.value()):
+            console.print(
+                f"Confirm or decline in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}",
+                soft_wrap=True,
+            )
+        return
+    console.print("[bold yellow]A restart needs a decision.[/]")
+    if has_real_server():
+        ui = PREFECT_UI_URL.value()
+        if ui:
+            console.print(
+                f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}", soft_wrap=True
+            )
+        console.print(  # a link and a command to copy: never broken across lines
+            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME",
+            soft_wrap=True,
+        )
+
+
+async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
+    """Ask the person at this terminal; the answer is relayed exactly as the UI would.
+
+    Approve or reject must be typed out (or ``a`` / ``r``): an empty answer asks again, and the
+    end of input leaves the decision to someone else instead of rejecting by accident.
+    """
+    console = Console()
+    console.print(Markdown(without_images(description)))
+    decision = await _read_choice(console, "Approve or reject the restart?", _CHOICES)
+    if decision is None:
+        console.print(
+            "[yellow]No answer: the restart still waits for a decision (the Prefect UI, or "
+            "`prefect-ito decide`).[/]"
+        )
+        return None
+    name = await _read_line(console, "Your name: ")
+    reason = await _read_line(console, "Why: ")
+    return RestartDecision(
+        decision=decision,
+        decided_by=(name or "").strip() or "terminal user",
+        reason=(reason or "").strip() or "no reason given",
+    )
+
+
+async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
+    """Ask the person at this terminal to confirm or decline the spend, and do it at the backend.
+
+    Confirm or decline must be typed out (or ``c`` / ``d``): an empty answer asks again, and the
+    end of input leaves the confirmation to someone else instead of deciding by accident. A
+    confirmation is made at the backend with this person's own token (it needs
+    ``spend:confirm``; a workload's token cannot), and the flow, which reads the quote from the
+    backend at every poll, goes on by itself. A decline is the flow's to make: it is returned.
+    """
+    console = Console()
+    # What a person confirms is the quote the record names, so that quote is what they read, as
+    # the backend states it: the record and the form's text are Prefect's, which anyone with
+    # API access may have written.
+    stated = await stated_quote(pause.quote) if pause.quote is not None else None
+    if stated is None or stated.manifest is None:
+        console.print(Markdown(without_images(pause.description)))
+        console.print(
+            "[yellow]The quote could not be read from the backend, so it cannot be confirmed "
+            "here: confirm it on the backend's own page, or decline it.[/]"
+        )
+    else:
+        console.print(Markdown(describe(stated, stated.manifest)))
+    decision = await _read_choice(console, "Confirm or decline the spend?", _SPEND_CHOICES)
+    if decision is None or pause.quote is None or (decision == "confirm" and stated is None):
+        console.print(
+            "[yellow]No answer: the spend still waits for a person's confirmation at the "
+            "backend; nothing is submitted until then.[/]"
+        )
+        return None
+    if decision == "decline":
+        reason = await _read_line(console, "Why (optional): ")
+        return SpendDecision(decision="decline", reason=(reason or "").strip())
+    note = await _read_line(console, "A note beside your confirmation (optional): ")
+    await confirm_quote_here(pause.quote, (note or "").strip() or None, console)
+    return None
+
+
+async def stated_quote(record: QuoteWait) -> TrainingQuote | None:
+    """Return the quote ``record`` names, as the backend states it; None if it cannot be read."""
+    try:
+        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
+        async with credentials.get_client() as client:
+            return await client.get_quote(record.quote_id)
+    except (ItoError, ValidationError):  # a record nobody may follow, or a quote not found
+        return None
+
+
+async def confirm_quote_here(record: QuoteWait, note: str | None, console: Console) -> bool:
+    """Confirm the recorded quote at the backend with this terminal's token; say what happened.
+
+    Returns whether the backend took the confirmation. A token without ``spend:confirm`` (a
+    workload's) is told where a person confirms instead.
+    """
+    credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
+    try:
+        async with credentials.get_client() as client:
+            confirmed = await client.confirm_quote(
+                record.quote_id, note=note, idempotency_key=f"confirm-{uuid.uuid4()}"
+            )
+    except InsufficientScope:
+        console.print(
+            "[yellow]This terminal's token may not confirm a spend (it lacks spend:confirm: "
+            "log in as yourself with `prefect-ito login`). Confirm on the backend's page "
+            "instead; the flow goes on when you do.[/]",
+            soft_wrap=True,
+        )
+        return False
+    except ItoAPIError as error:
+        console.print(f"The backend refused the confirmation: {error}", markup=False)
+        return False
+    console.print(
+        f"Confirmed at the backend as {confirmed.principal} (quote {record.quote_id}).",
+        markup=False,
+        soft_wrap=True,
+    )
+    return True
+
+
+@dataclass(frozen=True)
+class ConfirmedBeforehand:
+    """The person confirmed a quote before the flow started (``train --confirm QUOTE_ID``).
+
+    The flow's own quote carries that confirmation when nothing got worse, and it never pauses.
+    If it pauses all the same, the backend asked again: this says why and leaves it waiting.
+    """
+
+    quote_id: str
+    console: Console
+
+    async def __call__(self, pause: SpendPause) -> SpendDecision | None:
+        self.console.print(
+            f"The backend asks for a confirmation again: quote {self.quote_id}, confirmed with "
+            "--confirm, does not carry to the flow's quote. Nothing is submitted until a person "
+            "confirms the new one.",
+            markup=False,
+            soft_wrap=True,
+        )
+        self.console.print(Markdown(without_images(pause.description)))
+        return None
+
+
+@dataclass(frozen=True)
+class NobodyHere:
+    """``train`` without a terminal or ``--confirm``: nobody here can confirm a spend.
+
+    The flow asks only when the backend let no standing authorization cover the quote. Rather
+    than wait for someone who is not there, the quote is declined (a quote is free; declining it
+    spends nothing) and the command ends, saying how to confirm one.
+    """
+
+    console: Console
+
+    async def __call__(self, pause: SpendPause) -> SpendDecision:
+        self.console.print(
+            "Nobody at this command can confirm the spend, and the backend let no standing "
+            "authorization cover it: the quote is declined. To run it, `prefect-ito quote` with "
+            "the same options, then `prefect-ito train … --confirm QUOTE_ID`.",
+            markup=False,
+            soft_wrap=True,
+        )
+        return SpendDecision(
+            decision="decline",
+            reason="prefect-ito train had no terminal, and no standing authorization covered it",
+        )
+
+
+def without_images(markdown: str) -> str:
+    """Return ``markdown`` with its data-URI images (the chart) named instead of shown."""
+    return _DATA_IMAGE.sub(r"*(\1: a chart, shown in the Prefect UI)*", markdown)
+
+
+_DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
+_Word = TypeVar("_Word", bound=str)
+
+_CHOICES: dict[str, Choice] = {
+    "a": "approve",
+    "approve": "approve",
+    "r": "reject",
+    "reject": "reject",
+}
+
+
+_SPEND_CHOICES: dict[str, Literal["confirm", "decline"]] = {
+    "c": "confirm",
+    "confirm": "confirm",
+    "d": "decline",
+    "decline": "decline",
+}
+
+
+async def _read_choice(console: Console, question: str, choices: dict[str, _Word]) -> _Word | None:
+    """Ask ``question`` until the person types one of ``choices``; None at the end of input.
+
+    ``choices`` maps what may be typed (a word, or its first letter) to the answer; there is no
+    default, so an empty or unknown answer asks again.
+    """
+    first, second = dict.fromkeys(choices.values())
+    while True:
+        answer = await _read_line(console, f"{question} [{first}/{second}] ")
+        if answer is None:
+            return None
+        choice = choices.get(answer.strip().lower())
+        if choice is not None:
+            return choice
+        console.print(f"Type {first} or {second} ({first[0]} or {second[0]}): there is no default.")
+
+
+async def _read_line(console: Console, prompt: str) -> str | None:
+    """Read a line in a daemon thread, so a detach never waits for the person to press Enter.
+
+    Returns None at the end of input (or on Ctrl-C at the prompt).
+    """
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str | None] = loop.create_future()
+
+    def read() -> None:
+        line: str | None
+        try:
+            # Rich would read "[approve/reject]" as markup and print nothing of it.
+            line = console.input(prompt, markup=False)
+        except (EOFError, KeyboardInterrupt):
+            line = None
+        loop.call_soon_threadsafe(_settle, answer, line)
+
+    threading.Thread(target=read, name="prefect-ito-prompt", daemon=True).start()
+    return await answer
+
+
+def _settle(future: asyncio.Future[str | None], value: str | None) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+async def leave_to_others(flow_run: FlowRun, description: str) -> RestartDecision | None:
+    """Answer nothing: a person decides in the Prefect UI or with ``prefect-ito decide``."""
+    return None
+
+
+def interactive() -> bool:
+    """Tell whether a person is at this terminal."""
+    return sys.stdin.isatty() and sys.stdout.isatty()

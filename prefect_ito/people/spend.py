@@ -1,0 +1,410 @@
+"""Spending: a run is created only on a quote the backend knows a person stands behind.
+
+Contract v0.4 moves the authority to spend out of prefect-ito and out of Prefect. Before anything
+is submitted, the backend quotes the request (:class:`TrainingQuote`: its plan, its estimate, the
+manifest digest, a link and a short code). Then the backend alone decides, when the run would be
+created:
+
+- a **person** confirmed that quote at the backend — on the backend's own page (the quote's
+  ``confirm_url`` and ``user_code``), or with a token of their own that holds ``spend:confirm``
+  (``prefect-ito confirm``, or the terminal ``train`` runs in). The backend records their
+  principal; nothing a client writes, and nothing written in Prefect, confirms a spend.
+- or a **standing authorization** a person created at the backend covers the quote at that moment
+  (:class:`~prefect_ito.blocks.ItoSpendAuthorization` only names one).
+
+:func:`submit_with_consent` walks that: a plan the backend refuses stops at once; a named
+authorization is tried first, and when the backend says it does not cover the quote, a person is
+asked. Asking is waiting for the backend to say the quote was confirmed or declined: a flow run
+from a deployment suspends (``prefect-ito watch`` resumes it when the quote changes), any other
+pauses in-process and reads the quote at every poll. The Prefect form shows the quote, cost first,
+with the link and the code, and offers to **decline** — which needs no proof of anything, since
+declining spends nothing — or to **recheck** the backend. Each confirmation is used once; a new
+quote of the same manifest inherits it only if nothing got worse (the backend's rule), and
+otherwise the person is asked again with what changed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from prefect import get_run_logger
+from prefect.input import RunInput
+from pydantic import Field
+
+from prefect_ito.contract import (
+    CostRange,
+    QuoteState,
+    TrainingQuote,
+    TrainingRequest,
+    TrainingRun,
+)
+from prefect_ito.exceptions import (
+    AuthorizationDoesNotCover,
+    AwaitingConfirmation,
+    ConfirmationExpired,
+    ConfirmationRequired,
+    ConfirmationUsed,
+    RunCancelled,
+    RunRefused,
+    SpendDeclined,
+)
+from prefect_ito.people import asking
+from prefect_ito.reporting import markdown as md
+from prefect_ito.reporting.cards import when
+
+if TYPE_CHECKING:
+    from prefect_ito.supervision.loop import Steps
+
+__all__ = [
+    "SPEND_PREFIX",
+    "SpendDecision",
+    "describe",
+    "pause_key",
+    "recheck",
+    "refuse_unworkable",
+    "submit_with_consent",
+    "wait_for_person",
+]
+
+SPEND_PREFIX = "spend-"
+"""Pause keys of spend confirmations start with this."""
+
+SHOWN_DATA_REFS = 3
+"""Data references listed by name in the confirmation; the rest are counted."""
+
+MAX_REQUOTES = 5
+"""New quotes one submission asks for when one expired or moved on, before it gives up."""
+
+WHAT_EACH_ANSWER_DOES = (
+    "decline: nothing is submitted, the backend records the quote as declined, and the flow run "
+    "ends Declined. recheck: you confirmed on the backend's page (the link above): the flow "
+    "reads the quote from the backend again; only a confirmation made there counts. There is "
+    "no default."
+)
+
+
+class SpendDecision(RunInput):
+    """What a person can do about a spend in Prefect: decline it, or have the backend read again.
+
+    Confirming is not among the choices: a person confirms at the backend, which knows who they
+    are. ``decision`` is required and has no default, so a form submitted untouched is refused.
+    """
+
+    decision: Literal["decline", "recheck"] = Field(
+        title="Decision", description=WHAT_EACH_ANSWER_DOES
+    )
+    # Text with an empty default, not ``str | None``: the UI draws an optional type as a
+    # str/None switch that starts on None, which reads as "no field here".
+    reason: str = Field(
+        default="", description="Why, if you decline: kept at the backend beside the decline."
+    )
+
+
+def recheck(why: str) -> SpendDecision:
+    """Return the answer that resumes a spend question settled at the backend: read it again.
+
+    Prefect resumes a pause that waits for a form only with an answer the form's schema takes.
+    ``recheck`` decides nothing: the flow reads the quote from the backend, and asks again if
+    nobody answered there.
+    """
+    return SpendDecision(decision="recheck", reason=why)
+
+
+def pause_key(manifest_digest: str) -> str:
+    """Return the pause key for confirming a manifest: stable across re-entries of a flow run."""
+    return SPEND_PREFIX + manifest_digest.removeprefix("sha256:")[:16]
+
+
+def refuse_unworkable(quote: TrainingQuote) -> None:
+    """Stop when the backend's plan refuses the request: nothing is worth confirming.
+
+    Raises:
+        RunRefused: the same outcome as a refusal by a running backend; nothing was submitted.
+    """
+    parallelism = quote.plan.parallelism
+    if parallelism.refused:
+        raise RunRefused(
+            f"the backend refuses the plan for booking {quote.booking_id}: "
+            f"{parallelism.reason or 'no reason given'}; nothing was submitted"
+        )
+
+
+async def submit_with_consent(
+    steps: Steps, request: TrainingRequest, idempotency_key: str, client_reference: str | None
+) -> TrainingRun:
+    """Submit the request once, on a quote a person confirmed or an authorization covers.
+
+    A re-entered flow run asks about the quote it recorded (the link and code a person may have
+    open) while that quote can still be confirmed.
+
+    Raises:
+        RunRefused: the backend refuses the plan; nobody was asked.
+        SpendDeclined: the quote was declined (in Prefect, or at the backend).
+        AwaitingConfirmation, RunCancelled: nobody answered in time; the flow run was cancelled.
+        ConfirmationRequired: the quotes kept expiring or moving on; nothing was submitted.
+    """
+    quote = await _current_quote(steps, request)
+    authorization = steps.authorization
+    asked, requotes = False, 0
+    while True:
+        _check(quote)
+        if authorization is not None and quote.state is not QuoteState.CONFIRMED:
+            allowed_by = authorization.authorization_id
+        elif quote.state is QuoteState.CONFIRMED:
+            allowed_by = None
+        else:
+            quote = await steps.await_person(quote, request, again=asked)
+            asked = True
+            continue
+        try:
+            return await steps.submit(
+                request, quote.quote_id, allowed_by, idempotency_key, client_reference
+            )
+        except AuthorizationDoesNotCover as refusal:
+            steps.logger.warning(
+                "The standing authorization %s does not cover this request: %s. Asking a person.",
+                allowed_by,
+                refusal,
+            )
+            authorization = None
+        except (ConfirmationExpired, ConfirmationUsed, ConfirmationRequired):
+            # Expired, superseded, or priced on a booking that changed since: a new quote, which
+            # a person's confirmation carries to only if nothing got worse.
+            requotes += 1
+            if requotes > MAX_REQUOTES:
+                raise ConfirmationRequired(
+                    f"the quotes for booking {request.booking_id} kept expiring or moving on "
+                    "before a submission; nothing was submitted, and running the flow again "
+                    "asks again"
+                ) from None
+            quote = await _new_quote(steps, request)  # a confirmation carries if nothing worse
+
+
+async def _current_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
+    """Return the quote this flow run recorded, while it can still be confirmed; else a new one."""
+    recorded = await steps.recorded_quote(request)
+    if recorded is not None and recorded.state in _STILL_ANSWERABLE:
+        steps.logger.info(
+            "Resumed: the quote %s is %s at the backend.",
+            recorded.quote_id,
+            recorded.state.value if recorded.state else "of unknown state",
+        )
+        return recorded
+    return await _new_quote(steps, request)
+
+
+_STILL_ANSWERABLE = (QuoteState.PENDING, QuoteState.CONFIRMED, QuoteState.DECLINED)
+
+
+async def _new_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
+    quote = await steps.quote(request)
+    for warning in quote.warnings:
+        steps.logger.warning("Quote %s: %s.", quote.quote_id, warning)
+    if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
+        steps.logger.info(
+            "Quote %s carries the confirmation %s gave at the backend (quote %s): nothing got "
+            "worse since.",
+            quote.quote_id,
+            quote.confirmation.principal,
+            quote.carried_from,
+        )
+    return quote
+
+
+def _check(quote: TrainingQuote) -> None:
+    """Stop on a refused plan, or on a quote someone declined."""
+    refuse_unworkable(quote)
+    if quote.state is QuoteState.DECLINED:
+        raise SpendDeclined(_declined(quote))
+
+
+def _declined(quote: TrainingQuote) -> str:
+    answer = quote.confirmation
+    who = f" by {answer.principal}" if answer is not None else ""
+    why = f" ({answer.note})" if answer is not None and answer.note else ""
+    return (
+        f"the spend on booking {quote.booking_id} (quote {quote.quote_id}) was declined{who}"
+        f"{why}; nothing was submitted"
+    )
+
+
+async def wait_for_person(
+    steps: Steps,
+    quote: TrainingQuote,
+    request: TrainingRequest,
+    *,
+    again: bool,
+    timeout: float,
+    poll_interval: float,
+) -> TrainingQuote:
+    """Wait until the quote is confirmed or declined at the backend; return it as it is then.
+
+    An expired or superseded quote is replaced by a new one (which a person's confirmation may
+    carry to); a quote still pending after a "recheck" is asked about again.
+
+    Raises:
+        SpendDeclined: declined in the Prefect form (and then at the backend) or at the backend.
+        AwaitingConfirmation: nobody answered in time; nothing was submitted.
+        RunCancelled: the flow run was cancelled while it waited.
+    """
+    await steps.record_quote(quote)
+
+    async def settled() -> SpendDecision | None:
+        now = await steps.poll_quote(quote.quote_id)
+        if now is not None and now.state is QuoteState.PENDING:
+            return None
+        state = now.state.value if now is not None and now.state else "gone"
+        return recheck(f"the quote is {state} at the backend")
+
+    def waiting() -> None:
+        get_run_logger().warning(
+            "Waiting for a person to confirm or decline the spend of up to $%s on booking %s at "
+            "the backend: %s (code %s). Nothing is submitted until then.",
+            f"{request.budget_usd:,.2f}",
+            request.booking_id,
+            quote.confirm_url or "the backend's confirm page",
+            quote.user_code or "none",
+        )
+
+    def timed_out() -> AwaitingConfirmation:
+        return AwaitingConfirmation(
+            f"nobody confirmed the spend on booking {request.booking_id} (quote "
+            f"{quote.quote_id}) within {timeout:g} s; nothing was submitted, and running the "
+            "flow again asks again"
+        )
+
+    answer = await asking.ask(
+        SpendDecision,
+        key=pause_key(quote.manifest_digest),
+        description=describe(quote, request),
+        timeout=timeout,
+        poll_interval=poll_interval,
+        waiting=waiting,
+        timed_out=timed_out,
+        settled=settled,
+        fresh=again,
+    )
+    if answer is None:
+        raise RunCancelled(
+            "the flow run was cancelled while the spend waited for a person; nothing was submitted"
+        )
+    if answer.decision == "decline":
+        await steps.decline_quote(quote.quote_id, answer.reason or None)
+    return await _after_answer(steps, quote, request)
+
+
+async def _after_answer(
+    steps: Steps, quote: TrainingQuote, request: TrainingRequest
+) -> TrainingQuote:
+    """Return the quote as the backend states it after a person acted, or a new one."""
+    now = await steps.read_quote(request, quote.quote_id)
+    if now is None or now.state not in _STILL_ANSWERABLE:
+        return await _new_quote(steps, request)
+    if now.state is QuoteState.CONFIRMED and now.confirmation is not None:
+        get_run_logger().info(
+            "%s confirmed the spend at the backend (quote %s)%s.",
+            now.confirmation.principal,
+            now.quote_id,
+            f": {now.confirmation.note}" if now.confirmation.note else "",
+        )
+    return now
+
+
+def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = True) -> str:
+    """Return the markdown a person reads above the form: cost first, then where to confirm.
+
+    The Resume dialog is narrow and does not wrap table cells, so values stay short. Without
+    ``choices`` (``prefect-ito quote``) the form's answers are left out.
+    """
+    plan = quote.plan
+    p = plan.parallelism
+    outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
+    over = "" if quote.within_budget else " — **the estimate is above it**"
+    lines = [
+        f"### Spend on booking {md.code(quote.booking_id)}: up to "
+        f"${plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most",
+        "",
+        "| estimate | low | high |",
+        "|---|---|---|",
+        f"| cost | {_range(plan.cost_usd, '${:,.0f}')} |",
+        f"| GPU hours | {_range(plan.gpu_hours, '{:,.0f}')} |",
+        f"| duration | {_range(plan.duration_hours, '{:,.0f} h')} |",
+        "",
+        *_where_to_confirm(quote, choices),
+        "| manifest | value |",
+        "|---|---|",
+        f"| booking | {md.code(request.booking_id, cell=True)} |",
+        f"| model size | {md.text(request.model_size)} |",
+        f"| target | {md.text(request.target)} |",
+        f"| data | {_data(request.data_refs)} |",
+        f"| post-training | {request.post_training.value if request.post_training else 'none'} |",
+        f"| budget | ${request.budget_usd:,.2f}{over} |",
+        "",
+        f"Manifest digest: {md.code(quote.manifest_digest)}",
+        "",
+        f"**The backend's plan**: data {p.data} × tensor {p.tensor} × pipeline {p.pipeline} × "
+        f"expert {p.expert} × context {p.context}, {md.text(p.precision)}; stages "
+        + " → ".join(md.text(stage) for stage in plan.stages)
+        + ".",
+        "",
+        "Custom data: the 150M ladder checks it first, and may reject it."
+        if plan.ladder_check
+        else "Catalog data only: no ladder check.",
+        "",
+        f"The booking's term ends {when(quote.term_end)}{outlast}. "
+        f"This quote expires {when(quote.expires_at)}.",
+    ]
+    if quote.not_carried:
+        lines += [
+            "",
+            "**Asked again — what changed since the last confirmation:**",
+            "",
+            *(f"- {md.text(change)}" for change in quote.not_carried),
+        ]
+    if quote.warnings:
+        lines += ["", "**Warnings:**", "", *(f"- {md.text(warning)}" for warning in quote.warnings)]
+    if not choices:
+        return "\n".join(lines)
+    return "\n".join(
+        [
+            *lines,
+            "",
+            "**Choose one** — the form has no default:",
+            "",
+            "- **decline**: nothing is submitted; the quote is declined at the backend and the "
+            "flow run ends Declined.",
+            "- **recheck**: you confirmed on the backend's page; the flow reads the quote again.",
+        ]
+    )
+
+
+def _where_to_confirm(quote: TrainingQuote, choices: bool) -> list[str]:
+    """Return the lines that say where a person confirms: the backend's page and code."""
+    if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
+        return [f"Confirmed at the backend by {md.code(quote.confirmation.principal)}.", ""]
+    # The address is shown too: a terminal shows a link's text, not where it points.
+    where = (
+        f"[the backend's confirm page]({quote.confirm_url}) ({md.code(quote.confirm_url)})"
+        if quote.confirm_url and md.is_http_url(quote.confirm_url)
+        else "the backend's confirm page"
+    )
+    code = f", code {md.code(quote.user_code)}" if quote.user_code else ""
+    lines = [
+        f"**To confirm, sign in on {where}{code}** — the backend records who you are. "
+        "Nothing here confirms a spend, and prefect-ito never confirms by itself.",
+        "",
+    ]
+    if not choices:
+        lines[0] = f"Quote {md.code(quote.quote_id)}: a person confirms it on {where}{code}."
+    return lines
+
+
+def _data(refs: list[str]) -> str:
+    shown = ", ".join(md.code(ref, cell=True) for ref in refs[:SHOWN_DATA_REFS])
+    more = len(refs) - SHOWN_DATA_REFS
+    count = f"{len(refs)} reference{'s' if len(refs) != 1 else ''}"
+    return f"{count}: {shown}" + (f" and {more} more" if more > 0 else "")
+
+
+def _range(estimate: CostRange, template: str) -> str:
+    return f"{template.format(estimate.low)} | {template.format(estimate.high)}"

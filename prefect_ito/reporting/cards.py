@@ -1,0 +1,303 @@
+"""What each artifact card says: pure functions from a backend run to markdown, tables, numbers.
+
+One card per concern — progress, gates, telemetry, decisions — each a function of the backend run
+and of the pending actions supervision saw (a decided action is no longer on the run, so where a
+restart would have started from is only known from then). Nothing here talks to Prefect or the
+backend; :mod:`prefect_ito.reporting.report` publishes the cards and the terminal prints the same
+words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from prefect_ito.contract import (
+    DecisionChoice,
+    PendingAction,
+    RunState,
+    Telemetry,
+    TrainingRun,
+)
+from prefect_ito.reporting import charts
+from prefect_ito.reporting import markdown as md
+
+Actions = Mapping[str, PendingAction]
+"""Pending actions seen on a run, by action id."""
+
+
+def progress_percent(run: TrainingRun) -> float:
+    """Return the share of the planned stages that are behind the run, as a percentage."""
+    if not run.stages:
+        return 0.0
+    done = sum(stage.status.done for stage in run.stages)
+    return 100.0 * done / len(run.stages)
+
+
+def gate_rows(run: TrainingRun) -> list[dict[str, Any]]:
+    """Return one table row per eval of every gate that has results."""
+    return [
+        {
+            "stage": stage.name,
+            "battery": stage.gate.battery,
+            "eval": result.name,
+            "metric": result.metric,
+            "score": result.score,
+            "threshold": result.threshold,
+            "pass": result.passed,
+        }
+        for stage in run.stages
+        if stage.gate is not None
+        for result in stage.gate.evals
+    ]
+
+
+def progress_description(run: TrainingRun) -> str:
+    """Return the progress card's one line: where the run is, or how it ended.
+
+    The Artifacts tab shows only the first forty characters or so: what matters comes first.
+    """
+    done = sum(stage.status.done for stage in run.stages)
+    where = f"{done} of {len(run.stages)} stages done"
+    if run.state.terminal:
+        return f"{md.text(run.state.value.capitalize().replace('_', ' '))}: {where}."
+    if run.state is RunState.AWAITING_DECISION:
+        return f"{md.text(run.current_stage)} waits for a decision; {where}."
+    return f"Now {md.text(run.current_stage or 'starting')}; {where}."
+
+
+def gates_description(run: TrainingRun) -> str:
+    """Return the gates card's one line: how many evals, and which failed."""
+    rows = gate_rows(run)
+    failed = [md.text(f"{row['stage']} {row['eval']}") for row in rows if not row["pass"]]
+    if not failed:
+        return f"{len(rows)} evals, all passed."
+    return f"{len(rows)} evals, {len(failed)} failed: {', '.join(failed)}."
+
+
+def when(moment: datetime | None) -> str:
+    """Return a timestamp as a person reads it: ``2026-11-30 09:12 UTC``."""
+    if moment is None:
+        return "—"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def spend(t: Telemetry) -> str:
+    """Return spend against the ceiling: ``$1,234.00 of $250,000.00 (0% of the ceiling)``."""
+    return (
+        f"${t.spend_usd:,.2f} of ${t.budget_usd:,.2f} "
+        f"({t.spend_usd / t.budget_usd:.0%} of the ceiling)"
+    )
+
+
+class DecisionSummary(BaseModel):
+    """A restart a person was asked about: what was proposed, and what they decided."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action_id: str
+    decision: DecisionChoice | None = None
+    """None while nobody has decided."""
+    decided_by: str | None = None
+    """The name the person gave."""
+    principal: str | None = None
+    """Who the backend authenticated when the decision was relayed (contract v0.2)."""
+    reason: str | None = None
+    decided_at: datetime | None = None
+    stage: str | None = None
+    step: int | None = None
+    loss: float | None = None
+    checkpoint_id: str | None = None
+    checkpoint_step: int | None = None
+    proposed_at: datetime | None = None
+
+    def outcome(self) -> str:
+        """Return what the decision did, in a few words."""
+        if self.decision is None:
+            return "awaiting a person"
+        if self.decision is DecisionChoice.REJECT:
+            return "rejected: the run went on without restarting"
+        where = f" from step {self.checkpoint_step:,}" if self.checkpoint_step is not None else ""
+        return f"approved: the run restarted{where}"
+
+
+def decisions(run: TrainingRun, actions: Actions | None = None) -> list[DecisionSummary]:
+    """Return every decision on the run, oldest first, then the one still pending (if any)."""
+    seen = dict(actions or {})
+    if run.pending_action is not None:
+        seen[run.pending_action.action_id] = run.pending_action
+    rows = [
+        _summary(seen.get(record.action_id), record.action_id).model_copy(
+            update=record.model_dump(exclude={"action_id"})
+        )
+        for record in run.decisions
+    ]
+    if run.pending_action is not None:
+        rows.append(_summary(run.pending_action, run.pending_action.action_id))
+    return rows
+
+
+def _summary(action: PendingAction | None, action_id: str) -> DecisionSummary:
+    if action is None:  # decided before this supervisor saw it: only the backend's record
+        return DecisionSummary(action_id=action_id)
+    checkpoint = action.proposed_checkpoint  # None only for kinds added to the contract later
+    return DecisionSummary(
+        action_id=action_id,
+        stage=action.stage,
+        step=action.step,
+        loss=action.loss,
+        checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
+        checkpoint_step=checkpoint.step if checkpoint else None,
+        proposed_at=action.proposed_at,
+    )
+
+
+def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
+    """Return the decisions card: who decided each proposed restart, how, why and when.
+
+    One short two-column table per decision, so that who and why never scroll out of sight.
+    """
+    rows = decisions(run, actions)
+    title = f"## Restart decisions — run {md.code(run.run_id)}"
+    lines = [title, "", decisions_headline(rows, run), ""]
+    for number, row in enumerate(rows, start=1):
+        checkpoint = (
+            f"{_code(row.checkpoint_id)} (step {_count(row.checkpoint_step)})"
+            if row.checkpoint_id
+            else "—"
+        )
+        spike = (
+            f"{_loss(row.loss)} at step {_count(row.step)} in {_code(row.stage)}"
+            if row.stage
+            else "—"
+        )
+        by = f" by {md.text(row.decided_by)}" if row.decided_by else ""
+        lines += [
+            f"### {number}. {row.outcome().split(':')[0].capitalize()}{by}",
+            "",
+            f"| decision | **{row.outcome()}** |",  # the header row says the most
+            "|---|---|",
+            f"| decided by | {_cell(row.decided_by)} |",
+            f"| authenticated as | {_code(row.principal)} |",
+            f"| decided at | {when(row.decided_at)} |",
+            f"| why | {_cell(row.reason)} |",
+            f"| loss spike | {spike} |",
+            f"| restart checkpoint | {checkpoint} |",
+            f"| proposed at | {when(row.proposed_at)} |",
+            "",
+        ]
+    if any(row.checkpoint_id is None for row in rows):
+        lines += ["— : proposed before this supervisor attached; the backend keeps no more."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def decisions_headline(rows: list[DecisionSummary], run: TrainingRun) -> str:
+    """Return the decisions in one line: how many, and how they went."""
+    if not rows:
+        nothing = "No restart was proposed" if run.state.terminal else "No restart proposed so far"
+        return f"{nothing}: nothing needed a person's decision."
+    approved = sum(row.decision is DecisionChoice.APPROVE for row in rows)
+    rejected = sum(row.decision is DecisionChoice.REJECT for row in rows)
+    waiting = len(rows) - approved - rejected
+    counts = [f"{approved} approved"] * bool(approved) + [f"{rejected} rejected"] * bool(rejected)
+    counts += [f"{waiting} awaiting a person"] * bool(waiting)
+    return f"{len(rows)} restart{'s' * (len(rows) > 1)} proposed: {', '.join(counts)}."
+
+
+def _code(value: str | None) -> str:
+    """Return ``value`` as inline code for a table cell, or — when absent."""
+    return "—" if not value else md.code(value, cell=True)
+
+
+def _count(value: int | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _cell(text: str | None) -> str:
+    """Return text safe inside a markdown table cell, or — when absent."""
+    return "—" if not text else md.text(text)
+
+
+def loss_summary(t: Telemetry, rows: list[DecisionSummary]) -> str:
+    """Return the loss curve in one sentence: where it started, where it is, what stood out.
+
+    Args:
+        t: The run's telemetry.
+        rows: Its decisions (:func:`decisions`), which name the spikes.
+    """
+    history = t.loss_history
+    if not history:
+        return "No loss reported yet."
+    first, last = history[0], history[-1]
+    sentence = (
+        f"Loss {first.loss:.2f} at step {first.step:,} → {last.loss:.2f} at step {last.step:,} "
+        f"(lowest {min(p.loss for p in history):.2f})."
+    )
+    for row in rows:
+        if row.step is not None and row.loss is not None:
+            sentence += f" Spike {row.loss:.2f} at step {row.step:,}: {row.outcome()}."
+    return sentence
+
+
+def telemetry_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
+    """Return the telemetry card: the loss chart, goodput, spend, and fault tolerance."""
+    t: Telemetry = run.telemetry
+    ft = run.fault_tolerance
+    lines = [f"## Telemetry — run {md.code(run.run_id)} ({md.text(run.state.value)})", ""]
+    if t.loss_history:
+        svg = charts.draw(charts.loss_chart(run, actions))
+        lines += [charts.markdown_image(svg, "Training loss by step"), ""]
+    lines += [
+        loss_summary(t, decisions(run, actions)),
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| goodput | {t.goodput:.1%} |",
+        f"| interruption rate | {t.interruption_rate_per_day:.2f} per day |",
+        f"| checkpoint bandwidth | {t.checkpoint_bandwidth_gbps:.1f} GB/s |",
+        f"| spend | {spend(t)} |",
+        f"| tokens processed | {t.tokens_processed:,} |",
+        f"| step | {t.step:,} |",
+    ]
+    lines += _staleness_rows(run)
+    lines += ["", "### Interruptions", ""]
+    lines += _interruption_lines(run) or ["None." if run.state.terminal else "None so far."]
+    lines += [
+        "",
+        f"Targets: detect < {ft.detect_target_seconds // 60} min, "
+        f"resume < {ft.resume_target_seconds // 60} min. Checkpoints saved: {len(ft.checkpoints)}.",
+    ]
+    return "\n".join(lines)
+
+
+def _staleness_rows(run: TrainingRun) -> list[str]:
+    return [
+        f"| post-training staleness bound | {stage.details.rlvr.staleness_bound_steps} steps "
+        f"({md.text(stage.details.rlvr.algorithm)}) |"
+        for stage in run.stages
+        if stage.details.rlvr is not None
+    ]
+
+
+def _interruption_lines(run: TrainingRun) -> list[str]:
+    ft = run.fault_tolerance
+    lines = []
+    for item in ft.interruptions:
+        detect_ok = "✓" if item.detect_seconds < ft.detect_target_seconds else "✗"
+        if item.resume_seconds is None:
+            resumed = "recovering"
+        else:
+            resume_ok = "✓" if item.resume_seconds < ft.resume_target_seconds else "✗"
+            resumed = f"resumed in {item.resume_seconds / 60:.1f} min {resume_ok}"
+        lines.append(
+            f"- {md.code(item.stage)} at {when(item.at)}: detected in "
+            f"{item.detect_seconds / 60:.1f} min {detect_ok}, {resumed}"
+        )
+    return lines

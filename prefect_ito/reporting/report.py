@@ -1,0 +1,345 @@
+"""What a person sees in Prefect: one artifact card per concern, and events with stable ids.
+
+Each backend run has four cards — progress, gates, telemetry and decisions
+(:mod:`prefect_ito.reporting.cards`
+says what they say) — keyed by the backend run id and kept as one artifact each on the flow run,
+updated in place (:mod:`prefect_ito.reporting.publishing`). Every Prefect event gets a UUID5 of the
+backend
+run id and the backend event's sequence number, so Prefect drops the duplicates a re-entered flow
+sends. Nothing here ever sees a token.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import OrderedDict
+from typing import Any
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterType,
+)
+from prefect.client.schemas.sorting import ArtifactSort
+from prefect.events import emit_event
+from pydantic import BaseModel, ConfigDict
+
+from prefect_ito.backend import desk
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.provenance import Provenance
+from prefect_ito.contract import (
+    EventType,
+    PendingAction,
+    RunEvent,
+    RunOutcome,
+    RunState,
+    StageStatus,
+    Telemetry,
+    TrainingRun,
+)
+from prefect_ito.reporting.cards import (
+    Actions,
+    DecisionSummary,
+    decisions,
+    decisions_headline,
+    decisions_markdown,
+    gate_rows,
+    gates_description,
+    progress_description,
+    progress_percent,
+    spend,
+    telemetry_markdown,
+    when,
+)
+from prefect_ito.reporting.publishing import Card, Publisher
+from prefect_ito.waiting.flow_run import current_flow_run_id
+
+_EVENT_NAMESPACE = uuid.UUID("0f6a3c2e-2b7d-4a51-9a43-6c1d2f7e8b90")
+
+EVENT_NAMES: dict[EventType, str] = {
+    EventType.RUN_ACCEPTED: "ito.training.submitted",
+    EventType.STAGE_PASSED: "ito.training.gate.passed",
+    EventType.STAGE_FAILED: "ito.training.gate.failed",
+    EventType.STAGE_REFUSED: "ito.training.stage.refused",
+    EventType.LOSS_SPIKE_DETECTED: "ito.training.restart.proposed",
+    EventType.DECISION_RECORDED: "ito.training.restart.decided",
+    EventType.RUN_FINISHED: "ito.training.finished",
+}
+"""The backend events prefect-ito relays to Prefect, and the Prefect event names they get."""
+
+
+class StageSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    status: StageStatus
+    gate: str | None = None
+
+
+class TrainingSummary(BaseModel):
+    """What a training run came to: what ran, every gate result, every decision, and telemetry.
+
+    The result of a completed training flow; the terminal prints the same for any ending.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    booking_id: str
+    state: RunState
+    manifest_digest: str
+    stages: list[StageSummary]
+    gates: list[dict[str, Any]]
+    decisions: list[DecisionSummary]
+    telemetry: Telemetry
+    outcome: RunOutcome | None = None
+    api_url: str | None = None
+    live_api_contacted: bool | None = None
+    """Whether a live production backend answered; None when unknown."""
+    notice: str | None = None
+    """The backend's own note about its answers, e.g. that it is the reference simulator."""
+
+    @classmethod
+    def of(
+        cls,
+        run: TrainingRun,
+        provenance: Provenance | None = None,
+        actions: Actions | None = None,
+    ) -> TrainingSummary:
+        """Return the summary of ``run``, with where the backend's answers came from.
+
+        Args:
+            run: The backend run.
+            provenance: What the backend said of its answers (live or not, its notice).
+            actions: Pending actions seen on it; default: those this process saw
+                (:data:`SEEN`), which name each decided restart's checkpoint.
+        """
+        return cls(
+            **(provenance.model_dump() if provenance else {}),
+            run_id=run.run_id,
+            booking_id=run.booking_id,
+            state=run.state,
+            manifest_digest=run.manifest_digest,
+            stages=[
+                StageSummary(
+                    name=stage.name,
+                    status=stage.status,
+                    gate=stage.gate.status.value if stage.gate else None,
+                )
+                for stage in run.stages
+            ],
+            gates=gate_rows(run),
+            decisions=decisions(run, SEEN.actions(run.run_id) if actions is None else actions),
+            telemetry=run.telemetry,
+            outcome=run.outcome,
+        )
+
+
+class Seen:
+    """What supervision in this process saw: each run's pending actions, each flow run's run.
+
+    A decided action leaves the backend run, so where its restart started from is known only
+    from having seen it pending; and the terminal that ran a flow prints what the flow saw last,
+    however the flow ended. Bounded, for long-lived worker processes.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._actions: OrderedDict[str, dict[str, PendingAction]] = OrderedDict()
+        self._latest: OrderedDict[UUID, TrainingRun] = OrderedDict()
+
+    def note(self, run: TrainingRun) -> None:
+        """Remember ``run``'s pending action, and ``run`` as the current flow run's latest."""
+        if run.pending_action is not None:
+            actions = self._actions.setdefault(run.run_id, {})
+            actions[run.pending_action.action_id] = run.pending_action
+            _bound(self._actions, run.run_id, self._limit)
+        flow_run_id = current_flow_run_id()
+        if flow_run_id is not None:
+            self._latest[flow_run_id] = run
+            _bound(self._latest, flow_run_id, self._limit)
+
+    def actions(self, run_id: str) -> dict[str, PendingAction]:
+        """Return the pending actions seen on the run ``run_id``, by id."""
+        return dict(self._actions.get(run_id, {}))
+
+    def latest(self, flow_run_id: UUID) -> TrainingRun | None:
+        """Return the last backend run the flow run ``flow_run_id`` reported here, if any."""
+        return self._latest.get(flow_run_id)
+
+
+def _bound(items: OrderedDict[Any, Any], key: Any, limit: int) -> None:
+    items.move_to_end(key)
+    while len(items) > limit:
+        items.popitem(last=False)
+
+
+SEEN = Seen()
+"""This process's memory of what supervision saw."""
+PUBLISHER = Publisher()
+"""This process's artifact cards, one per key and flow run."""
+
+
+def artifact_key(run_id: str, kind: str) -> str:
+    """Return an artifact key for a run: lowercase letters, digits and dashes only."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    return f"ito-{kind}-{slug}"
+
+
+def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
+    """Return a plain sentence for every stage whose status changed between two reads."""
+    seen = {stage.name: stage.status for stage in before.stages} if before else {}
+    lines = []
+    for stage in after.stages:
+        if seen.get(stage.name, StageStatus.PENDING) == stage.status:
+            continue
+        gate = ""
+        if stage.gate is not None and stage.gate.evals:
+            gate = " — gate " + ", ".join(
+                f"{result.name} {result.score:g} (bar {result.threshold:g})"
+                for result in stage.gate.evals
+            )
+        lines.append(f"Stage {stage.name}: {stage.status.value}{gate}")
+    return lines
+
+
+def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
+    """Return the run's cards: progress, gates (once a gate has results), telemetry, decisions."""
+    result = [
+        Card(
+            key=artifact_key(run.run_id, "progress"),
+            type="progress",
+            data=progress_percent(run),
+            description=progress_description(run),
+            metadata=status_facts(run),
+        )
+    ]
+    rows = gate_rows(run)
+    if rows:
+        result.append(
+            Card(
+                key=artifact_key(run.run_id, "gates"),
+                type="table",
+                data=rows,
+                description=gates_description(run),
+            )
+        )
+    result += [
+        Card(
+            key=artifact_key(run.run_id, "telemetry"),
+            type="markdown",
+            data=telemetry_markdown(run, actions),
+            description=f"${run.telemetry.spend_usd:,.0f} spent "
+            f"({run.telemetry.spend_usd / run.telemetry.budget_usd:.0%}); the loss chart, "
+            "goodput and interruptions.",
+        ),
+        Card(
+            key=artifact_key(run.run_id, "decisions"),
+            type="markdown",
+            data=decisions_markdown(run, actions),
+            description=decisions_headline(decisions(run, actions), run),
+        ),
+    ]
+    return result
+
+
+def status_facts(run: TrainingRun) -> dict[str, str]:
+    """Return what ``prefect-ito status`` shows, as the progress card's metadata."""
+    t = run.telemetry
+    facts = {
+        "run_id": run.run_id,
+        "state": run.state.value,
+        "stage": run.current_stage or "",
+        "spend": spend(t),
+        "pending_decision": "",
+    }
+    action = run.pending_action
+    if action is not None and not desk.decidable(action):
+        facts["pending_decision"] = f"{action.kind} at step {action.step:,} in {action.stage}"
+    elif action is not None and action.proposed_checkpoint is not None:
+        facts["pending_decision"] = (
+            f"loss spike {action.loss:.2f} at step {action.step:,} in {action.stage}: restart "
+            f"from {action.proposed_checkpoint.checkpoint_id} (step "
+            f"{action.proposed_checkpoint.step:,}) proposed {when(action.proposed_at)}"
+        )
+    return facts
+
+
+async def read_status(flow_run_id: UUID) -> dict[str, str] | None:
+    """Return the facts of the latest progress card of a flow run (see :func:`status_facts`).
+
+    Only Prefect is asked, so no backend token is needed; None when the flow run has not
+    reported a backend run (yet).
+    """
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+                type=ArtifactFilterType(any_=["progress"]),
+            ),
+            sort=ArtifactSort.UPDATED_DESC,
+        )
+    progress = [a for a in found if (a.key or "").startswith("ito-progress-") and a.metadata_]
+    return dict(progress[0].metadata_ or {}) if progress else None
+
+
+async def publish(run: TrainingRun) -> None:
+    """Publish the run's cards on the current flow run (see
+    :mod:`prefect_ito.reporting.publishing`)."""
+    SEEN.note(run)
+    await PUBLISHER.publish(cards(run, SEEN.actions(run.run_id)))
+
+
+def event_id(run_id: str, seq: int) -> uuid.UUID:
+    """Return the Prefect event id for a backend event: the same on every re-entry."""
+    return uuid.uuid5(_EVENT_NAMESPACE, f"{run_id}:{seq}")
+
+
+def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
+    """Emit the Prefect events for ``events``; return the last sequence number seen."""
+    last = 0
+    for event in events:
+        last = max(last, event.seq)
+        name = EVENT_NAMES.get(event.type)
+        if name is None:
+            continue
+        emit_event(
+            event=name,
+            resource={
+                "prefect.resource.id": f"ito.training-run.{run.run_id}",
+                "prefect.resource.name": run.run_id,
+                "ito.booking.id": run.booking_id,
+            },
+            related=[
+                {
+                    "prefect.resource.id": f"ito.booking.{run.booking_id}",
+                    "prefect.resource.role": "booking",
+                }
+            ],
+            # Prefect stamps the relay time; the backend's own time travels in the payload.
+            payload={
+                "stage": event.stage,
+                "message": event.message,
+                "backend_at": event.at.isoformat(),
+                **event.data,
+            },
+            id=event_id(run.run_id, event.seq),
+        )
+    return last
+
+
+async def relay(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq`` to Prefect; return the last seq."""
+    page = await client.list_events(run.run_id, after=after_seq)
+    relay_events(run, page.events)
+    return max(after_seq, page.last_seq)
+
+
+async def report(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
+    """Relay the run's events after ``after_seq``, refresh its cards; return the last seq."""
+    seq = await relay(client, run, after_seq)
+    await publish(run)
+    return seq

@@ -1,0 +1,98 @@
+"""How supervision stops on request: a person cancels, or the person at the terminal detaches.
+
+A **cancel** stops the backend workload (never the booking). Prefect delivers it differently by
+where the flow runs — to nothing in a plain process (supervision asks for it between polls, see
+:func:`cancellation_requested`), to the ``on_cancellation`` hook under a worker
+(:func:`cancel_for_flow_run`), and to no code at all for a suspended run (an Automation runs the
+``ito-cancel-training`` flow, which calls the same function).
+
+A **detach** (Ctrl-C at ``prefect-ito train``) stops only the supervising: the backend run goes
+on, and ``prefect-ito attach RUN_ID`` or running the same request again re-attaches.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.schemas.objects import FlowRun
+
+from prefect_ito.backend import desk
+from prefect_ito.blocks import resolve_credentials
+from prefect_ito.contract import TrainingRun
+from prefect_ito.exceptions import Detached
+from prefect_ito.parameters import TrainingParameters, resolve_booking
+from prefect_ito.waiting.deferral import read_recorded_run_id
+from prefect_ito.waiting.flow_run import current_flow_run_id
+
+__all__ = [
+    "cancel_for_flow_run",
+    "cancellation_requested",
+    "raise_if_detached",
+    "request_detach",
+    "stop_requested",
+]
+
+_detach = threading.Event()
+
+
+def request_detach() -> None:
+    """Ask supervision in this process to stop at its next check, leaving the backend run be."""
+    _detach.set()
+
+
+def raise_if_detached() -> None:
+    """Raise :class:`Detached` once :func:`request_detach` was called in this process."""
+    if _detach.is_set():
+        raise Detached(
+            "detached at the terminal: the backend run goes on; re-attach with "
+            "`prefect-ito attach RUN_ID`"
+        )
+
+
+async def cancellation_requested(flow_run_id: UUID | None = None) -> bool:
+    """Tell whether someone asked Prefect to cancel the flow run (default: the current one).
+
+    A flow run that no runner or worker executes never hears of its cancellation, so
+    supervision asks for it between polls and while paused.
+    """
+    flow_run_id = flow_run_id or current_flow_run_id()
+    if flow_run_id is None:
+        return False
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(flow_run_id)
+    state = flow_run.state
+    return state is not None and (state.is_cancelling() or state.is_cancelled())
+
+
+async def stop_requested(flow_run_id: UUID | None) -> bool:
+    """Tell whether the flow run was cancelled; raise :class:`Detached` on a detach."""
+    raise_if_detached()
+    return await cancellation_requested(flow_run_id)
+
+
+async def cancel_for_flow_run(flow: Any, flow_run: FlowRun, state: Any) -> None:
+    """Cancel the backend workload that a cancelled ``ito-training`` flow run supervised.
+
+    Used as the flow's ``on_cancellation`` hook (which Prefect runs in the worker after it killed
+    the flow's process) and by the ``ito-cancel-training`` flow. It finds the workload from the
+    flow run's own records — the backend run it recorded, or the run id it attached to, or the
+    booking and manifest digest of its request — so it needs no state of its own. A crashed or
+    evicted flow run is never cancelled this way: it is re-attached instead.
+    """
+    parameters = dict(flow_run.parameters or {})
+    creds = await resolve_credentials(parameters.get("credentials"))
+    reason = f"Prefect flow run {flow_run.id} was cancelled"
+    async with creds.get_client() as client:
+        run: TrainingRun | None
+        recorded = await read_recorded_run_id(flow_run.id)
+        if recorded is not None or "run_id" in parameters:
+            run = await client.get_training_run(recorded or str(parameters["run_id"]))
+        else:
+            training = TrainingParameters.parse(parameters.get("training") or {})
+            request = training.to_request(await resolve_booking(training))
+            run = await desk.find_attachable_run(client, request)
+        if run is not None and not run.finished:
+            await desk.cancel_workload(client, run.run_id, reason=reason)

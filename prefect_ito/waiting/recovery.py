@@ -1,0 +1,252 @@
+"""Recovery without a person: re-enter training flow runs whose flow process was lost.
+
+A flow run is lost when the worker marked it ``Crashed`` (its process died), when it reads
+``Running`` but sent no flow-run heartbeat for ``lost_after`` seconds (the machine and its worker
+are gone: Prefect marks nothing crashed by itself), or when it was left starting (``Pending``) by
+a worker that fell silent (see :func:`_abandoned`). A lost run is rescheduled as it is (state
+``Recovering``), so a worker runs it again from the top and it re-attaches to the backend run it
+recorded: recovery never submits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.objects import FlowRun, StateType, Worker
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+    EventResourceFilter,
+)
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Scheduled
+from prefect.utilities.slugify import slugify
+
+from prefect_ito.waiting.claims import claim_turn, read_claims
+from prefect_ito.waiting.watched import watched_flow_runs
+
+__all__ = ["MAX_RECOVERIES", "Recovery"]
+
+logger = logging.getLogger("prefect_ito.waiting.watcher")
+
+MAX_RECOVERIES = 5
+"""How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
+
+_RECOVERY_PREFIX = "ito-recovery-"
+_CRASH_SETTLE_SECONDS = 15.0
+_START_GRACE = 2
+"""A run starting on a live worker is lost after this many times ``lost_after``."""
+_WORKER_LABEL = "prefect.worker.name"
+_POOL_LABEL = "prefect.work-pool.name"
+_TYPE_LABEL = "prefect.worker.type"
+_WORKER_STARTED = "prefect.worker.started"
+_WORKER_BEATS_MISSED = 3
+"""A worker is silent when it missed this many of its heartbeats (and ``lost_after`` passed): the
+count after which Prefect shows a worker ``OFFLINE``."""
+_HEARTBEAT = "prefect.flow-run.heartbeat"
+_PAGE = 200
+
+
+@dataclass
+class Recovery:
+    """Finds lost training flow runs and re-enters each once per loss, whoever else found it.
+
+    Attributes:
+        lost_after: Seconds without a heartbeat after which a running (or starting) flow run
+            counts as lost; None never counts one lost (crashed ones are still re-entered).
+        recovered: The flow runs this recovery re-entered, in order.
+    """
+
+    lost_after: float | None = 540.0
+    recovered: list[UUID] = field(default_factory=list)
+
+    async def recover(self) -> None:
+        """Re-enter the training flow runs from deployments whose process is gone."""
+        # A worker reports a crash twice (its runner, then itself): re-entering in between would
+        # be undone by the second report, so a crash is left to settle first.
+        settled = datetime.now(UTC) - timedelta(seconds=_CRASH_SETTLE_SECONDS)
+        lost = [
+            run
+            for run in await watched_flow_runs(StateType.CRASHED)
+            if run.state and run.state.timestamp and run.state.timestamp < settled
+        ]
+        if self.lost_after is not None:
+            lost += await _silent(await watched_flow_runs(StateType.RUNNING), self.lost_after)
+            starting = await _silent(await watched_flow_runs(StateType.PENDING), self.lost_after)
+            lost += await _abandoned(starting, self.lost_after)
+        for flow_run in lost:
+            await self.reenter(flow_run)
+
+    async def reenter(self, flow_run: FlowRun) -> None:
+        """Reschedule a lost flow run, once for each loss, whoever else found the same loss.
+
+        Two watchers — or one whose view is a moment old — may find the same loss. Each first
+        claims the re-entry with a flow-run input keyed by the lost *state*
+        (:mod:`prefect_ito.waiting.claims`), so only one watcher goes on, and a run that was
+        re-entered
+        already (its lost state is past) is never rescheduled under its new process.
+        """
+        lost = flow_run.state
+        if lost is None:
+            return
+        async with get_client() as client:
+            # What was seen may be a while old (a sweep on a busy server is slow): a run that has
+            # moved on since — started, beaten, resumed — is no longer lost.
+            now = (await client.read_flow_run(flow_run.id)).state
+            if now is None or now.id != lost.id:
+                return
+            claims = await read_claims(client, flow_run.id, _RECOVERY_PREFIX)
+            if len(claims) >= MAX_RECOVERIES:
+                logger.warning(
+                    "Flow run %s was lost %d times; left to a person.", flow_run.id, len(claims)
+                )
+                return
+            prefix = f"{_RECOVERY_PREFIX}{lost.id}-"
+            on_this = [claim for claim in claims if claim.key.startswith(prefix)]
+            if not await claim_turn(
+                client, flow_run.id, prefix, on_this, flow_run.state_name or ""
+            ):
+                return  # another watcher re-enters it
+            await client.set_flow_run_state(
+                flow_run.id,
+                Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
+                force=True,
+            )
+        self.recovered.append(flow_run.id)
+        logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
+
+
+async def _silent(runs: list[FlowRun], seconds: float) -> list[FlowRun]:
+    """Return the flow runs in their state, and without a heartbeat, for ``seconds``."""
+    since = datetime.now(UTC) - timedelta(seconds=seconds)
+    candidates = [
+        run for run in runs if run.state and run.state.timestamp and run.state.timestamp < since
+    ]
+    if not candidates:
+        return []
+    alive = await heartbeating({run.id for run in candidates}, since)
+    return [run for run in candidates if run.id not in alive]
+
+
+async def _abandoned(starting: list[FlowRun], lost_after: float) -> list[FlowRun]:
+    """Return those of the silent ``starting`` runs that no flow process will ever run.
+
+    A run whose worker died while starting it stays ``Pending`` (or ``Submitting``) for good: it
+    never beats, and nobody is left to report it crashed. A live worker does report a start that
+    failed, so a run is abandoned as soon as the worker that took it (named in the labels it gave
+    the run) is gone: silent too, or started again since it took the run (a worker that comes
+    back under the same name, as a systemd unit does, is not the one that was starting it). A
+    run whose worker lives on, or is not named, is only slow — a busy machine, an image pull —
+    until it has been starting for twice ``lost_after``.
+    """
+    long_ago = datetime.now(UTC) - timedelta(seconds=_START_GRACE * lost_after)
+    takers = {run.id: taker for run in starting if (taker := _taker(run)) is not None}
+    silent = await _silent_workers(set(takers.values()), lost_after)
+    return [run for run in starting if await _left(run, takers.get(run.id), silent, long_ago)]
+
+
+async def _left(
+    run: FlowRun, taker: _Taker | None, silent: set[_Taker], long_ago: datetime
+) -> bool:
+    """Tell whether the starting run was left: long ago, or by a worker gone since."""
+    began = run.state.timestamp if run.state else None
+    if began is None:
+        return False
+    if began < long_ago or taker in silent:
+        return True
+    return taker is not None and await worker_started_since(taker.type, taker.name, began)
+
+
+class _Taker(NamedTuple):
+    """The worker that took a flow run to start it, as the labels it gave the run say."""
+
+    pool: str
+    name: str
+    type: str
+
+
+def _taker(flow_run: FlowRun) -> _Taker | None:
+    """Return the worker that took the run, if it said."""
+    labels = [flow_run.labels.get(key) for key in (_POOL_LABEL, _WORKER_LABEL, _TYPE_LABEL)]
+    pool, name, kind = labels
+    if isinstance(pool, str) and isinstance(name, str) and isinstance(kind, str):
+        return _Taker(pool, name, kind)
+    return None
+
+
+async def _silent_workers(takers: set[_Taker], lost_after: float) -> set[_Taker]:
+    """Return those of the workers that sent no heartbeat for ``lost_after`` seconds and missed
+    three of their own, or that Prefect no longer knows."""
+    now = datetime.now(UTC)
+    silent = set()
+    async with get_client() as client:
+        for pool in {taker.pool for taker in takers}:
+            try:
+                known = {worker.name: worker for worker in await _workers(client, pool)}
+            except ObjectNotFound:
+                known = {}
+            for taker in (taker for taker in takers if taker.pool == pool):
+                worker = known.get(taker.name)
+                if worker is None or _quiet_since(worker, lost_after) < now:
+                    silent.add(taker)
+    return silent
+
+
+def _quiet_since(worker: Worker, lost_after: float) -> datetime:
+    """Return when the worker would have to beat again to count as alive."""
+    if worker.last_heartbeat_time is None:
+        return datetime.min.replace(tzinfo=UTC)
+    missed = _WORKER_BEATS_MISSED * (worker.heartbeat_interval_seconds or 0)
+    return worker.last_heartbeat_time + timedelta(seconds=max(lost_after, missed))
+
+
+async def worker_started_since(kind: str, name: str, since: datetime) -> bool:
+    """Tell whether a worker of this type and name said it started after ``since``."""
+    # The resource id a worker gives itself (``BaseWorker._event_resource``).
+    resource = f"prefect.worker.{kind}.{slugify(name)}"
+    async with get_client() as client:
+        return await _said_since(client, _WORKER_STARTED, resource, since)
+
+
+async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
+    """Return every worker Prefect knows in the work pool, page by page."""
+    found: list[Worker] = []
+    while True:
+        page = await client.read_workers_for_work_pool(pool, offset=len(found), limit=_PAGE)
+        found += page
+        if len(page) < _PAGE:
+            return found
+
+
+async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
+    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``.
+
+    One question per run (Prefect answers at most 50 events a page, and each run beats several
+    times a window); only running flow runs older than the window are asked about.
+    """
+    async with get_client() as client:
+        return {
+            run_id
+            for run_id in flow_run_ids
+            if await _said_since(client, _HEARTBEAT, f"prefect.flow-run.{run_id}", since)
+        }
+
+
+async def _said_since(client: PrefectClient, event: str, resource: str, since: datetime) -> bool:
+    """Tell whether Prefect holds an ``event`` of ``resource`` that occurred after ``since``."""
+    page = await client.read_events(
+        filter=EventFilter(
+            event=EventNameFilter(name=[event]),
+            resource=EventResourceFilter(id=[resource]),
+            occurred=EventOccurredFilter(since=since),
+        ),
+        limit=1,
+    )
+    return bool(page.events)

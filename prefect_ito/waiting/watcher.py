@@ -1,0 +1,493 @@
+"""``prefect-ito watch``: resume deferred training flow runs when their backend run changes, and
+those waiting for a person's spend confirmation once the backend's quote is answered; re-enter
+flow runs whose process was lost (:mod:`prefect_ito.waiting.recovery`).
+
+The watcher keeps no state of its own. Each sweep it first re-enters the lost runs, then asks
+Prefect which ``ito-training`` flow runs are suspended: deferred (under a ``defer-`` pause key,
+with a :class:`Deferral` record beside it), or asking for a spend (under a ``spend-`` pause key,
+with a :class:`QuoteWait` record). It reads each deferred run's backend run once, resumes the
+flow runs whose run changed in a way the flow must handle, then waits for the next change: on
+the backend's account-wide change feed when the backend offers one, else on one long-poll per
+run, a bounded number at a time. It reads the quote of each run that asks for a spend every
+sweep, and resumes the run once the quote is no longer pending. A restarted watcher loses
+nothing (its first sweep reads everything again), and two watchers resume nothing twice (each
+resume is claimed first, :mod:`prefect_ito.waiting.claims`; a claim whose holder died is taken over
+once
+stale).
+
+It never decides anything, never confirms or declines a spend, and never submits; it resumes a
+spend question only with ``recheck`` (Prefect resumes a form's pause only with an answer), which
+decides nothing: a re-entered or resumed flow run re-attaches to the run it recorded, or reads its
+quote at the backend itself, and asks again while it is pending. A run that waits for a person
+under any other key (a decision at a gate) is never resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+import httpx
+from prefect import get_client
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.exceptions import (
+    FlowPauseTimeout,
+    NotPausedError,
+    ObjectNotFound,
+    PrefectHTTPStatusError,
+)
+from prefect.flow_runs import aresume_flow_run
+from pydantic import ValidationError
+
+from prefect_ito.backend import desk
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import QuoteState, TrainingRun
+from prefect_ito.exceptions import ItoError, QuoteNotFound
+from prefect_ito.people.spend import SPEND_PREFIX, recheck
+from prefect_ito.waiting import claims, deferral, quote_wait
+from prefect_ito.waiting.claims import claim_turn, read_claims
+from prefect_ito.waiting.deferral import DEFER_PREFIX, Deferral
+from prefect_ito.waiting.quote_wait import QuoteWait
+from prefect_ito.waiting.recovery import Recovery
+from prefect_ito.waiting.watched import watched_flow_runs
+
+__all__ = ["Watcher"]
+
+logger = logging.getLogger("prefect_ito.waiting.watcher")
+
+_RESUME_PREFIX = "ito-resume-"
+
+_CHANGED_UNDER_US = (ObjectNotFound, NotPausedError, FlowPauseTimeout, RuntimeError)
+"""What Prefect raises when a flow run was cancelled, resumed or deleted since the sweep read it."""
+
+
+@dataclass
+class _Backend:
+    """One backend the deferred runs wait on: a client, and where its change feed stands."""
+
+    client: ItoClient
+    feed: bool
+    cursor: int | None = None
+
+
+@dataclass
+class _Seen:
+    """What the watcher last saw of a backend run: its version, and when its heartbeat moved."""
+
+    version: int
+    heartbeat_at: datetime
+    heartbeat_seen_at: float
+
+
+Waiting = tuple[FlowRun, Deferral]
+Asking = tuple[FlowRun, QuoteWait]
+_Record = TypeVar("_Record", Deferral, QuoteWait)
+
+
+@dataclass
+class Watcher:
+    """Resumes deferred flow runs on a change, and re-enters lost ones; see the module docstring.
+
+    What it holds in memory is only a cache of what Prefect and the backends say (records, which
+    never change under their key, and the last version and heartbeat seen of each run), so that
+    an idle sweep costs one change-feed request per backend, whatever the number of deferred
+    runs (and one quote read per run that asks a person for a spend).
+
+    Attributes:
+        wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
+        max_concurrency: Per-run long-polls at once, for a backend without a change feed.
+        lost_after: Seconds without a heartbeat after which a running (or starting) flow run
+            counts as lost; None never counts one lost (crashed ones are still re-entered).
+    """
+
+    wait: float = 30.0
+    max_concurrency: int = 32
+    lost_after: float | None = 540.0
+    resumed: list[UUID] = field(default_factory=list)
+    recovery: Recovery = field(init=False)
+    _backends: dict[tuple[str, str | None], _Backend] = field(default_factory=dict)
+    _records: dict[tuple[UUID, str], Deferral] = field(default_factory=dict)
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+    _unread: set[str] = field(default_factory=set)
+    _look_again_at: dict[str, float] = field(default_factory=dict)
+    _refused: set[tuple[str, str | None]] = field(default_factory=set)
+    _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
+    _quote_waits: dict[UUID, tuple[UUID, QuoteWait | None]] = field(default_factory=dict)
+    """Per flow run asking for a spend: its suspended state, and the record read beside it."""
+    _resumed_from: dict[UUID, UUID] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.recovery = Recovery(self.lost_after)
+
+    @property
+    def recovered(self) -> list[UUID]:
+        """The lost flow runs this watcher re-entered, in order."""
+        return self.recovery.recovered
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweep until ``stop`` is set; a failed sweep is logged and the next one comes."""
+        try:
+            while not stop.is_set():
+                try:
+                    await self.sweep()
+                except (httpx.TransportError, PrefectHTTPStatusError, ItoError) as error:
+                    # Prefect or a backend did not answer: expected now and then, one line.
+                    logger.warning("A sweep failed (%s); the next one in %g s", error, self.wait)
+                    await asyncio.sleep(self.wait)
+                except Exception:  # a long-running service outlives any one sweep's failure
+                    logger.exception("A sweep failed; the next one starts in %g s", self.wait)
+                    await asyncio.sleep(self.wait)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the backend clients."""
+        for backend in self._backends.values():
+            await backend.client.__aexit__(None, None, None)
+        self._backends.clear()
+
+    async def sweep(self) -> None:
+        """Re-enter lost runs; resume suspended runs whose run or quote changed, then wait for
+        one change."""
+        await self.recovery.recover()
+        paused = await watched_flow_runs(StateType.PAUSED)
+        self._forget_resumed(paused)
+        deferred = _by_backend(await self._deferred(paused))
+        asking = _by_backend(await self._asking(paused))
+        waited = False
+        for api_url, entry in dict.fromkeys([*deferred, *asking]):
+            backend = await self._backend(api_url, entry)
+            if backend is None:
+                continue
+            group, quotes = deferred.get((api_url, entry), []), asking.get((api_url, entry), [])
+            # Read a run only when first seen or when a watchdog limit comes due; else wait.
+            due = [item for item in group if self._needs_reading(item[1])]
+            await self._read_and_judge(backend, due)
+            # Quotes every sweep: expiry, supersession and loss come on no feed, and the
+            # backend's clock may not be ours; few runs wait for a person at a time.
+            await self._read_quotes(backend, quotes)
+            pending = [item for item in group if item[0].id not in self.resumed]
+            asked = [item for item in quotes if item[0].id not in self.resumed]
+            if pending or asked:
+                await self._wait_for_change(backend, pending, asked)
+                waited = True
+        if not waited:  # nothing to wait on, or only on backends refused: no busy loop
+            await asyncio.sleep(min(self.wait, 5.0))
+
+    def _forget_resumed(self, paused: list[FlowRun]) -> None:
+        """Forget resumes of runs no longer suspended as they were: a run that suspended again
+        since (a new state, perhaps under the same pause key) is to be resumed again."""
+        still = {
+            run.id
+            for run in paused
+            if run.state is not None and self._resumed_from.get(run.id) == run.state.id
+        }
+        self.resumed = [run_id for run_id in self.resumed if run_id in still]
+        self._resumed_from = {k: v for k, v in self._resumed_from.items() if k in still}
+
+    # --- deferred runs ----------------------------------------------------------------------
+
+    async def _deferred(self, paused: list[FlowRun]) -> list[Waiting]:
+        """Return every suspended training flow run that waits on a backend run, with its record."""
+        found = []
+        for flow_run in paused:
+            key = flow_run.state.state_details.pause_key if flow_run.state else None
+            if not key or not key.startswith(DEFER_PREFIX):
+                continue  # waits for a person, or for something else: not a deferral
+            record = await self._record(flow_run, key)
+            if record is not None:
+                found.append((flow_run, record))
+        return found
+
+    async def _record(self, flow_run: FlowRun, key: str) -> Deferral | None:
+        """Return the record of a deferred run, or None: not written yet, or not a record."""
+        record = self._records.get((flow_run.id, key))
+        if record is not None or (flow_run.id, key) in self._unreadable:
+            return record
+        try:
+            record = await deferral.read_deferral(flow_run.id, key)
+        except ValidationError:
+            # Anyone with Prefect API access can write an input under a defer- key; one that is
+            # no record is that flow run's problem, never the sweep's. Said once.
+            self._unreadable.add((flow_run.id, key))
+            logger.warning(
+                "Flow run %s is suspended under %s beside a record that is not a deferral; "
+                "it is not watched.",
+                flow_run.id,
+                key,
+            )
+            return None
+        if record is None:
+            return None  # suspending right now: the record comes first, look again soon
+        self._records[(flow_run.id, key)] = record
+        # A new deferral is read once: its run may have moved before the feed's cursor.
+        self._unread.add(record.run_id)
+        return record
+
+    def _needs_reading(self, record: Deferral) -> bool:
+        if record.run_id in self._unread:
+            self._unread.discard(record.run_id)
+            return True
+        return self._due_in(record, self._seen.get(record.run_id)) <= 0
+
+    def _due_in(self, record: Deferral, seen: _Seen | None) -> float:
+        """Seconds until the stall limit or the deadline of ``record`` comes due, or until a
+        resume another watcher claimed is to be looked at again."""
+        now = deferral.wall_clock()
+        due = [float("inf")]
+        if record.run_id in self._look_again_at:
+            due.append(self._look_again_at[record.run_id] - now)
+        if record.deadline_at is not None:
+            due.append(record.deadline_at - now)
+        if record.stall_timeout is not None:
+            moved = seen.heartbeat_seen_at if seen else record.heartbeat_seen_at
+            due.append(moved + record.stall_timeout - now)
+        return min(due)
+
+    async def _read_and_judge(
+        self, backend: _Backend, items: list[Waiting], *, wait: float | None = None
+    ) -> None:
+        """Read each run — with ``wait``, long-poll it past the version seen — and judge it."""
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def read(flow_run: FlowRun, record: Deferral) -> None:
+            seen = self._seen.get(record.run_id)
+            after = None if wait is None else (seen.version if seen else record.version)
+            async with limit:
+                try:
+                    run = await backend.client.get_training_run(
+                        record.run_id, after_version=after, wait=wait
+                    )
+                except ItoError as error:
+                    logger.warning("Could not read backend run %s: %s", record.run_id, error)
+                    return
+            with _unless_changed(flow_run):
+                await self._judge(flow_run, record, run)
+
+        await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
+
+    async def _judge(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
+        """Note what ``run`` shows, and resume the flow run if it must handle it."""
+        self._look_again_at.pop(run.run_id, None)
+        seen = self._observe(record, run)
+        if _must_resume(record, run, seen):
+            await self._resume(flow_run, record, run)
+
+    def _observe(self, record: Deferral, run: TrainingRun) -> _Seen:
+        before = self._seen.get(run.run_id)
+        if before is None and run.heartbeat_at == record.heartbeat_at:
+            moved = record.heartbeat_seen_at
+        elif before is not None and run.heartbeat_at == before.heartbeat_at:
+            moved = before.heartbeat_seen_at
+        else:
+            moved = deferral.wall_clock()
+        seen = _Seen(max(run.version, record.version), run.heartbeat_at, moved)
+        self._seen[run.run_id] = seen
+        return seen
+
+    async def _wait_for_change(
+        self, backend: _Backend, pending: list[Waiting], asked: list[Asking]
+    ) -> None:
+        wait = max(
+            0.0, min([self.wait] + [self._due_in(r, self._seen.get(r.run_id)) for _, r in pending])
+        )
+        if backend.feed:
+            await self._wait_on_feed(backend, pending, asked, wait)
+        elif pending:
+            await self._wait_per_run(backend, pending, wait)
+        else:
+            await asyncio.sleep(wait)  # a quote has no long-poll: the next sweep reads it again
+
+    async def _wait_on_feed(
+        self, backend: _Backend, pending: list[Waiting], asked: list[Asking], wait: float
+    ) -> None:
+        page = await backend.client.list_changes(after=backend.cursor, wait=wait)
+        backend.cursor = page.cursor
+        moved = {change.run_id for change in page.changes}
+        answered = {change.quote_id for change in page.quotes}
+        await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
+        await self._read_quotes(backend, [item for item in asked if item[1].quote_id in answered])
+
+    async def _wait_per_run(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
+        await self._read_and_judge(backend, pending, wait=wait)
+
+    async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
+        """Resume a deferred flow run, once for its suspension, whoever else saw the change."""
+        why = f"backend run {record.run_id} is at version {run.version} ({run.state.value})"
+        if not await self._resume_once(flow_run, why):
+            # Another watcher resumes it — unless it died first: look again once its claim is
+            # stale, as the backend run may never change again to bring it back.
+            self._look_again_at[record.run_id] = deferral.wall_clock() + claims.CLAIM_STALE_SECONDS
+
+    async def _resume_once(
+        self, flow_run: FlowRun, why: str, answer: dict[str, Any] | None = None
+    ) -> bool:
+        """Resume a suspended flow run (with ``answer`` for a pause that waits for a form);
+        return False if another watcher claimed it.
+
+        Watchers that follow the same feed see the same change at once. Prefect checks that a run
+        is paused before resuming it, but not in the same write, so two resumes that race may
+        both go through (on PostgreSQL, a suspension was seen resumed twice). Each watcher first
+        claims the resume with a flow-run input keyed by the suspended *state*, as re-entries
+        are claimed: only the watcher that stored it resumes.
+        """
+        suspended = flow_run.state
+        if flow_run.id in self.resumed or suspended is None:
+            return True
+        prefix = f"{_RESUME_PREFIX}{suspended.id}-"
+        async with get_client() as client:
+            held = await read_claims(client, flow_run.id, prefix)
+            if not await claim_turn(client, flow_run.id, prefix, held, ""):
+                return False
+        try:
+            await aresume_flow_run(flow_run.id, run_input=answer)
+        except _CHANGED_UNDER_US as error:  # resumed, cancelled or deleted meanwhile
+            logger.info("Flow run %s was not resumed: %s", flow_run.id, error)
+            return True
+        self.resumed.append(flow_run.id)
+        self._resumed_from[flow_run.id] = suspended.id
+        logger.info("Resumed flow run %s: %s.", flow_run.id, why)
+        return True
+
+    # --- runs that ask a person for a spend ----------------------------------------------------
+
+    async def _asking(self, paused: list[FlowRun]) -> list[Asking]:
+        """Return every suspended training flow run that waits on a quote, with its record."""
+        found = []
+        for flow_run in paused:
+            state = flow_run.state
+            key = state.state_details.pause_key if state else None
+            if state is None or not key or not key.startswith(SPEND_PREFIX):
+                continue
+            record = await self._quote_wait(flow_run, state.id, key)
+            if record is not None:
+                found.append((flow_run, record))
+        current = {flow_run.id for flow_run in paused}
+        self._quote_waits = {k: v for k, v in self._quote_waits.items() if k in current}
+        return found
+
+    async def _quote_wait(self, flow_run: FlowRun, state_id: UUID, key: str) -> QuoteWait | None:
+        """Return the record of the quote a suspended run waits on, read once per suspension."""
+        cached = self._quote_waits.get(flow_run.id)
+        if cached is not None and cached[0] == state_id:
+            return cached[1]
+        # The flow writes its record before it suspends: none readable now means none at all
+        # (an older flow, or an input someone wrote by hand). Said once per suspension.
+        record = await quote_wait.latest_quote_wait(flow_run.id)
+        self._quote_waits[flow_run.id] = (state_id, record)
+        if record is None:
+            logger.warning(
+                "Flow run %s is suspended under %s without a record of the quote it waits on; "
+                "it is not watched.",
+                flow_run.id,
+                key,
+            )
+        return record
+
+    async def _read_quotes(self, backend: _Backend, items: list[Asking]) -> None:
+        """Read each quote at the backend, and resume its flow run once it is no longer pending.
+
+        Nothing in a record is trusted, and nothing needs to be: the quote is read with this
+        watcher's own token, and the resumed flow reads it at the backend again itself.
+        """
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def read(flow_run: FlowRun, record: QuoteWait) -> None:
+            async with limit:
+                try:
+                    state = (await backend.client.get_quote(record.quote_id)).state
+                except QuoteNotFound:
+                    state = None  # gone: the flow, run again, makes a new quote
+                except ItoError as error:
+                    logger.warning("Could not read quote %s: %s", record.quote_id, error)
+                    return
+                else:
+                    # A quote without a state (no v0.4 backend) tells nothing: the flow would
+                    # ask again at once, so it is left to its own timeout.
+                    if state is None or state is QuoteState.PENDING:
+                        return
+            with _unless_changed(flow_run):
+                what = state.value if state is not None else "gone"
+                why = f"quote {record.quote_id} is {what}"
+                await self._resume_once(flow_run, why, recheck(why).model_dump(mode="json"))
+
+        await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
+
+    async def _backend(self, api_url: str, entry: str | None) -> _Backend | None:
+        """Return the backend for a record, with a client whose token this process resolves."""
+        known = self._backends.get((api_url, entry))
+        if known is not None or (api_url, entry) in self._refused:
+            return known
+        try:
+            # The record is what anyone with Prefect API access may write: the block admits
+            # only an origin this watcher is configured for, before any request.
+            client = ItoCredentials(api_url=api_url, keyring_entry=entry).get_client()
+        except (ItoError, ValidationError) as error:
+            self._refused.add((api_url, entry))  # said once, not every sweep
+            logger.warning("Not watching runs recorded for %s: %s", api_url, _first_line(error))
+            return None
+        try:
+            await client.__aenter__()
+            feed = (await client.get_capabilities()).change_feed
+            # The cursor before the first reads: a change in between would be seen by neither.
+            cursor = (await client.list_changes()).cursor if feed else None
+        except ItoError as error:
+            await client.__aexit__(None, None, None)
+            logger.warning("Cannot watch runs on %s: %s", api_url, error)
+            return None
+        backend = _Backend(client, feed, cursor)
+        self._backends[(api_url, entry)] = backend
+        return backend
+
+
+def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) -> bool:
+    """Tell whether the flow must handle what became of ``run`` since it deferred.
+
+    ``seen`` carries when the heartbeat last moved, as this watcher saw it; without it, the
+    record's own heartbeat is the reference.
+    """
+    if run.version > record.version and desk.gate_settled(run, record.stage):
+        return True
+    if seen is not None and record.stall_timeout is not None:
+        if deferral.wall_clock() - seen.heartbeat_seen_at > record.stall_timeout:
+            return True
+    elif record.stalled(run.heartbeat_at):
+        return True
+    return record.past_deadline()
+
+
+def _by_backend(
+    waiting: list[tuple[FlowRun, _Record]],
+) -> dict[tuple[str, str | None], list[tuple[FlowRun, _Record]]]:
+    groups: dict[tuple[str, str | None], list[tuple[FlowRun, _Record]]] = {}
+    for flow_run, record in waiting:
+        groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
+    return groups
+
+
+@contextlib.contextmanager
+def _unless_changed(flow_run: FlowRun) -> Iterator[None]:
+    """Skip a flow run that was cancelled, resumed or deleted since the sweep read it: it costs
+    only itself, never the sweep."""
+    try:
+        yield
+    except _CHANGED_UNDER_US as error:
+        logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
+    except PrefectHTTPStatusError as error:
+        if error.response.status_code not in (404, 409):
+            raise
+        logger.info("Flow run %s changed meanwhile; skipped: %s", flow_run.id, error)
+
+
+def _first_line(error: Exception) -> str:
+    # A pydantic error spans lines; a log line says what was refused, once.
+    if isinstance(error, ValidationError):
+        return "; ".join(str(detail["msg"]) for detail in error.errors())
+    return str(error)

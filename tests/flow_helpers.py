@@ -1,0 +1,140 @@
+"""Shared pieces of the flow tests: the request they make, and how they wait."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prefect import Flow, State, get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.context import FlowRunContext
+from prefect.input import create_flow_run_input
+from prefect.states import Running, Suspended
+from rich.console import Console
+from spend_helpers import covering_authorization
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cli.terminal import run_training
+from prefect_ito.contract import TrainingRequest
+from prefect_ito.people import answers
+from prefect_ito.people.approval import RestartDecision
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+
+BOOKING = "bk-h200-2x8-ib"
+REQUEST: dict[str, Any] = {
+    "model_size": "8B",
+    "data": ["catalog://ito/web-2026-10"],
+    "target": "code-assistant",
+    "budget_usd": 250_000.0,
+}
+
+
+def parameters(simulator: SimulatorServer, **changes: Any) -> dict[str, Any]:
+    """Return ``ito-training`` parameters for the simulator's completed booking.
+
+    ``changes`` replace fields of the ``training`` parameter, except ``credentials`` and
+    ``authorization`` (default: a standing authorization that covers every test request).
+    """
+    credentials = changes.pop("credentials", ItoCredentials(api_url=simulator.url))
+    authorization = changes.pop("authorization", covering_authorization(simulator))
+    training = {
+        **REQUEST,
+        "booking": BOOKING,
+        # Bounded, so a test whose pause nobody answers fails instead of waiting a day.
+        "approval_timeout": 300,
+        **changes,
+    }
+    return {"training": training, "credentials": credentials, "authorization": authorization}
+
+
+async def wait_for_pause(flow_run_id: Any, timeout: float = 60) -> Any:
+    """Return the flow run's Paused state once it waits for input."""
+    async with asyncio.timeout(timeout), get_client() as client:
+        while True:
+            state = (await client.read_flow_run(flow_run_id)).state
+            if state is not None and state.is_paused() and state.state_details.run_input_keyset:
+                return state
+            await asyncio.sleep(0.3)
+
+
+class Person:
+    """Answers every pause through Prefect's resume API, as the UI does, and remembers what."""
+
+    def __init__(self, approve: bool) -> None:
+        self.approve = approve
+        self.asked: list[str] = []
+
+    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
+        self.asked.append(description)
+        choice = "approve" if self.approve else "reject"
+        return RestartDecision(decision=choice, decided_by="Ada", reason="looked at it")
+
+
+async def answer_pauses_with(
+    flow: Flow[Any, Any], *, approve: bool, console: Console
+) -> State[Any]:
+    """Run ``flow`` here; a :class:`Person` answers its pauses through the resume API."""
+    return await run_training(flow, {}, Person(approve), console, poll=0.3)
+
+
+async def answered_suspension(key: str, answer: dict[str, Any]) -> None:
+    """Record in this flow run what Prefect holds once its suspension under ``key`` was answered.
+
+    A suspension needs a deployment and a worker; the flow tests run their flows in-process. So
+    the records are written directly: the Suspended state, then the answer a person gave (stored
+    after it), then the flow run running again, as after a resume.
+    """
+    flow_run_id = FlowRunContext.get().flow_run.id
+    async with get_client() as client:
+        suspended = Suspended(timeout_seconds=300, pause_key=key)
+        await client.set_flow_run_state(flow_run_id, suspended, force=True)
+        await create_flow_run_input(
+            answers.response_key("suspended", key), answer, flow_run_id=flow_run_id
+        )
+        await client.set_flow_run_state(flow_run_id, Running(), force=True)
+
+
+def spiked_run() -> Any:
+    """Return a backend run that waits for a decision, as the simulator reports one."""
+    from spend_helpers import confirmed_on
+
+    from prefect_ito.simulator.engine import Engine
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    engine = Engine(builtin_scenario("loss-spike"), clock)
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
+        target="chat", budget_usd=1e5,
+    ).to_submission()  # fmt: skip
+    run_id = engine.submit("acct", "k", confirmed_on(engine, "acct", request)).run.run_id
+    while engine.runs[run_id].pending_action is None:
+        clock.now += 0.1
+        engine.advance()
+    return engine.runs[run_id].snapshot()
+
+
+async def training_deployment(name: str) -> Any:
+    """Deploy ``ito-training`` to a process pool of the same name that no worker serves.
+
+    For flow runs a test puts into a state by hand (suspended, running, lost), as a deployment's
+    runs would be.
+    """
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.types.entrypoint import EntrypointType
+
+    from prefect_ito.flows import ito_training
+
+    async with get_client() as client:
+        await client.create_work_pool(WorkPoolCreate(name=name, type="process"), overwrite=True)
+    return await ito_training.adeploy(
+        name=name,
+        work_pool_name=name,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+        print_next_steps=False,
+    )

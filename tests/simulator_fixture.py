@@ -1,0 +1,34 @@
+"""Fixtures for the flow tests: a fresh simulator per test, with a stored token, on the session's
+Prefect server.
+
+Each test directory that runs flows takes them in its `conftest.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from prefect_ito.backend.auth import store_token
+from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
+
+
+@pytest.fixture
+def start_simulator(prefect_server: str) -> Iterator[Callable[..., SimulatorServer]]:
+    """Start a simulator with a scenario and a stored token; stop it after the test."""
+    started: list[SimulatorServer] = []
+
+    def start(scenario: Scenario | str = "default", **options: Any) -> SimulatorServer:
+        if isinstance(scenario, str):
+            scenario = builtin_scenario(scenario)
+        simulator = SimulatorServer(scenario, **options)
+        simulator.start()
+        started.append(simulator)
+        store_token(simulator.url, simulator.mint_token("flow-tests"))
+        return simulator
+
+    yield start
+    for simulator in started:
+        simulator.stop()

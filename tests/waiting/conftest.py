@@ -1,0 +1,5 @@
+"""Fixtures for the waiting tests that run flows: a simulator per test."""
+
+from simulator_fixture import start_simulator
+
+__all__ = ["start_simulator"]

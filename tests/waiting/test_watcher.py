@@ -1,0 +1,383 @@
+"""``Watcher`` against a real Prefect server and the simulator: it resumes a deferred flow run
+when its backend run changes — on the change feed, or on per-run long-polls without one — and
+never one that waits for a person."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+
+import pytest
+from flow_helpers import BOOKING, REQUEST, training_deployment
+from prefect import get_client
+from prefect.states import Cancelled, Crashed, Pending, Running, Suspended
+from spend_helpers import covering_authorization
+
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
+from prefect_ito.people import spend
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.waiting import deferral
+from prefect_ito.waiting.deferral import Deferral, deferral_key
+from prefect_ito.waiting.watcher import Watcher
+
+
+async def deferred_flow_run(simulator, *, key: str | None = None):
+    """Submit a backend run and leave a flow run suspended on it, as a deferring flow does."""
+    training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(simulator),
+    )
+    run = (await job.trigger()).run
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        while run.current_stage is None:
+            run = await client.get_training_run(run.run_id)
+    deployment = await training_deployment("watcher-tests")
+    async with get_client() as client:
+        flow_run = await client.create_flow_run_from_deployment(
+            deployment, parameters={"training": training.model_dump(mode="json")}
+        )
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)
+        pause_key = key or deferral_key(run)
+        record = Deferral(
+            api_url=simulator.url, run_id=run.run_id, version=run.version, stage=run.current_stage,
+            events_seen=0, heartbeat_at=run.heartbeat_at, heartbeat_seen_at=time.time(),
+            stall_timeout=None, deadline_at=None,
+        )  # fmt: skip
+        await client.create_flow_run_input(flow_run.id, pause_key, record.model_dump_json())
+        await client.set_flow_run_state(flow_run.id, Suspended(pause_key=pause_key), force=True)
+    return flow_run, run
+
+
+async def is_paused(flow_run_id) -> bool:
+    async with get_client() as client:
+        state = (await client.read_flow_run(flow_run_id)).state
+    return state is not None and state.is_paused()
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["change-feed", "per-run-long-polls"])
+async def test_a_deferred_run_is_resumed_when_its_backend_run_ends(start_simulator, feed):
+    scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
+    simulator = start_simulator(scenario.model_copy(update={"change_feed": feed}))
+    flow_run, run = await deferred_flow_run(simulator)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    try:
+        await watcher.sweep()
+        assert await is_paused(flow_run.id)  # nothing it must handle yet: it waits on
+        async with ItoCredentials(api_url=simulator.url).get_client() as client:
+            await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+        async with asyncio.timeout(60):
+            while await is_paused(flow_run.id):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [flow_run.id]
+    paths = [r.path for r in simulator.requests()]
+    assert ("/v0/training-runs/changes" in paths) is feed
+
+
+@pytest.mark.parametrize(
+    "key", ["restart-act-1", spend.pause_key("sha256:" + "0" * 64)], ids=["restart", "spend"]
+)
+async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator, key):
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator, key=key)
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        for _ in range(3):
+            print("LOOK", watcher._look_again_at, watcher._unread, watcher._seen.keys())
+            await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [] and await is_paused(flow_run.id)
+
+
+async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect_server):
+    # Prefect answers at most 50 events a page: asking for more failed every sweep, and with
+    # it the watcher's whole loop, so no lost machine was ever noticed.
+    from datetime import timedelta
+    from uuid import uuid4
+
+    from prefect.events import emit_event
+    from prefect.events.worker import EventsWorker
+
+    from prefect_ito.waiting.recovery import heartbeating
+
+    beating, silent = uuid4(), uuid4()
+    window = datetime.now(UTC) - timedelta(seconds=5)
+    emit_event(
+        event="prefect.flow-run.heartbeat",
+        resource={"prefect.resource.id": f"prefect.flow-run.{beating}"},
+    )
+    await asyncio.to_thread(EventsWorker.drain_all)
+    async with asyncio.timeout(60):
+        while not await heartbeating({beating}, window):
+            await asyncio.sleep(0.5)  # events are stored a moment after they arrive
+
+    assert await heartbeating({beating, silent}, window) == {beating}
+    assert await heartbeating({beating}, datetime.now(UTC)) == set()
+
+
+async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(caplog):
+    import logging
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    stop = asyncio.Event()
+    watcher = Watcher(wait=0.2, lost_after=None)
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        caplog.set_level(logging.WARNING, logger="prefect_ito.waiting.watcher")
+        task = asyncio.ensure_future(watcher.run(stop))
+        async with asyncio.timeout(60):
+            while not caplog.records:
+                await asyncio.sleep(0.1)
+        stop.set()
+        await task
+
+    assert "A sweep failed" in caplog.records[0].getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
+    # Two watchers (or one whose list of lost runs is a moment old) find the same crash: the
+    # second used to reschedule again, under the run its first re-entry had started.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Crashed(), force=True)
+        lost = await client.read_flow_run(flow_run.id)  # what both watchers saw
+    first, second = Watcher(lost_after=None), Watcher(lost_after=None)
+
+    await first.recovery.reenter(lost)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # a worker ran it
+    await second.recovery.reenter(lost)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+        claims = await client.filter_flow_run_input(
+            flow_run.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
+        )
+    assert (first.recovered, second.recovered) == ([flow_run.id], [])
+    assert now.state_name == "Running" and len(claims) == 1
+
+
+async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulator):
+    # A worker killed while it started a flow run leaves it Pending: it never beats, and nobody
+    # reports a crash. Found by the crash trials: such runs waited forever.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+    watcher = Watcher(lost_after=1)
+    await asyncio.sleep(3)  # longer than a start may take (twice lost_after): no heartbeat came
+
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def _started_by(flow_run_id, worker: str) -> None:
+    """Leave the flow run Pending as ``worker`` of the tests' pool leaves a run it starts."""
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Pending(), force=True)
+        # What a worker does when it starts a run: it gives the run its name and pool.
+        await client.update_flow_run_labels(
+            flow_run_id,
+            {
+                "prefect.worker.name": worker,
+                "prefect.worker.type": "process",
+                "prefect.work-pool.name": "watcher-tests",
+            },
+        )
+
+
+def _age(state) -> float:
+    return (datetime.now(UTC) - state.timestamp).total_seconds()
+
+
+async def _beat(worker: str) -> None:
+    async with get_client() as client:
+        await client.send_worker_heartbeat("watcher-tests", worker, heartbeat_interval_seconds=1)
+
+
+async def test_a_run_left_starting_by_a_silent_worker_is_re_entered_after_lost_after(
+    start_simulator,
+):
+    # The crash trials' slowest recovery: a machine lost while a run was starting. The run was
+    # re-entered only after twice lost_after, although its worker was silent all along.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    await _beat("lost-worker")
+    await _started_by(flow_run.id, "lost-worker")
+    watcher = Watcher(lost_after=3)
+    await asyncio.sleep(4)  # lost_after, not twice: neither the run nor its worker beat since
+
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def test_a_run_left_starting_by_a_worker_started_again_since_is_re_entered(
+    start_simulator,
+):
+    # Found by the crash trials: a lost machine's worker came back under the same name (as a
+    # systemd unit or a fixed --name does), so the name alone looked alive, and the runs the old
+    # worker was starting waited twice lost_after.
+    from prefect.events import emit_event
+    from prefect.events.worker import EventsWorker
+
+    from prefect_ito.waiting.recovery import worker_started_since
+
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    await _started_by(flow_run.id, "reborn-worker")
+    async with get_client() as client:
+        starting = (await client.read_flow_run(flow_run.id)).state
+    emit_event(  # what a worker says when it starts
+        event="prefect.worker.started",
+        resource={
+            "prefect.resource.id": "prefect.worker.process.reborn-worker",
+            "prefect.resource.name": "reborn-worker",
+        },
+    )
+    await asyncio.to_thread(EventsWorker.drain_all)
+    watcher = Watcher(lost_after=5)
+    async with asyncio.timeout(60):
+        while not await worker_started_since("process", "reborn-worker", starting.timestamp):
+            await asyncio.sleep(0.5)  # events are stored a moment after they arrive
+    await asyncio.sleep(max(0.0, 5.5 - _age(starting)))  # silent for lost_after
+    await _beat("reborn-worker")  # alive, under the same name
+
+    assert _age(starting) < 10  # not twice lost_after: only the restart can tell it is lost
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def test_a_run_starting_on_a_live_worker_gets_twice_lost_after(start_simulator):
+    # A live worker reports a start that failed; a slow one (a busy machine, an image pull) is
+    # not taken for a loss before twice lost_after.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    await _started_by(flow_run.id, "live-worker")
+    watcher = Watcher(lost_after=3)
+    await asyncio.sleep(4)
+    await _beat("live-worker")
+
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert flow_run.id not in watcher.recovered and now.state_name == "Pending"
+
+
+async def test_a_run_seen_lost_that_moved_on_since_is_left_alone(start_simulator):
+    # A sweep on a busy server is slow: a run seen starting (and silent) a minute ago may run by
+    # the time the watcher acts. Found by the crash trials: such a live run was rescheduled, and
+    # its flow process failed ("Flow run cannot be suspended").
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+        seen = await client.read_flow_run(flow_run.id)
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # it started since
+    watcher = Watcher(lost_after=1)
+
+    await watcher.recovery.reenter(seen)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert watcher.recovered == [] and now.state_name == "Running"
+
+
+async def test_a_change_seen_by_several_watchers_resumes_the_run_once(start_simulator):
+    # Watchers that follow the same feed see the same change at the same moment. Prefect checks
+    # that a run is paused before it resumes it, but not in the write itself: two resumes that
+    # raced both went through, and the run's history held two Resuming states for one suspension
+    # (seen in the crash trials on PostgreSQL).
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        seen = await client.read_flow_run(flow_run.id)  # what every watcher saw
+    key = seen.state.state_details.pause_key
+    record = await deferral.read_deferral(flow_run.id, key)
+    watchers = [Watcher(lost_after=None) for _ in range(4)]
+
+    await asyncio.gather(*(watcher._resume(seen, record, run) for watcher in watchers))
+
+    async with get_client() as client:
+        history = await client.read_flow_run_states(flow_run.id)
+    assert [state.name for state in history].count("Resuming") == 1
+    assert sum(len(watcher.resumed) for watcher in watchers) == 1
+
+
+async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
+    start_simulator, monkeypatch
+):
+    # Found by the crash trials: a watcher killed between claiming a resume and resuming left
+    # the run deferred for good. The other watcher saw the claim while it was fresh, and its
+    # backend run never changed again, so nobody looked at the run again.
+    from prefect_ito.waiting import claims
+
+    monkeypatch.setattr(claims, "CLAIM_STALE_SECONDS", 3.0)
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        seen = await client.read_flow_run(flow_run.id)
+        prefix = f"ito-resume-{seen.state.id}-"
+        assert await claims.claim_turn(client, flow_run.id, prefix, [], "")  # then it died
+    async with ItoCredentials(api_url=simulator.url).get_client() as backend:
+        await backend.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        await watcher.sweep()  # the claim is fresh: another watcher may be resuming it
+        assert watcher.resumed == [] and await is_paused(flow_run.id)
+        await asyncio.sleep(3.5)
+        await watcher.sweep()  # the claim is stale now: its holder never resumed
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [flow_run.id] and not await is_paused(flow_run.id)
+
+
+async def test_a_run_cancelled_between_the_read_and_the_resume_costs_only_itself(
+    start_simulator, monkeypatch
+):
+    # Seen after `prefect-ito cancel` on a deferred run: Prefect's NotPausedError (neither a
+    # RuntimeError nor ObjectNotFound) failed the whole sweep, and every other run waited on.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    judge, judged = Watcher._judge, []
+
+    async def cancelled_meanwhile(self, flow_run, record, run):
+        judged.append(flow_run.id)  # a person cancels it after the sweep read it
+        async with get_client() as prefect:
+            await prefect.set_flow_run_state(flow_run.id, Cancelled(), force=True)
+        await judge(self, flow_run, record, run)
+
+    monkeypatch.setattr(Watcher, "_judge", cancelled_meanwhile)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    try:
+        await watcher.sweep()  # raised NotPausedError before
+    finally:
+        await watcher.close()
+    assert judged == [flow_run.id] and watcher.resumed == []
+    async with get_client() as client:
+        assert (await client.read_flow_run(flow_run.id)).state.is_cancelled()

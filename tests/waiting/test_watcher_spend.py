@@ -1,0 +1,294 @@
+"""``Watcher`` and flow runs that wait for a person to confirm a spend, against a real Prefect
+server and the simulator: it resumes such a run once the backend's quote is no longer pending
+(without an input: the flow reads the quote again itself), never while it is, never on a record
+that names a backend this process is not configured for, and never on a record it cannot read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+
+import pytest
+from capture_server import CaptureServer
+from flow_helpers import BOOKING, REQUEST, training_deployment
+from prefect import get_client
+from prefect.input import keyset_from_paused_state
+from prefect.states import Running, Suspended
+
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
+from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import ALL_SCOPES, TrainingRequest
+from prefect_ito.people import spend
+from prefect_ito.simulator import builtin_scenario
+from prefect_ito.waiting.quote_wait import QUOTE_RECORD_PREFIX, QuoteWait, record_quote_wait
+from prefect_ito.waiting.watcher import Watcher
+
+QUOTE_REQUEST = TrainingRequest(
+    booking_id=BOOKING,
+    model_size=REQUEST["model_size"],
+    data_refs=REQUEST["data"],
+    target=REQUEST["target"],
+    budget_usd=REQUEST["budget_usd"],
+)
+
+
+@pytest.fixture
+async def flow_runs():
+    """Flow runs a test suspends by hand; deleted after it, so no later watcher meets them."""
+    made: list = []
+    yield made
+    async with get_client() as client:
+        for flow_run in made:
+            await client.delete_flow_run(flow_run.id)
+
+
+async def new_quote(api_url: str):
+    """Return a new quote of the tests' request from the backend at ``api_url``, pending."""
+    async with ItoCredentials(api_url=api_url).get_client() as client:
+        return await client.quote_training_run(QUOTE_REQUEST.to_submission())
+
+
+async def asking_flow_run(quote, *, api_url: str, keyring_entry: str | None = None):
+    """Leave a flow run suspended on ``quote`` as ``wait_for_person`` does: its record first."""
+    deployment = await training_deployment("watcher-spend-tests")
+    async with get_client() as client:
+        flow_run = await client.create_flow_run_from_deployment(
+            deployment, parameters={"training": {**REQUEST, "booking": BOOKING}}
+        )
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)
+    await ask_again(flow_run, quote, api_url=api_url, keyring_entry=keyring_entry)
+    return flow_run
+
+
+async def ask_again(flow_run, quote, *, api_url: str, keyring_entry: str | None = None) -> None:
+    record = QuoteWait(
+        api_url=api_url,
+        keyring_entry=keyring_entry,
+        quote_id=quote.quote_id,
+        manifest_digest=quote.manifest_digest,
+        expires_at=quote.expires_at,
+    )
+    await record_quote_wait(flow_run.id, record)
+    # A question asked again gets a key of its own (see prefect_ito.people.answers), as the flow's
+    # do.
+    asked = _ASKED.setdefault(flow_run.id, 0)
+    _ASKED[flow_run.id] += 1
+    key = spend.pause_key(quote.manifest_digest) + (f"-again-{asked}" if asked else "")
+    # As ``asuspend_flow_run(wait_for_input=SpendDecision)`` leaves it: the form's keyset on
+    # the state and its schema saved, so that Prefect resumes it only with an answer.
+    suspended = Suspended(pause_key=key)
+    keyset = keyset_from_paused_state(suspended)
+    suspended.state_details.run_input_keyset = keyset
+    await spend.SpendDecision.with_initial_data(description="spend").asave(
+        keyset, flow_run_id=flow_run.id
+    )
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, suspended, force=True)
+
+
+_ASKED: dict[object, int] = {}
+
+
+async def answer(simulator, quote_id: str, how: str) -> None:
+    """Confirm (as a person, with a token of their own) or decline a quote at the backend."""
+    token = simulator.mint_token(
+        "flow-tests", scopes=[s.value for s in ALL_SCOPES], principal="user:ada"
+    )
+    async with ItoClient(simulator.url, token) as person:
+        answering = person.confirm_quote if how == "confirm" else person.decline_quote
+        await answering(quote_id, idempotency_key=f"tests-{uuid.uuid4()}")
+
+
+async def is_paused(flow_run_id) -> bool:
+    async with get_client() as client:
+        state = (await client.read_flow_run(flow_run_id)).state
+    return state is not None and state.is_paused()
+
+
+async def resumed_within(flow_run_id, seconds: float) -> float:
+    """Return how long the flow run stayed paused, failing after ``seconds``."""
+    started = time.monotonic()
+    async with asyncio.timeout(seconds):
+        while await is_paused(flow_run_id):
+            await asyncio.sleep(0.1)
+    return time.monotonic() - started
+
+
+async def resume_inputs(flow_run_id) -> list:
+    """Return the answers a resume left: the watcher's ``recheck``, which decides nothing."""
+    async with get_client() as client:
+        inputs = await client.filter_flow_run_input(
+            flow_run_id, key_prefix="", limit=100, exclude_keys=set()
+        )
+    return [json.loads(item.value) for item in inputs if item.key.endswith("-response")]
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["change-feed", "per-quote-reads"])
+@pytest.mark.parametrize("how", ["confirm", "decline"])
+async def test_a_run_is_resumed_within_seconds_of_its_quote_being_answered(
+    start_simulator, flow_runs, feed, how
+):
+    simulator = start_simulator(
+        builtin_scenario("default").model_copy(update={"change_feed": feed})
+    )
+    quote = await new_quote(simulator.url)
+    flow_run = await asking_flow_run(quote, api_url=simulator.url)
+    flow_runs.append(flow_run)
+    watcher, stop = Watcher(wait=1.0, lost_after=None), asyncio.Event()
+    running = asyncio.ensure_future(watcher.run(stop))
+    try:
+        await asyncio.sleep(2.5)  # a couple of sweeps: pending, so it waits on
+        assert await is_paused(flow_run.id)
+        await answer(simulator, quote.quote_id, how)
+        took = await resumed_within(flow_run.id, 30)
+    finally:
+        stop.set()
+        await running
+
+    assert took < 5, took
+    assert watcher.resumed in ([flow_run.id], [])  # forgotten once it no longer waits
+    # Resumed with the one answer the form takes that decides nothing: the flow reads the quote.
+    (given,) = await resume_inputs(flow_run.id)
+    assert given["decision"] == "recheck" and how in given["reason"]
+    paths = [r.path for r in simulator.requests()]
+    assert f"/v0/training-quotes/{quote.quote_id}" in paths
+    assert ("/v0/training-runs/changes" in paths) is feed
+
+
+async def test_a_run_whose_quote_expired_is_resumed(start_simulator, flow_runs):
+    # Expiry comes on no feed: the watcher reads the quote every sweep.
+    scenario = builtin_scenario("default").model_copy(update={"quote_ttl_seconds": 2.0})
+    simulator = start_simulator(scenario)
+    quote = await new_quote(simulator.url)
+    flow_run = await asking_flow_run(quote, api_url=simulator.url)
+    flow_runs.append(flow_run)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    try:
+        async with asyncio.timeout(30):
+            while await is_paused(flow_run.id):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+    assert watcher.resumed == [flow_run.id]
+
+
+async def test_a_run_whose_quote_is_pending_is_never_resumed(start_simulator, flow_runs):
+    simulator = start_simulator()
+    quote = await new_quote(simulator.url)
+    flow_run = await asking_flow_run(quote, api_url=simulator.url)
+    flow_runs.append(flow_run)
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        for _ in range(4):
+            await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [] and await is_paused(flow_run.id)
+    reads = [r for r in simulator.requests() if r.path == f"/v0/training-quotes/{quote.quote_id}"]
+    assert len(reads) >= 4  # read every sweep, and left alone every time
+
+
+async def test_a_run_that_asks_again_after_a_resume_is_resumed_again(start_simulator, flow_runs):
+    # The flow asks again under the same pause key (a new quote of the same manifest): the
+    # watcher that resumed its first suspension must not take it for the same one.
+    simulator = start_simulator()
+    first = await new_quote(simulator.url)
+    flow_run = await asking_flow_run(first, api_url=simulator.url)
+    flow_runs.append(flow_run)
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        await answer(simulator, first.quote_id, "decline")
+        await watcher.sweep()
+        assert watcher.resumed == [flow_run.id]
+        second = await new_quote(simulator.url)
+        await ask_again(flow_run, second, api_url=simulator.url)
+        await watcher.sweep()
+        assert await is_paused(flow_run.id)  # the new quote is pending
+        await answer(simulator, second.quote_id, "confirm")
+        async with asyncio.timeout(30):
+            while await is_paused(flow_run.id):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+    async with get_client() as client:
+        history = await client.read_flow_run_states(flow_run.id)
+    assert [state.name for state in history].count("Resuming") == 2
+
+
+@pytest.fixture
+def worker_environment(start_simulator, monkeypatch):
+    """A simulator, and this process configured as its worker: the token in the environment."""
+    simulator = start_simulator()
+    monkeypatch.setenv(ENV_API_URL, simulator.url)
+    monkeypatch.setenv(ENV_TOKEN, simulator.mint_token("flow-tests").get_secret_value())
+    return simulator
+
+
+async def test_a_record_naming_their_server_sends_it_nothing(worker_environment, flow_runs, caplog):
+    simulator = worker_environment
+    quote = await new_quote(simulator.url)
+    await answer(simulator, quote.quote_id, "confirm")  # a real quote, answered: tempting
+    with CaptureServer() as theirs:
+        forged = await asking_flow_run(quote, api_url=theirs.url)
+        # The keyring route: their server, with the real backend's keyring entry named.
+        by_entry = await asking_flow_run(quote, api_url=theirs.url, keyring_entry=simulator.url)
+        flow_runs += [forged, by_entry]
+        watcher = Watcher(wait=0.5, lost_after=None)
+        try:
+            with caplog.at_level(logging.INFO, logger="prefect_ito.waiting.watcher"):
+                for _ in range(3):
+                    await watcher.sweep()
+        finally:
+            await watcher.close()
+
+    assert theirs.received == []
+    refusals = [
+        r.getMessage()
+        for r in caplog.records
+        if f"Not watching runs recorded for {theirs.url}" in r.getMessage()
+    ]
+    assert len(refusals) == 2, refusals  # each said once, not every sweep
+    assert any("ITO_COMPUTE_ALLOWED_ORIGINS" in message for message in refusals)
+    assert any("another backend" in message for message in refusals)
+    assert watcher.resumed == []
+    assert await is_paused(forged.id) and await is_paused(by_entry.id)
+
+
+async def test_a_run_without_a_readable_record_is_left_alone_and_costs_the_sweep_nothing(
+    start_simulator, flow_runs, caplog
+):
+    simulator = start_simulator()
+    quote = await new_quote(simulator.url)
+    junk = await asking_flow_run(quote, api_url=simulator.url)
+    async with get_client() as client:
+        for item in await client.filter_flow_run_input(
+            junk.id, key_prefix=QUOTE_RECORD_PREFIX, limit=10, exclude_keys=set()
+        ):
+            await client.delete_flow_run_input(junk.id, item.key)
+        await client.create_flow_run_input(junk.id, QUOTE_RECORD_PREFIX + "x", '{"not": 1}')
+    answered = await new_quote(simulator.url)
+    other = await asking_flow_run(answered, api_url=simulator.url)
+    flow_runs += [junk, other]
+    await answer(simulator, answered.quote_id, "confirm")
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        with caplog.at_level(logging.WARNING, logger="prefect_ito.waiting.watcher"):
+            for _ in range(3):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if str(junk.id) in r.getMessage() and "without a record" in r.getMessage()
+    ]
+    assert len(said) == 1, said
+    assert not [r for r in caplog.records if "A sweep failed" in r.getMessage()]
+    assert await is_paused(junk.id) and not await is_paused(other.id)
