@@ -13,13 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import re
 import signal
-import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
@@ -31,20 +27,22 @@ from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_engine import run_flow_async
 from prefect.input import RunInput
 from prefect.input.run_input import keyset_from_paused_state
-from prefect.settings import (
-    PREFECT_API_URL,
-    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
-    PREFECT_UI_URL,
-    temporary_settings,
-)
-from pydantic import ValidationError
+from prefect.settings import PREFECT_UI_URL
 from rich.console import Console
 from rich.markdown import Markdown
 
-from prefect_ito.blocks import ItoCredentials
-from prefect_ito.cli.views import quiet_tasks
-from prefect_ito.contract import TrainingQuote
-from prefect_ito.exceptions import InsufficientScope, ItoAPIError, ItoError
+from prefect_ito.cli.spend_answers import (
+    ConfirmedBeforehand,
+    NobodyHere,
+    confirm_quote_here,
+    stated_quote,
+)
+from prefect_ito.cli.temporary_prefect import (
+    EPHEMERAL_STARTUP_SECONDS,
+    has_real_server,
+    prefect_api,
+)
+from prefect_ito.cli.views import quiet_tasks, without_images
 from prefect_ito.people import answers
 from prefect_ito.people.approval import Choice, RestartDecision
 from prefect_ito.people.spend import SPEND_PREFIX, SpendDecision, describe
@@ -66,6 +64,8 @@ __all__ = [
     "leave_to_others",
     "prefect_api",
     "run_training",
+    "stated_quote",
+    "without_images",
 ]
 
 Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
@@ -85,64 +85,6 @@ class SpendPause:
 Confirmer = Callable[[SpendPause], Awaitable[SpendDecision | None]]
 """Acts on a spend confirmation (at the backend) and returns an answer for the flow's form, if
 any; None leaves the flow waiting for the backend to say the quote was answered."""
-
-EPHEMERAL_STARTUP_SECONDS = 180
-"""How long Prefect's temporary server may take to start: a brand-new ``PREFECT_HOME`` migrates
-its database first, which takes tens of seconds on a small, busy machine (Prefect allows 20)."""
-
-_QUIET_EPHEMERAL_SERVER = {
-    # The temporary server has no network to send telemetry to, and logs every failure to.
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    # Its SQLite "database is locked" retries are Prefect's own business, not the user's.
-    "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
-}
-
-
-def has_real_server() -> bool:
-    """Tell whether a Prefect server (not the ephemeral one) is configured."""
-    return bool(PREFECT_API_URL.value())
-
-
-@contextlib.contextmanager
-def prefect_api() -> Iterator[None]:
-    """Make Prefect's API ready for a command: a real server, or a quiet temporary one.
-
-    The temporary server is given time to migrate a new database, and its noise is kept out of
-    the command's output. The first API call comes from the main thread, so exactly one
-    temporary server starts.
-    """
-    if has_real_server():
-        yield
-        return
-    for name, value in _QUIET_EPHEMERAL_SERVER.items():
-        os.environ.setdefault(name, value)
-    startup = {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: EPHEMERAL_STARTUP_SECONDS}
-    with temporary_settings(startup):
-        with _children_in_their_own_process_group(), get_client(sync_client=True) as client:
-            client.hello()
-        yield
-
-
-@contextlib.contextmanager
-def _children_in_their_own_process_group() -> Iterator[None]:
-    """Start the processes begun meanwhile (Prefect's temporary server) in a group of their own.
-
-    A terminal sends Ctrl-C to its whole foreground process group. Prefect starts its temporary
-    server in ours, so the Ctrl-C that detaches would also stop the server the flow still has to
-    report its final state to, and the command would wait for it forever.
-    """
-    original = subprocess.Popen
-    subprocess.Popen = _OwnGroupPopen  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        subprocess.Popen = original  # type: ignore[misc]
-
-
-class _OwnGroupPopen(subprocess.Popen[Any]):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("process_group", 0)
-        super().__init__(*args, **kwargs)
 
 
 async def run_training(
@@ -366,101 +308,6 @@ async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
     return None
 
 
-async def stated_quote(record: QuoteWait) -> TrainingQuote | None:
-    """Return the quote ``record`` names, as the backend states it; None if it cannot be read."""
-    try:
-        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
-        async with credentials.get_client() as client:
-            return await client.get_quote(record.quote_id)
-    except (ItoError, ValidationError):  # a record nobody may follow, or a quote not found
-        return None
-
-
-async def confirm_quote_here(record: QuoteWait, note: str | None, console: Console) -> bool:
-    """Confirm the recorded quote at the backend with this terminal's token; say what happened.
-
-    Returns whether the backend took the confirmation. A token without ``spend:confirm`` (a
-    workload's) is told where a person confirms instead.
-    """
-    credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
-    try:
-        async with credentials.get_client() as client:
-            confirmed = await client.confirm_quote(
-                record.quote_id, note=note, idempotency_key=f"confirm-{uuid.uuid4()}"
-            )
-    except InsufficientScope:
-        console.print(
-            "[yellow]This terminal's token may not confirm a spend (it lacks spend:confirm: "
-            "log in as yourself with `prefect-ito login`). Confirm on the backend's page "
-            "instead; the flow goes on when you do.[/]",
-            soft_wrap=True,
-        )
-        return False
-    except ItoAPIError as error:
-        console.print(f"The backend refused the confirmation: {error}", markup=False)
-        return False
-    console.print(
-        f"Confirmed at the backend as {confirmed.principal} (quote {record.quote_id}).",
-        markup=False,
-        soft_wrap=True,
-    )
-    return True
-
-
-@dataclass(frozen=True)
-class ConfirmedBeforehand:
-    """The person confirmed a quote before the flow started (``train --confirm QUOTE_ID``).
-
-    The flow's own quote carries that confirmation when nothing got worse, and it never pauses.
-    If it pauses all the same, the backend asked again: this says why and leaves it waiting.
-    """
-
-    quote_id: str
-    console: Console
-
-    async def __call__(self, pause: SpendPause) -> SpendDecision | None:
-        self.console.print(
-            f"The backend asks for a confirmation again: quote {self.quote_id}, confirmed with "
-            "--confirm, does not carry to the flow's quote. Nothing is submitted until a person "
-            "confirms the new one.",
-            markup=False,
-            soft_wrap=True,
-        )
-        self.console.print(Markdown(without_images(pause.description)))
-        return None
-
-
-@dataclass(frozen=True)
-class NobodyHere:
-    """``train`` without a terminal or ``--confirm``: nobody here can confirm a spend.
-
-    The flow asks only when the backend let no standing authorization cover the quote. Rather
-    than wait for someone who is not there, the quote is declined (a quote is free; declining it
-    spends nothing) and the command ends, saying how to confirm one.
-    """
-
-    console: Console
-
-    async def __call__(self, pause: SpendPause) -> SpendDecision:
-        self.console.print(
-            "Nobody at this command can confirm the spend, and the backend let no standing "
-            "authorization cover it: the quote is declined. To run it, `prefect-ito quote` with "
-            "the same options, then `prefect-ito train … --confirm QUOTE_ID`.",
-            markup=False,
-            soft_wrap=True,
-        )
-        return SpendDecision(
-            decision="decline",
-            reason="prefect-ito train had no terminal, and no standing authorization covered it",
-        )
-
-
-def without_images(markdown: str) -> str:
-    """Return ``markdown`` with its data-URI images (the chart) named instead of shown."""
-    return _DATA_IMAGE.sub(r"*(\1: a chart, shown in the Prefect UI)*", markdown)
-
-
-_DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
 _Word = TypeVar("_Word", bound=str)
 
 _CHOICES: dict[str, Choice] = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = [
     "print_outcome",
     "print_summary",
     "quiet_tasks",
+    "without_images",
 ]
 
 
@@ -194,3 +196,11 @@ def _telemetry(summary: TrainingSummary) -> Table:
     table.add_row("tokens processed", f"{t.tokens_processed:,}")
     table.add_row("loss", cards.loss_summary(t, summary.decisions))
     return table
+
+
+def without_images(markdown: str) -> str:
+    """Return ``markdown`` with its data-URI images (the chart) named instead of shown."""
+    return _DATA_IMAGE.sub(r"*(\1: a chart, shown in the Prefect UI)*", markdown)
+
+
+_DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
