@@ -18,6 +18,7 @@ from typing import Any
 from prefect import State, flow, get_client, get_run_logger
 from prefect.states import Cancelled
 
+from prefect_ito.backend.operations import READ_TRAINING_RUN
 from prefect_ito.blocks import (
     ItoCredentials,
     ItoSpendAuthorization,
@@ -122,7 +123,7 @@ async def ito_attach_training(
         steps = TaskSteps(
             await resolve_credentials(credentials), SupervisionParameters.parse(limits)
         )
-        run = await steps.read_run(run_id)
+        run = await steps.perform(READ_TRAINING_RUN, run_id)
     except RunNotFound:
         return _failed(RunNotFound(f"the backend has no training run {run_id!r}"))
     except ItoError as error:

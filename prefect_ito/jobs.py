@@ -21,8 +21,8 @@ from prefect_ito.exceptions import ItoRunOutcome
 from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
 from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision.loop import ClientSteps
 from prefect_ito.supervision.outcomes import raise_for_outcome
+from prefect_ito.supervision.plain import ClientSteps
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = ["ItoTrainingJob", "ItoTrainingRun"]
@@ -148,5 +148,5 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
     async def cancel(self, reason: str = "cancelled through prefect-ito") -> TrainingRun:
         """Cancel the backend workload (never the booking) and wait until it is terminal."""
         async with self.job.credentials.get_client() as client:
-            self.run = await desk.cancel_workload(client, self.run_id, reason=reason)
+            self.run = await desk.cancel_training_workload(client, self.run_id, reason=reason)
         return self.run

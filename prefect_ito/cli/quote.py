@@ -68,7 +68,7 @@ async def _quote(
     async with (await resolve_credentials(credentials)).get_client() as client:
         await desk.verify_booking(client, claim)
         await desk.check_training_capability(client, request)
-        found = await desk.quote(client, request)
+        found = await desk.quote_training_run(client, request)
     return {
         "quote": found.model_dump(mode="json"),
         "request": request.model_dump(mode="json"),

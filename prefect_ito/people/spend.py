@@ -25,12 +25,24 @@ otherwise the person is asked again with what changed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+import logging
+from typing import Literal, Protocol
 
 from prefect import get_run_logger
 from prefect.input import RunInput
 from pydantic import Field
 
+from prefect_ito.backend.operations import (
+    DECLINE_TRAINING_QUOTE,
+    POLL_TRAINING_QUOTE,
+    QUOTE_TRAINING_RUN,
+    READ_TRAINING_QUOTE,
+    SUBMIT_TRAINING_RUN,
+    Operation,
+    P,
+    R,
+)
+from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import (
     CostRange,
     QuoteState,
@@ -52,9 +64,6 @@ from prefect_ito.people import asking
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
 
-if TYPE_CHECKING:
-    from prefect_ito.supervision.loop import Steps
-
 __all__ = [
     "SPEND_PREFIX",
     "SpendDecision",
@@ -65,6 +74,28 @@ __all__ = [
     "submit_with_consent",
     "wait_for_person",
 ]
+
+
+class Supervisor(Protocol):
+    """What spending needs of a supervisor (:class:`~prefect_ito.supervision.steps.Steps`)."""
+
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    authorization: ItoSpendAuthorization | None
+
+    async def perform(self, operation: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Do a backend operation (see :mod:`prefect_ito.backend.operations`)."""
+
+    async def await_person(
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+    ) -> TrainingQuote:
+        """Wait for a person to confirm or decline the quote (see :func:`wait_for_person`)."""
+
+    async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
+        """Return the quote an earlier process of this supervisor asked a person about."""
+
+    async def record_quote(self, quote: TrainingQuote) -> None:
+        """Record the quote a person is asked about, for a watcher and for a re-entry."""
+
 
 SPEND_PREFIX = "spend-"
 """Pause keys of spend confirmations start with this."""
@@ -130,7 +161,7 @@ def refuse_unworkable(quote: TrainingQuote) -> None:
 
 
 async def submit_with_consent(
-    steps: Steps, request: TrainingRequest, idempotency_key: str, client_reference: str | None
+    steps: Supervisor, request: TrainingRequest, idempotency_key: str, client_reference: str | None
 ) -> TrainingRun:
     """Submit the request once, on a quote a person confirmed or an authorization covers.
 
@@ -157,8 +188,13 @@ async def submit_with_consent(
             asked = True
             continue
         try:
-            return await steps.submit(
-                request, quote.quote_id, allowed_by, idempotency_key, client_reference
+            return await steps.perform(
+                SUBMIT_TRAINING_RUN,
+                request,
+                quote.quote_id,
+                allowed_by,
+                idempotency_key,
+                client_reference,
             )
         except AuthorizationDoesNotCover as refusal:
             steps.logger.warning(
@@ -180,7 +216,7 @@ async def submit_with_consent(
             quote = await _new_quote(steps, request)  # a confirmation carries if nothing worse
 
 
-async def _current_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
+async def _current_quote(steps: Supervisor, request: TrainingRequest) -> TrainingQuote:
     """Return the quote this flow run recorded, while it can still be confirmed; else a new one."""
     recorded = await steps.recorded_quote(request)
     if recorded is not None and recorded.state in _STILL_ANSWERABLE:
@@ -196,8 +232,8 @@ async def _current_quote(steps: Steps, request: TrainingRequest) -> TrainingQuot
 _STILL_ANSWERABLE = (QuoteState.PENDING, QuoteState.CONFIRMED, QuoteState.DECLINED)
 
 
-async def _new_quote(steps: Steps, request: TrainingRequest) -> TrainingQuote:
-    quote = await steps.quote(request)
+async def _new_quote(steps: Supervisor, request: TrainingRequest) -> TrainingQuote:
+    quote = await steps.perform(QUOTE_TRAINING_RUN, request)
     for warning in quote.warnings:
         steps.logger.warning("Quote %s: %s.", quote.quote_id, warning)
     if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
@@ -229,7 +265,7 @@ def _declined(quote: TrainingQuote) -> str:
 
 
 async def wait_for_person(
-    steps: Steps,
+    steps: Supervisor,
     quote: TrainingQuote,
     request: TrainingRequest,
     *,
@@ -250,7 +286,7 @@ async def wait_for_person(
     await steps.record_quote(quote)
 
     async def settled() -> SpendDecision | None:
-        now = await steps.poll_quote(quote.quote_id)
+        now = await steps.perform(POLL_TRAINING_QUOTE, quote.quote_id)
         if now is not None and now.state is QuoteState.PENDING:
             return None
         state = now.state.value if now is not None and now.state else "gone"
@@ -289,15 +325,15 @@ async def wait_for_person(
             "the flow run was cancelled while the spend waited for a person; nothing was submitted"
         )
     if answer.decision == "decline":
-        await steps.decline_quote(quote.quote_id, answer.reason or None)
+        await steps.perform(DECLINE_TRAINING_QUOTE, quote.quote_id, answer.reason or None)
     return await _after_answer(steps, quote, request)
 
 
 async def _after_answer(
-    steps: Steps, quote: TrainingQuote, request: TrainingRequest
+    steps: Supervisor, quote: TrainingQuote, request: TrainingRequest
 ) -> TrainingQuote:
     """Return the quote as the backend states it after a person acted, or a new one."""
-    now = await steps.read_quote(request, quote.quote_id)
+    now = await steps.perform(READ_TRAINING_QUOTE, request, quote.quote_id)
     if now is None or now.state not in _STILL_ANSWERABLE:
         return await _new_quote(steps, request)
     if now.state is QuoteState.CONFIRMED and now.confirmation is not None:

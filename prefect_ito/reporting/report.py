@@ -27,7 +27,7 @@ from prefect.client.schemas.sorting import ArtifactSort
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict
 
-from prefect_ito.backend import desk
+from prefect_ito.backend import gates
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.provenance import Provenance
 from prefect_ito.contract import (
@@ -257,7 +257,7 @@ def status_facts(run: TrainingRun) -> dict[str, str]:
         "pending_decision": "",
     }
     action = run.pending_action
-    if action is not None and not desk.decidable(action):
+    if action is not None and not gates.decidable(action):
         facts["pending_decision"] = f"{action.kind} at step {action.step:,} in {action.stage}"
     elif action is not None and action.proposed_checkpoint is not None:
         facts["pending_decision"] = (

@@ -95,4 +95,4 @@ async def cancel_for_flow_run(flow: Any, flow_run: FlowRun, state: Any) -> None:
             request = training.to_request(await resolve_booking(training))
             run = await desk.find_attachable_run(client, request)
         if run is not None and not run.finished:
-            await desk.cancel_workload(client, run.run_id, reason=reason)
+            await desk.cancel_training_workload(client, run.run_id, reason=reason)

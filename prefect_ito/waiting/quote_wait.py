@@ -7,11 +7,10 @@ flow, run again from the top, asks about the same quote (the same link and code 
 already have open) instead of making a new one.
 
 Anyone with Prefect API access can write such a record. Nothing in it is taken on trust: the
-backend's URL must be one this process may send its token to (:mod:`prefect_ito.backend.origins`),
-and the
-quote is read from the backend and used only if it is this very request's (see
-:func:`prefect_ito.backend.desk.read_quote`) — and whether it may be spent on is the backend's
-decision.
+backend's URL must be one this process may send its token to
+(:mod:`prefect_ito.backend.origins`), and the quote is read from the backend and used only if it
+is this very request's (see :func:`prefect_ito.backend.desk.read_training_quote`) — and whether it
+may be spent on is the backend's decision.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from prefect.exceptions import (
 from prefect.flow_runs import aresume_flow_run
 from pydantic import ValidationError
 
-from prefect_ito.backend import desk
+from prefect_ito.backend import gates
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import QuoteState, TrainingRun
@@ -453,7 +453,7 @@ def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) 
     ``seen`` carries when the heartbeat last moved, as this watcher saw it; without it, the
     record's own heartbeat is the reference.
     """
-    if run.version > record.version and desk.gate_settled(run, record.stage):
+    if run.version > record.version and gates.gate_settled(run, record.stage):
         return True
     if seen is not None and record.stall_timeout is not None:
         if deferral.wall_clock() - seen.heartbeat_seen_at > record.stall_timeout:

@@ -7,10 +7,11 @@ from typing import Any
 
 from ito_fakes import Script, mock_client, ok, sample_run
 
-from prefect_ito.backend.desk import cancel_workload
+from prefect_ito.backend.desk import cancel_training_workload
 from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.supervision import loop as supervision
+from prefect_ito.supervision.plain import ClientSteps
 
 
 def run_in(state: str, version: int, **changes: Any) -> TrainingRun:
@@ -33,7 +34,7 @@ async def test_the_cancel_wait_goes_on_through_cancelling() -> None:
         ok(run_in("cancelled", 7, outcome={"code": "CANCELLED", "message": "by request"})),
     )
     async with mock_client(script) as client:
-        final = await cancel_workload(client, "run-1", reason="by request", wait=0.01)
+        final = await cancel_training_workload(client, "run-1", reason="by request", wait=0.01)
 
     assert final.state is RunState.CANCELLED
     assert script.calls == [
@@ -47,14 +48,9 @@ async def test_the_cancel_wait_goes_on_through_cancelling() -> None:
 async def test_a_cancel_still_cancelling_at_the_limit_is_reported_unconfirmed() -> None:
     script = Script(ok(run_in("cancelling", 5)))
 
-    class Steps(supervision.ClientSteps):
-        async def cancel_workload(self, run_id: str, reason: str) -> TrainingRun:
-            return await cancel_workload(
-                self.client, run_id, reason=reason, confirm_seconds=0.05, wait=0.01
-            )
-
     async with mock_client(script) as client:
-        steps = Steps(client, SupervisionParameters(), logging.getLogger("test.cancel"))
+        steps = ClientSteps(client, SupervisionParameters(), logging.getLogger("test.cancel"))
+        steps.cancel_confirm_seconds = 0.05
         final, message = await supervision.stop_for_cancel(steps, run_in("running", 4))
 
     assert final.state is RunState.CANCELLING

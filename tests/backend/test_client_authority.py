@@ -25,7 +25,7 @@ from prefect_ito.contract import (
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision.loop import ClientSteps
+from prefect_ito.supervision.plain import ClientSteps
 
 FORBIDDEN = fail(ErrorCode.INSUFFICIENT_SCOPE, message="this token lacks the scope training:read")
 DECISION = DecisionRequest(decision=DecisionChoice.APPROVE, decided_by="Ada", reason="fine")

@@ -438,7 +438,7 @@ async def test_a_quote_for_another_budget_is_a_protocol_error_naming_the_field()
 
     async with mock_client(script) as client:
         with pytest.raises(exc.ItoProtocolError) as raised:
-            await desk.quote(client, request)
+            await desk.quote_training_run(client, request)
 
     assert raised.value.field == "budget_usd"
     assert "budget_usd" in str(raised.value)

@@ -50,7 +50,7 @@ def _client(sim: SimulatorServer) -> ItoClient:
 
 async def _confirmation(client: ItoClient, request: TrainingRequest) -> str:
     """Return the id of a fresh quote for ``request``, confirmed by a person at the backend."""
-    quote = await desk.quote(client, request)
+    quote = await desk.quote_training_run(client, request)
     await client.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{quote.quote_id}")
     return quote.quote_id
 
@@ -65,7 +65,7 @@ async def test_the_run_is_found_by_reference_after_its_key_expired(start_sim) ->
     sim = start_sim(idempotency_key_retention_seconds=0.3)
     async with _client(sim) as client:
         confirmation = await _confirmation(client, REQUEST)
-        run = await desk.submit(client, REQUEST, confirmation, None, "k-1", REFERENCE)
+        run = await desk.submit_training_run(client, REQUEST, confirmation, None, "k-1", REFERENCE)
         await _finished(client, run.run_id)
         await asyncio.sleep(0.4)
         by_key = await desk.find_attachable_run(client, REQUEST, "k-1")
@@ -83,7 +83,7 @@ async def test_a_reference_that_made_another_request_stops_before_any_quote(star
     sim = start_sim()
     other = REQUEST.model_copy(update={"target": "chat"})
     async with _client(sim) as client:
-        run = await desk.submit(
+        run = await desk.submit_training_run(
             client, REQUEST, await _confirmation(client, REQUEST), None, "k-1", REFERENCE
         )
         await _finished(client, run.run_id)
@@ -100,11 +100,11 @@ async def test_a_refused_second_submission_returns_the_run_the_reference_made(st
     # Two processes of one flow run: the second submits after the first did, under another key.
     sim = start_sim()
     async with _client(sim) as client:
-        first = await desk.submit(
+        first = await desk.submit_training_run(
             client, REQUEST, await _confirmation(client, REQUEST), None, "k-1", REFERENCE
         )
         await _finished(client, first.run_id)
-        second = await desk.submit(
+        second = await desk.submit_training_run(
             client, REQUEST, await _confirmation(client, REQUEST), None, "k-2", REFERENCE
         )
 
@@ -122,7 +122,7 @@ async def test_a_backend_without_references_is_neither_sent_nor_asked_one(
     sim = start_sim(client_reference=False)
     logger = logging.getLogger("test.reference")
     async with _client(sim) as client:
-        run = await desk.submit(
+        run = await desk.submit_training_run(
             client, REQUEST, await _confirmation(client, REQUEST), None, "k-1", REFERENCE
         )
         await _finished(client, run.run_id)

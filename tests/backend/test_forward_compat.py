@@ -12,7 +12,8 @@ import pytest
 from ito_fakes import NOW, Script, mock_client, ok, sample_run
 
 from prefect_ito import exceptions as exc
-from prefect_ito.backend.desk import gate_settled, verify_booking
+from prefect_ito.backend.desk import verify_booking
+from prefect_ito.backend.gates import gate_settled
 from prefect_ito.contract import (
     ActionKind,
     BookingStatus,
@@ -32,8 +33,8 @@ from prefect_ito.contract.open_enum import UNKNOWN
 from prefect_ito.parameters import BookingClaim, SupervisionParameters
 from prefect_ito.reporting.report import progress_percent, relay_events, stage_changes
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision.loop import ClientSteps
 from prefect_ito.supervision.outcomes import raise_for_outcome
+from prefect_ito.supervision.plain import ClientSteps
 
 OPEN_ENUMS = [RunState, StageStatus, EventType, ActionKind, GateStatus, BookingStatus]
 

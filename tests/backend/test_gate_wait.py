@@ -14,7 +14,7 @@ import pytest
 from ito_fakes import Sleeps, sample_request
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.backend.desk import Watchdog, follow_gate, gate_settled
+from prefect_ito.backend.gates import Watchdog, await_stage_gate, gate_settled
 from prefect_ito.contract import ALL_SCOPES, RunState, TrainingRun
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
@@ -86,7 +86,7 @@ async def test_a_cancel_is_heard_between_checks_while_one_long_poll_waits(
     async with ItoClient(still_sim.url, _person(still_sim), sleep=Sleeps()) as client:
         run = await _started(client)
         waits = _count_reads(client, monkeypatch)
-        seen = await follow_gate(client, run, Watchdog(), cancelled_on_the_fourth_check)
+        seen = await await_stage_gate(client, run, Watchdog(), cancelled_on_the_fourth_check)
 
     # The wait ended on the check, with the run as it was: nothing changed in between.
     assert seen.version == run.version
@@ -106,7 +106,7 @@ async def test_a_change_ends_the_long_poll_with_no_check_waiting(sim: Any) -> No
 
     async with ItoClient(sim.url, _person(sim), sleep=Sleeps()) as client:
         run = await _submitted(client)
-        seen = await follow_gate(client, run, Watchdog(), never)
+        seen = await await_stage_gate(client, run, Watchdog(), never)
 
     # The default scenario's clock is fast: the gate settles within a few long-poll answers.
     assert seen.version > run.version

@@ -20,7 +20,7 @@ from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.simulator.envelopes import NOTICE
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision.loop import ClientSteps
+from prefect_ito.supervision.plain import ClientSteps
 
 CLIENT_LOG = "prefect_ito.backend.client"
 LOOPBACK_URL = "http://127.0.0.1:9"

@@ -104,7 +104,7 @@ async def test_a_spend_answer_written_before_the_suspension_is_ignored_and_a_per
         BookingClaim(booking_id="bk-h200-2x8-ib")
     )
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
-        quote = await desk.quote(client, request)
+        quote = await desk.quote_training_run(client, request)
     key = spend.pause_key(quote.manifest_digest)
     response = answers.response_key("suspended", key)
     # Since v0.4 the form cannot confirm; a decline written in advance must not stand either.

@@ -60,6 +60,8 @@ class Sweep:
     runs: list[TrainingRun] = field(default_factory=list)
     """Every backend run any simulator of the suite made."""
     answered: set[str] = field(default_factory=set)
+    of_the_run: bool = False
+    """Whether this session ran the run's sweep (``test_sweep.py``)."""
 
     def text(self, where: str, text: str) -> None:
         """Keep a text some test produced, to be searched for canaries."""
@@ -179,10 +181,11 @@ class Submit:
 
     async def __call__(self, client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
         self.calls += 1
-        quote = await desk.quote(client, request)  # no new run is made without a confirmation
+        # No new run is made without a confirmation.
+        quote = await desk.quote_training_run(client, request)
         self.calls += 1
         authorization = AUTHORIZATIONS[client.base_url]
-        return await desk.submit(client, request, quote.quote_id, authorization, key)
+        return await desk.submit_training_run(client, request, quote.quote_id, authorization, key)
 
 
 class Person:

@@ -188,7 +188,7 @@ async def test_each_lost_cancel_is_recorded_exactly_once(kind, backend, submit, 
 
     async def one(run: TrainingRun, tap: Tap) -> TrainingRun:
         async with client_for(target, tap) as client:
-            return await desk.cancel_workload(client, run.run_id, reason="a person asked")
+            return await desk.cancel_training_workload(client, run.run_id, reason="a person asked")
 
     cancelled = await asyncio.gather(
         *(one(run, tap) for run, tap in zip(running, taps, strict=True))

@@ -23,12 +23,13 @@ from reliability_kit import Backend, request_for
 from transports import Rewrite, Tap
 
 from prefect_ito.backend import client as client_module
+from prefect_ito.backend.operations import STEP_RETRY_DELAYS_SECONDS
 from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import ItoError
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision.loop import STEP_RETRY_DELAYS_SECONDS, ClientSteps
 from prefect_ito.supervision.outcomes import raise_for_outcome
+from prefect_ito.supervision.plain import ClientSteps
 
 RUN = re.compile(r"^/v0/training-runs/run_[0-9a-f]+$")
 EVENTS = re.compile(r"^/v0/training-runs/run_[0-9a-f]+/events$")

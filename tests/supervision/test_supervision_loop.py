@@ -21,7 +21,7 @@ from prefect_ito.jobs import ItoTrainingJob
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision.loop import ClientSteps
+from prefect_ito.supervision.plain import ClientSteps
 
 
 async def test_a_run_the_backend_cancelled_ends_cancelled(start_simulator):

@@ -1,0 +1,82 @@
+"""Each step as a plain call over one client, for :class:`~prefect_ito.jobs.ItoTrainingRun`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.operations import (
+    STEP_RETRY_DELAYS_SECONDS,
+    TRANSIENT_FAULTS,
+    Operation,
+    P,
+    R,
+)
+from prefect_ito.backend.provenance import Provenance
+from prefect_ito.blocks import ItoSpendAuthorization
+from prefect_ito.contract import DecisionRequest, TrainingQuote, TrainingRequest, TrainingRun
+from prefect_ito.exceptions import ConfirmationRequired, DecisionRequired
+from prefect_ito.parameters import SupervisionParameters
+from prefect_ito.people import approval
+from prefect_ito.reporting import report as reporting
+from prefect_ito.supervision.steps import Logger, Steps
+from prefect_ito.waiting.flow_run import current_flow_run_id
+
+__all__ = ["ClientSteps"]
+
+
+class ClientSteps(Steps):
+    """Each operation as a plain call over one client, retried as the flow's tasks are.
+
+    Inside a flow run a spend or a proposed restart is put to a person exactly as the flow does;
+    outside one :class:`ConfirmationRequired` or :class:`DecisionRequired` is raised instead, since
+    nobody could answer a pause.
+    """
+
+    def __init__(
+        self,
+        client: ItoClient,
+        supervision: SupervisionParameters,
+        logger: Logger,
+        authorization: ItoSpendAuthorization | None = None,
+    ) -> None:
+        super().__init__(supervision, logger, authorization)
+        self.client = client
+
+    async def perform(self, operation: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        if not operation.resendable:
+            return await operation.call(self.client, *args, **kwargs)
+        # As the flow's retried tasks do (see STEP_RETRY_DELAYS_SECONDS).
+        for delay in STEP_RETRY_DELAYS_SECONDS:
+            try:
+                return await operation.call(self.client, *args, **kwargs)
+            except TRANSIENT_FAULTS as fault:
+                self.logger.warning("%s; trying again in %g s", fault, delay)
+                await asyncio.sleep(delay)
+        return await operation.call(self.client, *args, **kwargs)
+
+    async def await_person(
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+    ) -> TrainingQuote:
+        if current_flow_run_id() is None:
+            where = f" at {quote.confirm_url} (code {quote.user_code})" if quote.confirm_url else ""
+            raise ConfirmationRequired(
+                f"the spend on booking {request.booking_id} (quote {quote.quote_id}) needs a "
+                f"person's confirmation at the backend{where}, and outside a flow run nobody "
+                "can be waited for: confirm it there and run the job again, give the job a "
+                "standing authorization that covers it, or trigger it in a flow run"
+            )
+        return await super().await_person(quote, request, again=again)
+
+    async def report(self, run: TrainingRun, after_seq: int) -> int:
+        return await reporting.report(self.client, run, after_seq)
+
+    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
+        action = run.pending_action
+        assert action is not None
+        if current_flow_run_id() is None:
+            raise DecisionRequired(action, run_id=run.run_id)
+        return await approval.ask_and_log(run, timeout=self.supervision.approval_timeout)
+
+    def provenance(self) -> Provenance | None:
+        return self.client.provenance
