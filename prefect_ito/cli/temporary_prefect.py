@@ -4,6 +4,15 @@ Without ``PREFECT_API_URL`` Prefect starts a temporary ("ephemeral") server of i
 subprocess on the first API call. This module decides how that server is started: given time to
 migrate a new database, with its noise kept out of the command's output, and in a process group
 of its own (so the Ctrl-C that detaches does not stop it).
+
+Prefect stops that server at the command's exit (``atexit``), which a command killed outright
+(SIGKILL: the OOM killer, a CI timeout, ``kill -9``) never reaches, and the signal that ends the
+command's process group does not reach a server in a group of its own. So each server gets a
+watchdog: a tiny process in a third group, blocked reading a pipe whose only write end this
+command holds. However the command ends, the kernel closes that end; the watchdog reads EOF and
+stops the server's group (SIGTERM, then SIGKILL). A pipe was chosen over
+``prctl(PR_SET_PDEATHSIG)``, which is Linux-only, fires when the *thread* that forked ends and
+needs ``preexec_fn`` (unsafe with threads), and over polling the parent pid, which can be reused.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,3 +90,47 @@ class _OwnGroupPopen(subprocess.Popen[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("process_group", 0)
         super().__init__(*args, **kwargs)
+        if kwargs["process_group"] == 0:
+            _watch_over(self.pid)
+
+
+_WATCHDOG = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+sys.stdin.buffer.read()
+group = int(sys.argv[1])
+try:
+    os.killpg(group, signal.SIGTERM)
+    for _ in range(100):
+        time.sleep(0.1)
+        os.killpg(group, 0)
+    os.killpg(group, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+"""
+"""Waits for EOF on standard input, then stops process group ``argv[1]``: politely for 10 s."""
+
+_held_open: list[int] = []
+"""Write ends of the watchdogs' pipes: never written to, never closed by hand; only this
+process's end (however it comes) closes them."""
+
+
+def _watch_over(group: int) -> None:
+    """Start a watchdog that stops process group ``group`` once this process has ended.
+
+    The pipe's ends are not inheritable (PEP 446), so no other child holds the write end open;
+    the watchdog is spawned without a ``Popen`` object, which would warn at exit that it still
+    runs. Its own process group keeps it out of reach of a Ctrl-C and of a signal to ours.
+    """
+    read_end, write_end = os.pipe()
+    try:
+        os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-S", "-c", _WATCHDOG, str(group)],
+            os.environ,
+            file_actions=[(os.POSIX_SPAWN_DUP2, read_end, 0)],
+            setpgroup=0,
+        )
+    finally:
+        os.close(read_end)
+    _held_open.append(write_end)
