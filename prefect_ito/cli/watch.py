@@ -9,12 +9,12 @@ import signal
 from typing import Annotated
 
 from cyclopts import Parameter
-from prefect.settings import get_current_settings
 
 from prefect_ito.cli import app
 from prefect_ito.cli.errors import exit_with, require_positive, run_command
 from prefect_ito.cli.terminal import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
+from prefect_ito.waiting.recovery import AUTO
 from prefect_ito.waiting.watcher import Watcher
 
 __all__ = ["watch"]
@@ -32,9 +32,12 @@ def watch(
     lost_after: Annotated[
         float | None,
         Parameter(
-            help="Seconds without a flow-run heartbeat before a running (or starting) flow run "
-            "counts as lost and is re-entered, above 0 (default: three heartbeat intervals, "
-            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY)."
+            help="Seconds without a flow-run heartbeat before a running flow run counts as lost "
+            "and is re-entered, above 0. Default: each run is judged by its own heartbeats, lost "
+            "once it missed three of them (the interval read from the gaps between its latest "
+            "beats, Prefect's 180 s until it has beaten twice), whatever this process's "
+            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY says. A run left starting is re-entered once the "
+            "worker that took it is gone (silent, or started again), whatever this option says."
         ),
     ] = None,
 ) -> None:
@@ -62,11 +65,12 @@ def watch(
                 "`prefect-ito watch` needs a real Prefect server: set PREFECT_API_URL"
             )
         )
-    heartbeat = get_current_settings().flows.heartbeat_frequency or 180
+    # Not this process's heartbeat setting: the flow processes' is their workers', and each
+    # run's own beats tell it.
     watcher = Watcher(
         wait=wait,
         max_concurrency=max_concurrency,
-        lost_after=lost_after if lost_after is not None else 3 * heartbeat,
+        lost_after=lost_after if lost_after is not None else AUTO,
     )
     logging.getLogger("prefect_ito").setLevel(logging.INFO)
     run_command(_watch(watcher))

@@ -1,11 +1,11 @@
 """Recovery without a person: re-enter training flow runs whose flow process was lost.
 
 A flow run is lost when the worker marked it ``Crashed`` (its process died), when it reads
-``Running`` but sent no flow-run heartbeat for ``lost_after`` seconds (the machine and its worker
-are gone: Prefect marks nothing crashed by itself), or when it was left starting (``Pending``) by
-a worker that fell silent (see :func:`_abandoned`). A lost run is rescheduled as it is (state
-``Recovering``), so a worker runs it again from the top and it re-attaches to the backend run it
-recorded: recovery never submits.
+``Running`` but missed three of its own flow-run heartbeats (the machine and its worker are gone:
+Prefect marks nothing crashed by itself; see :func:`_missed_beats`), or when it was left starting
+(``Pending``) by a worker that is gone (see :func:`_abandoned`). A lost run is rescheduled as it
+is (state ``Recovering``), so a worker runs it again from the top and it re-attaches to the
+backend run it recorded: recovery never submits.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from itertools import pairwise
+from typing import Final, Literal, NamedTuple
 from uuid import UUID
 
 from prefect import get_client
@@ -32,24 +33,40 @@ from prefect.utilities.slugify import slugify
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.watched import watched_flow_runs
 
-__all__ = ["MAX_RECOVERIES", "Recovery"]
+__all__ = ["AUTO", "DEFAULT_HEARTBEAT_SECONDS", "MAX_RECOVERIES", "Recovery", "heartbeat_interval"]
 
 logger = logging.getLogger("prefect_ito.waiting.watcher")
 
 MAX_RECOVERIES = 5
 """How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
 
+AUTO: Final = "auto"
+"""Judge each running flow run by its own heartbeats, whatever this process's settings say."""
+
+DEFAULT_HEARTBEAT_SECONDS = 180.0
+"""Prefect's flow-run heartbeat interval where the flow process is not told another."""
+
 _RECOVERY_PREFIX = "ito-recovery-"
 _CRASH_SETTLE_SECONDS = 15.0
 _START_GRACE = 2
 """A run starting on a live worker is lost after this many times ``lost_after``."""
+_BEATS_MISSED = 3
+"""A running flow run is lost once it missed this many of its own heartbeats."""
+_LEAST_HEARTBEAT_SECONDS = 30.0
+"""Prefect's least flow-run heartbeat interval: its engine beats no more often than this."""
+_BEATS_READ = 4
+_AUTO_LOST_AFTER = _BEATS_MISSED * DEFAULT_HEARTBEAT_SECONDS
+"""Under ``AUTO``, what stands for ``lost_after`` where no heartbeat can tell."""
+_CLOCK_SLACK = timedelta(seconds=10)
+_WORKER_HEARTBEAT_SECONDS = 30.0
+"""Prefect's worker heartbeat interval, for a worker that did not say its own."""
 _WORKER_LABEL = "prefect.worker.name"
 _POOL_LABEL = "prefect.work-pool.name"
 _TYPE_LABEL = "prefect.worker.type"
 _WORKER_STARTED = "prefect.worker.started"
 _WORKER_BEATS_MISSED = 3
-"""A worker is silent when it missed this many of its heartbeats (and ``lost_after`` passed): the
-count after which Prefect shows a worker ``OFFLINE``."""
+"""A worker is silent when it missed this many of its heartbeats (and an explicit ``lost_after``
+passed): the count after which Prefect shows a worker ``OFFLINE``."""
 _HEARTBEAT = "prefect.flow-run.heartbeat"
 _PAGE = 200
 
@@ -59,12 +76,14 @@ class Recovery:
     """Finds lost training flow runs and re-enters each once per loss, whoever else found it.
 
     Attributes:
-        lost_after: Seconds without a heartbeat after which a running (or starting) flow run
-            counts as lost; None never counts one lost (crashed ones are still re-entered).
+        lost_after: ``AUTO`` (the default) counts a running flow run lost once it missed three of
+            its own heartbeats; seconds without a heartbeat count one lost after that long,
+            whatever its interval; None never counts one lost (crashed ones are still
+            re-entered). A run left starting is lost once its worker is gone, whatever this says.
         recovered: The flow runs this recovery re-entered, in order.
     """
 
-    lost_after: float | None = 540.0
+    lost_after: float | Literal["auto"] | None = AUTO
     recovered: list[UUID] = field(default_factory=list)
 
     async def recover(self) -> None:
@@ -78,8 +97,12 @@ class Recovery:
             if run.state and run.state.timestamp and run.state.timestamp < settled
         ]
         if self.lost_after is not None:
-            lost += await _silent(await watched_flow_runs(StateType.RUNNING), self.lost_after)
-            starting = await _silent(await watched_flow_runs(StateType.PENDING), self.lost_after)
+            running = await watched_flow_runs(StateType.RUNNING)
+            if isinstance(self.lost_after, str):
+                lost += await _missed_beats(running)
+            else:
+                lost += await _silent(running, self.lost_after)
+            starting = await watched_flow_runs(StateType.PENDING)
             lost += await _abandoned(starting, self.lost_after)
         for flow_run in lost:
             await self.reenter(flow_run)
@@ -135,20 +158,78 @@ async def _silent(runs: list[FlowRun], seconds: float) -> list[FlowRun]:
     return [run for run in candidates if run.id not in alive]
 
 
-async def _abandoned(starting: list[FlowRun], lost_after: float) -> list[FlowRun]:
-    """Return those of the silent ``starting`` runs that no flow process will ever run.
+async def _missed_beats(runs: list[FlowRun]) -> list[FlowRun]:
+    """Return the running flow runs that missed three of their own heartbeats.
 
-    A run whose worker died while starting it stays ``Pending`` (or ``Submitting``) for good: it
-    never beats, and nobody is left to report it crashed. A live worker does report a start that
-    failed, so a run is abandoned as soon as the worker that took it (named in the labels it gave
-    the run) is gone: silent too, or started again since it took the run (a worker that comes
-    back under the same name, as a systemd unit does, is not the one that was starting it). A
-    run whose worker lives on, or is not named, is only slow — a busy machine, an image pull —
-    until it has been starting for twice ``lost_after``.
+    A run's interval is the flow process's setting, which the watcher's own environment need not
+    share: it is read from the run's latest heartbeats (:func:`heartbeat_interval`). None is
+    shorter than Prefect's least (30 s), so no run is asked about before it ran for three of those.
     """
-    long_ago = datetime.now(UTC) - timedelta(seconds=_START_GRACE * lost_after)
+    now = datetime.now(UTC)
+    young = now - timedelta(seconds=_BEATS_MISSED * _LEAST_HEARTBEAT_SECONDS)
+    lost = []
+    async with get_client() as client:
+        for run in runs:
+            began = run.state.timestamp if run.state else None
+            if began is not None and began < young and await _beats_missed(client, run.id, began):
+                lost.append(run)
+    return lost
+
+
+async def _beats_missed(client: PrefectClient, run_id: UUID, began: datetime) -> bool:
+    """Tell whether a run running since ``began`` missed three of its own heartbeats by now."""
+    # The slack: the state's time and the beats' come from clocks that need not agree.
+    beats = await _latest_beats(client, run_id, began - _CLOCK_SLACK)
+    last = beats[0] if beats else began
+    silent_for = (datetime.now(UTC) - last).total_seconds()
+    return silent_for > _BEATS_MISSED * heartbeat_interval(beats)
+
+
+def heartbeat_interval(beats: list[datetime]) -> float:
+    """Return a flow run's heartbeat interval as its latest beats show it (newest first).
+
+    The longest gap, not the latest: a beat someone else sent for the run can only shorten a
+    gap. Prefect's default until two beats show one (the first comes as the run starts running,
+    the next an interval later); never below Prefect's least.
+    """
+    gaps = [(newer - older).total_seconds() for newer, older in pairwise(beats)]
+    if not gaps:
+        return DEFAULT_HEARTBEAT_SECONDS
+    return max(_LEAST_HEARTBEAT_SECONDS, *gaps)
+
+
+async def _latest_beats(client: PrefectClient, run_id: UUID, since: datetime) -> list[datetime]:
+    """Return when the run's latest heartbeats since ``since`` occurred, newest first."""
+    page = await client.read_events(
+        filter=EventFilter(
+            event=EventNameFilter(name=[_HEARTBEAT]),
+            resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
+            # A beat of the process before a re-entry is no beat of this one.
+            occurred=EventOccurredFilter(since=since),
+        ),
+        limit=_BEATS_READ,
+    )
+    return sorted((event.occurred for event in page.events), reverse=True)
+
+
+async def _abandoned(starting: list[FlowRun], lost_after: float | Literal["auto"]) -> list[FlowRun]:
+    """Return those of the ``starting`` runs that no flow process will ever run.
+
+    A run whose worker died while starting it stays ``Pending`` (or ``Submitting``) for good: a
+    flow run beats only once it runs, and nobody is left to report it crashed. A live worker does
+    report a start that failed, so a run is abandoned as soon as the worker that took it (named
+    in the labels it gave the run) is gone: silent (three of its own heartbeats missed, at the
+    interval the worker reports, and an explicit ``lost_after`` passed), or started again since
+    it took the run (a worker that comes back under the same name, as a systemd unit does, is not
+    the one that was starting it). A run whose worker lives on, or is not named, is only slow — a
+    busy machine, an image pull — until it has been starting for twice ``lost_after`` (under
+    ``AUTO``, twice three of Prefect's default heartbeat intervals).
+    """
+    explicit = 0.0 if isinstance(lost_after, str) else lost_after
+    grace = _START_GRACE * (explicit or _AUTO_LOST_AFTER)
+    long_ago = datetime.now(UTC) - timedelta(seconds=grace)
     takers = {run.id: taker for run in starting if (taker := _taker(run)) is not None}
-    silent = await _silent_workers(set(takers.values()), lost_after)
+    silent = await _silent_workers(set(takers.values()), explicit)
     return [run for run in starting if await _left(run, takers.get(run.id), silent, long_ago)]
 
 
@@ -203,7 +284,8 @@ def _quiet_since(worker: Worker, lost_after: float) -> datetime:
     """Return when the worker would have to beat again to count as alive."""
     if worker.last_heartbeat_time is None:
         return datetime.min.replace(tzinfo=UTC)
-    missed = _WORKER_BEATS_MISSED * (worker.heartbeat_interval_seconds or 0)
+    interval = worker.heartbeat_interval_seconds or _WORKER_HEARTBEAT_SECONDS
+    missed = _WORKER_BEATS_MISSED * interval
     return worker.last_heartbeat_time + timedelta(seconds=max(lost_after, missed))
 
 

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import httpx
@@ -55,7 +55,7 @@ from prefect_ito.waiting import claims, deferral, quote_wait
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import DEFER_PREFIX, Deferral
 from prefect_ito.waiting.quote_wait import QuoteWait
-from prefect_ito.waiting.recovery import Recovery
+from prefect_ito.waiting.recovery import AUTO, Recovery
 from prefect_ito.waiting.watched import watched_flow_runs
 
 __all__ = ["Watcher"]
@@ -103,13 +103,14 @@ class Watcher:
     Attributes:
         wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
         max_concurrency: Per-run long-polls at once, for a backend without a change feed.
-        lost_after: Seconds without a heartbeat after which a running (or starting) flow run
-            counts as lost; None never counts one lost (crashed ones are still re-entered).
+        lost_after: When a running flow run counts as lost: ``"auto"`` once it missed three of
+            its own heartbeats, seconds without one, or None never (crashed ones are still
+            re-entered); see :class:`~prefect_ito.waiting.recovery.Recovery`.
     """
 
     wait: float = 30.0
     max_concurrency: int = 32
-    lost_after: float | None = 540.0
+    lost_after: float | Literal["auto"] | None = AUTO
     resumed: list[UUID] = field(default_factory=list)
     recovery: Recovery = field(init=False)
     _backends: dict[tuple[str, str | None], _Backend] = field(default_factory=dict)
