@@ -189,6 +189,39 @@ async def test_the_kubernetes_template_renders_a_job_without_a_token_or_a_runs_c
     assert {"PREFECT__FLOW_RUN_ID", "PREFECT__DEPLOYMENT_NAME"} <= set(env)  # Prefect's own
 
 
+@pytest.mark.parametrize("level", ["deployment", "flow run"])
+async def test_kubernetes_flow_runs_beat_every_30_s_whatever_a_run_says(
+    monkeypatch: pytest.MonkeyPatch, level: str
+):
+    """A lost pod is found after three missed beats: 90 s, not Prefect's default 9 minutes."""
+    monkeypatch.delenv("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", raising=False)
+    template = json.loads(K8S_TEMPLATE.read_text())
+    slower = {**HOSTILE, "env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "3600"}}
+    by_level = {"deployment_variables" if level == "deployment" else "run_variables": slower}
+
+    configuration = await _render(KubernetesWorkerJobConfiguration, template, **by_level)
+
+    (container,) = configuration.job_manifest["spec"]["template"]["spec"]["containers"]
+    beats = [e for e in container["env"] if e["name"] == "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"]
+    assert beats == [{"name": "PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "value": "30"}]
+
+
+async def test_the_process_template_leaves_the_heartbeat_to_the_workers_environment(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The process template fixes no env (a fixed one would take a run's too, see above): the
+    flow process beats as its worker's environment says, and the watcher reads each run's
+    interval from its beats."""
+    monkeypatch.setenv("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "45")
+    template = json.loads(PROCESS_TEMPLATE.read_text())
+    slower = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "3600"}}
+
+    configuration = await _render(ProcessJobConfiguration, template, run_variables=slower)
+
+    assert "env" not in template["job_configuration"]
+    assert configuration.env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "45"
+
+
 @pytest.mark.parametrize("text", [SHIPPED_YAML, INSTALLED_YAML, DOCS], ids=lambda p: p.name)
 def test_every_work_pool_the_files_create_uses_a_shipped_template(text: Path):
     """Each `prefect work-pool create` or `update` names the hardened template of its type."""
