@@ -7,8 +7,20 @@ imports it.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
 from pathlib import Path
+
+# One run of the suite may be several sessions: pytest-xdist's workers (see ``addopts``) inherit
+# the run's id from the process that started them, which makes a new one. Run-wide things are
+# keyed by it: a directory the workers share, and the PostgreSQL databases of the run.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["PREFECT_ITO_TEST_RUN"] = uuid.uuid4().hex[:12]
+RUN = os.environ["PREFECT_ITO_TEST_RUN"]
+RUN_DIRECTORY = Path(tempfile.gettempdir()) / f"prefect-ito-run-{RUN}"
+RUN_DIRECTORY.mkdir(exist_ok=True)
+os.environ["PREFECT_ITO_TEST_RUN_DIRECTORY"] = str(RUN_DIRECTORY)
 
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="prefect-ito-tests-"))
 (_SESSION_HOME / "prefect").mkdir()
@@ -27,7 +39,8 @@ os.environ.update(
         "PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS": "1",
         "PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS": "1",
         # A flow run ends once Prefect holds its events (prefect_ito.reporting.event_relay); the
-        # suite's servers write the events they receive every half second, not every five.
+        # suite's
+        # servers write the events they receive every half second, not every five.
         "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
     }
 )
@@ -133,11 +146,12 @@ def _fresh_retry_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def prefect_server() -> Iterator[str]:
+def prefect_server(pytestconfig: pytest.Config) -> Iterator[str]:
     """One real Prefect server (SQLite) for the whole session; yields its API URL.
 
     Prefect's client in this process is pointed at it; child processes get ``PREFECT_API_URL``
-    from the tests that start them.
+    from the tests that start them. Once the session's tests are done, and before the server
+    stops, ``pytest_ito_server_closing`` lets plugins read what it holds.
     """
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -146,8 +160,19 @@ def prefect_server() -> Iterator[str]:
         with temporary_settings({PREFECT_API_URL: api_url}):
             yield api_url
             drain_prefect_workers()
+            pytestconfig.hook.pytest_ito_server_closing(api_url=api_url)
     finally:
         stop_process(process)
+
+
+class _Hooks:
+    @staticmethod
+    def pytest_ito_server_closing(api_url: str) -> None:
+        """The session's Prefect server at ``api_url`` is about to stop: its session is done."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(_Hooks)
 
 
 def drain_prefect_workers() -> None:
@@ -182,6 +207,74 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Write the reliability figures of this run to PATH (Markdown), and beside it as "
         "JSON (PATH with the suffix .json); categories not measured keep their earlier figures.",
     )
+
+
+SLOW_FIRST = (
+    "test_crashes.py",
+    "test_deployments.py",
+    "test_browser_approval.py",
+    "test_deferred.py",
+    "test_deployment_files.py",
+    "test_spend_attempts.py",
+    "test_storms.py",
+    "test_lost_answers.py",
+    "test_installed_package.py",
+)
+"""The longest modules, longest first: the workers take whole modules in the order of the
+collection (``addopts``), and long ones started late would leave one worker running alone."""
+LAST = "test_sweep.py"
+"""The sweep checks what every other test of the run left behind."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        if name == LAST:
+            return len(SLOW_FIRST) + 1
+        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: each module's tests keep their order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("reliability_report", default=None) and _workers(config):
+        raise pytest.UsageError(
+            "--reliability-report gathers the figures of one process: add -n 0 to run the "
+            "tests without pytest-xdist's workers"
+        )
+
+
+def _workers(config: pytest.Config) -> int:
+    """Return how many pytest-xdist workers this run has (0 for one process)."""
+    return int(getattr(config.option, "numprocesses", 0) or 0)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The run ends with the process that started it (every worker's session is over by then).
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        _drop_run_databases()
+        shutil.rmtree(RUN_DIRECTORY, ignore_errors=True)
+
+
+def _drop_run_databases() -> None:
+    """Drop the PostgreSQL databases of this run (``prefect_<run>_…``; the sweep has read them)."""
+    url = os.environ.get("PREFECT_ITO_POSTGRES_URL")
+    if not url:
+        return
+    import asyncio
+
+    import asyncpg
+
+    async def drop() -> None:
+        connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+        try:
+            query = "SELECT datname FROM pg_database WHERE starts_with(datname, $1)"
+            for row in await connection.fetch(query, f"prefect_{RUN}_"):
+                await connection.execute(f'DROP DATABASE IF EXISTS "{row["datname"]}" WITH (FORCE)')
+        finally:
+            await connection.close()
+
+    asyncio.run(drop())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

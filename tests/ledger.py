@@ -6,7 +6,7 @@ category ran, which faults were injected how often, the outcomes, the duplicates
 named measures such as how long a ``Retry-After`` was waited out. Every figure comes from a
 measurement in this run; nothing in the report is written by hand.
 
-``pytest tests/reliability tests/e2e/test_crashes.py --reliability-report docs/reliability.md``
+``pytest -n 0 tests/reliability tests/e2e/test_crashes.py --reliability-report docs/reliability.md``
 renders the figures of the run into that Markdown file and keeps them beside it as JSON
 (``docs/reliability.json``). The crash and watcher trials against a real Prefect server and worker
 record theirs in the same ledger. A category a run did not measure keeps the figures an earlier
@@ -259,7 +259,7 @@ def render(figures: dict[str, Figures], json_name: str) -> str:
         "generated — regenerate it, with the figures of your machine, by running:",
         "",
         "```sh",
-        f"uv run pytest {REPORT_PATHS} --reliability-report docs/reliability.md",
+        f"uv run pytest -n 0 {REPORT_PATHS} --reliability-report docs/reliability.md",
         "```",
         "",
         f"The figures are also kept as JSON in `{json_name}`. A category a run does not measure "

@@ -1,8 +1,9 @@
 """One real Prefect server per database, with a process worker, the shipped deployments and a
 simulator, shared by every end-to-end test of that database.
 
-SQLite uses the session's server. PostgreSQL gets a second server when ``PREFECT_ITO_POSTGRES_URL``
-names a throwaway database (``.ci/run`` makes one); otherwise that variant is skipped, unless
+SQLite uses the session's server. PostgreSQL gets a server of each module's own, on a fresh
+database of the cluster that ``PREFECT_ITO_POSTGRES_URL`` names (``.ci/run`` starts a throwaway
+one; see ``run_databases.py``); without it that variant is skipped, unless
 ``PREFECT_ITO_REQUIRE_POSTGRES=1`` turns the skip into a failure.
 """
 
@@ -44,6 +45,7 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.events.clients import PrefectEventsClient
 from prefect.events.worker import EventsWorker
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from run_databases import new_database
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoBooking, ItoCredentials
@@ -53,7 +55,8 @@ POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
 REQUIRE_POSTGRES = "PREFECT_ITO_REQUIRE_POSTGRES"
 HOW_TO_RUN_POSTGRES = (
     f"PostgreSQL variant skipped: set {POSTGRES_URL}="
-    "postgresql+asyncpg://USER:PASS@127.0.0.1:PORT/DB (a throwaway database), or run .ci/run, "
+    "postgresql+asyncpg://USER:PASS@127.0.0.1:PORT/DB (a throwaway cluster; USER may create "
+    "databases), or run .ci/run, "
     "which starts its own PostgreSQL cluster"
 )
 
@@ -81,14 +84,21 @@ def prefect_api(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Path
         if os.environ.get(REQUIRE_POSTGRES) == "1":
             pytest.fail(f"{REQUIRE_POSTGRES}=1 but {POSTGRES_URL} is not set")
         pytest.skip(HOW_TO_RUN_POSTGRES)
+    # A database of this module's own: servers of other workers run beside it on the cluster.
+    database_url = new_database(url, "e2e")
     process, api_url = suite.start_prefect_server(
-        scratch / "server", {"PREFECT_SERVER_DATABASE_CONNECTION_URL": url}
+        scratch / "server", {"PREFECT_SERVER_DATABASE_CONNECTION_URL": database_url}
     )
+    _POSTGRES_DATABASES[api_url] = database_url
     try:
         with temporary_settings({PREFECT_API_URL: api_url}), _events_to(api_url):
             yield "postgres", api_url, scratch
     finally:
         suite.stop_process(process)
+
+
+_POSTGRES_DATABASES: dict[str, str] = {}
+"""The database of each PostgreSQL server of this session, by its API URL."""
 
 
 @contextmanager
@@ -169,7 +179,7 @@ def _running_stack(
             rows = (
                 sqlite_rows(suite._SESSION_HOME / "server" / "prefect.db")
                 if database == "sqlite"
-                else postgres_rows(os.environ[POSTGRES_URL])
+                else postgres_rows(_POSTGRES_DATABASES[api_url])
             )
             stack = Stack(
                 database, api_url, simulator, token, worker, rows, watcher, worker_env, watcher_log

@@ -8,7 +8,6 @@ Every process it starts is stopped by its own PID. See ``crash_trials.py``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,7 +22,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
-from uuid import uuid4
 
 import httpx
 from e2e_stack import (
@@ -42,6 +40,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from pydantic import SecretStr
+from run_databases import new_database
 
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import SpendAuthorization, SpendAuthorizationRequest, SpendLimits
@@ -237,19 +236,7 @@ def _database() -> dict[str, str]:
     url = os.environ.get(POSTGRES_URL)
     if not url:
         return {}
-    name = f"prefect_trials_{uuid4().hex[:12]}"
-    asyncio.run(_create_database(url, name))
-    return {"PREFECT_SERVER_DATABASE_CONNECTION_URL": f"{url.rsplit('/', 1)[0]}/{name}"}
-
-
-async def _create_database(url: str, name: str) -> None:
-    import asyncpg
-
-    connection = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
-    try:
-        await connection.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await connection.close()
+    return {"PREFECT_SERVER_DATABASE_CONNECTION_URL": new_database(url, "trials")}
 
 
 # --- processes -----------------------------------------------------------------------------------

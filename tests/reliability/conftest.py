@@ -28,6 +28,7 @@ from reliability_kit import (
 )
 from rich.console import Console
 from spend_helpers import covering_authorization
+from sweeping import Verdict, check_conduct, publish, published, search_for_tokens, this_worker
 
 from prefect_ito.cli import terminal
 from prefect_ito.flows import ito_training
@@ -45,6 +46,25 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         SWEEP.text(f"{report.nodeid} {name}", text)
     if report.longrepr is not None:
         SWEEP.text(f"{report.nodeid} failure", str(report.longrepr))
+
+
+def pytest_ito_server_closing(api_url: str) -> None:
+    # This session's tests are done and its Prefect server still answers: sweep it for the run.
+    _leave_verdict(prefect=True)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _leave_verdict(prefect=False)  # a worker that never needed a Prefect server
+
+
+def _leave_verdict(*, prefect: bool) -> None:
+    """Under pytest-xdist, sweep this worker's session and leave the verdict for the run's sweep.
+
+    Not where the run's sweep ran: it swept this session itself, and waited for the others.
+    """
+    worker = this_worker()
+    if worker and not SWEEP.of_the_run and not published(worker):
+        publish(Verdict(worker, search_for_tokens(SWEEP, prefect=prefect), check_conduct(SWEEP)))
 
 
 @pytest.fixture

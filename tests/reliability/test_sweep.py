@@ -15,24 +15,37 @@ on it: the end-to-end tests' and the crash trials'.
 Then every request any simulator of the suite answered is checked against the contract's
 endpoints, every restart decision posted against the answers people gave, and every backend run
 any simulator made for a spend confirmation on record.
+
+All of it over the whole run: when pytest-xdist runs the suite in several workers, this module
+comes last, and its checks wait for every other worker's sweep of its own session and count it
+with this one's (``sweeping.py``; ``test_sweep_across_workers.py`` shows a canary leaked in
+another worker failing the sweep).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import httpx
 import keyring
 import pytest
-from prefect.client.orchestration import get_client
-from reliability_kit import SWEEP, Sweep, answer_key, request_for
+from reliability_kit import SWEEP, Sweep, request_for
+from sweeping import (
+    Leaks,
+    Verdict,
+    check_conduct,
+    count_tokens,
+    search_for_tokens,
+    this_worker,
+    wait_for_other_workers,
+    where,
+)
 
 from prefect_ito.cli import demo
 from prefect_ito.contract import ALL_SCOPES
@@ -43,10 +56,6 @@ from prefect_ito.supervision.outcomes import exit_code
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
 DATABASES = "SELECT datname FROM pg_database WHERE datname LIKE 'prefect%' ORDER BY datname"
 TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
-TOKEN_SHAPE = re.compile(r"itosim_[A-Za-z0-9_-]{32}")
-"""What every token the simulator mints looks like: any of them found anywhere is a leak."""
-OPENAPI = Path(__file__).parents[2] / "docs" / "contract" / "ito-training-v0.openapi.json"
-PAGE = 200
 
 
 def test_the_demo_runs_with_its_token_as_a_canary(
@@ -165,40 +174,35 @@ def _run_json(args: list[str], env: dict[str, str], sweep: Sweep) -> int:
 
 
 def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
-    import asyncio
-
-    canaries = set(SWEEP.canaries)
-    places: dict[str, list[str]] = {"test output, logs and exception texts": []}
-    places["test output, logs and exception texts"] = [text for _, text in SWEEP.texts]
-    places.update(asyncio.run(_what_prefect_answers()))
+    SWEEP.of_the_run = True
+    # Every other session of the run has swept itself before its Prefect server stopped.
+    verdicts = [_sweep_this_session(), *wait_for_other_workers()]
     postgres = os.environ.get(POSTGRES_URL)
-    if postgres:
-        places.update(asyncio.run(_every_postgres_row(postgres)))
-    files = _prefect_home_files()
+    databases = asyncio.run(_every_postgres_row(postgres)) if postgres else {}
+    rows = count_tokens(databases, set(SWEEP.canaries))
 
-    leaks = Counter()
-    for place, texts in places.items():
-        for text in texts:
-            leaks[place] += sum(c in text for c in canaries) + len(TOKEN_SHAPE.findall(text))
-    for path in files:
-        data = path.read_bytes()
-        leaks[f"file {path.name}"] += len(re.findall(TOKEN_SHAPE.pattern.encode(), data))
-    found = {place: count for place, count in leaks.items() if count}
-    scanned = sum(len(texts) for texts in places.values())
+    found = {where(v.worker, place): n for v in verdicts for place, n in v.leaks.found.items()}
+    found.update(rows.found)
+    texts: Counter[str] = Counter(rows.texts)
+    for verdict in verdicts:
+        texts.update(verdict.leaks.texts)
+    canaries = sum(v.leaks.canaries for v in verdicts)
+    files = sum(v.leaks.files for v in verdicts)
     ledger.record(
         "secrets",
-        trials=len(canaries),
-        faults={"canary tokens": len(canaries)},
+        trials=canaries,
+        faults={"canary tokens": canaries},
         outcomes={"places with a canary": len(found)},
         leaks=sum(found.values()),
         measures={
-            "texts searched": f"{scanned:,} ("
-            + ", ".join(f"{place} {len(texts):,}" for place, texts in places.items())
+            "sessions swept": _sessions(verdicts),
+            "texts searched": f"{sum(texts.values()):,} ("
+            + ", ".join(f"{place} {count:,}" for place, count in texts.items())
             + ")",
-            "files searched byte for byte": f"{len(files)} "
-            f"({sum(p.stat().st_size for p in files) / 1e6:.1f} MB: SQLite database, "
-            "server log, result files)",
-            "PostgreSQL": f"every row of every table of {_databases(places)} "
+            "files searched byte for byte": f"{files} "
+            f"({sum(v.leaks.file_bytes for v in verdicts) / 1e6:.1f} MB: SQLite databases, "
+            "server logs, result files)",
+            "PostgreSQL": f"every row of every table of {_databases(rows.texts)} "
             "(the end-to-end tests' and the crash trials' Prefect servers)"
             if postgres
             else f"not reached: {POSTGRES_URL} is not set (CI sets it)",
@@ -206,57 +210,26 @@ def test_no_token_appears_anywhere_the_suite_can_read(prefect_server, ledger):
             "`tests/cli/test_cli_json.py` (which checks its own token is in none)",
         },
     )
-    assert canaries and scanned and files  # at least the demo's: the search proves something
+    assert canaries and sum(texts.values()) and files  # at least the demo's: the search proves
     assert found == {}
 
 
-async def _what_prefect_answers() -> dict[str, list[str]]:
-    """Everything Prefect's API answers that could hold a token, as JSON texts by place."""
-    async with get_client() as client:
-        blocks = await client.read_block_documents(include_secrets=True)
-        logs = await _every_page(client.read_logs)
-        runs = await _every_page(client.read_flow_runs)
-        task_runs = await _every_page(client.read_task_runs)
-        artifacts = await _every_page(client.read_artifacts)
-        events = await _every_event(client)
-    return {
-        "block documents (with secrets)": [b.model_dump_json() for b in blocks],
-        "Prefect logs": [log.model_dump_json() for log in logs],
-        "flow runs (parameters, states)": [run.model_dump_json() for run in runs],
-        "task runs": [run.model_dump_json() for run in task_runs],
-        "artifacts": [artifact.model_dump_json() for artifact in artifacts],
-        "events": events,
-    }
+def _sweep_this_session() -> Verdict:
+    """Sweep this session as far as it went: every test of it but the sweep's is done."""
+    return Verdict(this_worker(), search_for_tokens(SWEEP, prefect=True), check_conduct(SWEEP))
 
 
-async def _every_page(read: Any) -> list[Any]:
-    items: list[Any] = []
-    while True:
-        page = await read(limit=PAGE, offset=len(items))
-        items += page
-        if len(page) < PAGE:
-            return items
-
-
-async def _every_event(client: Any) -> list[str]:
-    """Every event Prefect holds, page by page, as JSON texts."""
-    http = client._client
-    texts: list[str] = []
-    answer = (await http.post("/events/filter", json={"limit": 50})).json()
-    for _ in range(1_000):
-        texts += [json.dumps(event) for event in answer.get("events", [])]
-        following = answer.get("next_page")
-        if not following:
-            break
-        answer = (await http.get(following)).json()
-    return texts
+def _sessions(verdicts: list[Verdict]) -> str:
+    if len(verdicts) == 1 and not verdicts[0].worker:
+        return "1 (one process)"
+    return f"{len(verdicts)} (pytest-xdist workers {', '.join(v.worker for v in verdicts)})"
 
 
 async def _every_postgres_row(url: str) -> dict[str, list[str]]:
     """Every row of every table of every Prefect database on the suite's PostgreSQL cluster.
 
-    The end-to-end tests' server uses the database of ``url``; the crash trials make their own
-    (``prefect_trials_…``) on the same cluster.
+    The end-to-end tests' servers and the crash trials' each have a database of their own there
+    (``tests/e2e/run_databases.py``); the run drops them once it is over.
     """
     import asyncpg
 
@@ -280,38 +253,33 @@ async def _every_postgres_row(url: str) -> dict[str, list[str]]:
     return rows
 
 
-def _databases(places: dict[str, list[str]]) -> str:
+def _databases(places: dict[str, int]) -> str:
     names = [place.removeprefix("PostgreSQL ") for place in places if place.startswith("Postgre")]
     plural = "s" if len(names) != 1 else ""
     return f"{len(names)} database{plural} ({', '.join(names)})"
 
 
-def _prefect_home_files() -> list[Path]:
-    """Every file under this session's Prefect homes: the client's and the server's."""
-    homes = {Path(os.environ["PREFECT_HOME"]), Path(os.environ["PREFECT_HOME"]).parent / "server"}
-    return [path for home in homes for path in home.rglob("*") if path.is_file()]
-
-
 def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledger):
-    routes = _contract_routes()
-    requests = SWEEP.requests
-    outside = [f"{e.method} {e.path}" for e in requests if not _in_contract(e, routes)]
-    decisions = [e for e in requests if e.method == "POST" and e.path.endswith("/decision")]
-    unanswered = [
-        e.path for e in decisions if answer_key(e.path.split("/")[-2]) not in SWEEP.answered
-    ]
-    # Every run any simulator of the suite made must carry who confirmed its spend.
-    runs = SWEEP.runs
-    unconfirmed = [run.run_id for run in runs if run.confirmation is None]
-    confirmed = Counter(run.confirmation.via for run in runs if run.confirmation)
+    SWEEP.of_the_run = True
+    verdicts = [Verdict(this_worker(), Leaks(), check_conduct(SWEEP)), *wait_for_other_workers()]
+    outside = [where(v.worker, path) for v in verdicts for path in v.conduct.outside]
+    unanswered = [where(v.worker, path) for v in verdicts for path in v.conduct.unanswered]
+    unconfirmed = [where(v.worker, run) for v in verdicts for run in v.conduct.unconfirmed]
+    requests = sum(v.conduct.requests for v in verdicts)
+    decisions = sum(v.conduct.decisions for v in verdicts)
+    runs = sum(v.conduct.runs for v in verdicts)
+    confirmed: Counter[str] = Counter()
+    for verdict in verdicts:
+        confirmed.update(verdict.conduct.confirmed)
     ledger.record(
         "never-alone",
-        trials=len(requests),
+        trials=requests,
         outcomes={
-            "requests to a contract endpoint": len(requests) - len(outside),
-            "decision requests on an action a person answered": len(decisions) - len(unanswered),
+            "requests to a contract endpoint": requests - len(outside),
+            "decision requests on an action a person answered": decisions - len(unanswered),
         },
         measures={
+            "sessions swept": _sessions(verdicts),
             "requests outside the contract": str(len(outside)),
             "decisions posted without a person's answer": str(len(unanswered)),
             "backend runs without a spend confirmation on record": str(len(unconfirmed)),
@@ -324,16 +292,3 @@ def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledg
     assert outside == []
     assert unanswered == []
     assert unconfirmed == []
-
-
-def _contract_routes() -> list[tuple[str, re.Pattern[str]]]:
-    document = json.loads(OPENAPI.read_text(encoding="utf-8"))
-    routes = []
-    for template, operations in document["paths"].items():
-        pattern = re.compile("^" + re.sub(r"\{[^}/]+\}", "[^/]+", template) + "$")
-        routes += [(method.upper(), pattern) for method in operations]
-    return routes
-
-
-def _in_contract(entry: Any, routes: list[tuple[str, re.Pattern[str]]]) -> bool:
-    return any(entry.method == method and pattern.match(entry.path) for method, pattern in routes)

@@ -1,0 +1,47 @@
+"""Under pytest-xdist, the sweep still finds a canary that leaked in another worker.
+
+A run of its own, with two workers: ``sweep_probe.py`` leaks a canary it minted into its captured
+output, and ``test_sweep.py`` comes last, so each worker takes one of the two modules. Were the
+sweep to look only at the session it runs in, that run would pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+CHECKOUT = HERE.parents[1]
+PROBE = "tests/reliability/sweep_probe.py"
+SWEEP = "tests/reliability/test_sweep.py"
+LEAK = "test_a_canary_leaks_into_the_captured_output"
+SEARCH = "test_no_token_appears_anywhere_the_suite_can_read"
+RUN_VARIABLES = ("PYTEST_XDIST_", "PREFECT_ITO_TEST_RUN", "PREFECT_ITO_POSTGRES_URL")
+"""What this run's own workers inherit: the other run starts afresh (its own run, no cluster)."""
+OUTCOME = re.compile(r"^\[(gw\d+)\] \[ *\d+%\] (PASSED|FAILED|ERROR) (\S+) *$", re.MULTILINE)
+
+
+def test_a_canary_leaked_in_another_worker_fails_the_sweep():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(RUN_VARIABLES)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-v",
+         "--show-capture=no", PROBE, SWEEP],
+        cwd=CHECKOUT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    report = result.stdout[-4000:] + result.stderr[-2000:]
+    outcomes = {test: (worker, outcome) for worker, outcome, test in OUTCOME.findall(result.stdout)}
+    probe_worker, probe = outcomes.get(f"{PROBE}::{LEAK}", ("", "not run"))
+    sweep_worker, sweep = outcomes.get(f"{SWEEP}::{SEARCH}", ("", "not run"))
+
+    assert probe == "PASSED", report
+    assert sweep_worker != probe_worker, report
+    assert sweep == "FAILED", report
+    # Found in the other worker's captured output (as a canary of its own, and by its shape).
+    assert f"'{probe_worker}: test output, logs and exception texts': " in result.stdout, report
+    others = {test: outcome for test, (_, outcome) in outcomes.items() if test.startswith(SWEEP)}
+    assert sorted(others.values()) == ["FAILED", "PASSED", "PASSED", "PASSED"], report
+    assert result.returncode == 1, report
