@@ -23,7 +23,7 @@ from prefect_ito.backend.auth import (
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.origins import admit
 from prefect_ito.contract import ID_MAX_LENGTH
-from prefect_ito.exceptions import InvalidParameters, ItoError
+from prefect_ito.exceptions import InvalidParameters, ItoError, invalid_parameters
 
 __all__ = [
     "ItoBooking",
@@ -193,8 +193,6 @@ def invalid_block(error: ValidationError, parameter: str, which: str) -> Invalid
         parameter: The flow parameter or option the block came through.
         which: Which block, for the message ("the ItoCredentials block 'desk'").
     """
-    from prefect_ito.parameters import invalid_parameters  # parameters imports this module
-
     broken = invalid_parameters(error)
     field = f"{parameter}.{broken.field}" if broken.field else parameter
     where = f"{field}: " if not broken.field else f"{parameter}."

@@ -60,6 +60,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
+from pydantic import ValidationError
+
 from prefect_ito.contract import ErrorCode, PendingAction
 
 __all__ = [
@@ -127,6 +129,7 @@ __all__ = [
     "Unauthenticated",
     "ValidationFailed",
     "error_from_envelope",
+    "invalid_parameters",
 ]
 
 
@@ -959,3 +962,19 @@ class DecisionRequired(ItoRunOutcome):
             run_id=run_id,
         )
         self.action = action
+
+
+def invalid_parameters(error: ValidationError) -> InvalidParameters:
+    """Return the first broken rule of ``error`` as :class:`InvalidParameters` naming the field."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    cause = (first.get("ctx") or {}).get("error")
+    message = str(cause) if isinstance(cause, ValueError) else first["msg"]
+    if first["type"] == "missing":
+        message = "is required"
+    elif first["type"] == "extra_forbidden":
+        message = "is not a parameter of ito-training"
+    # A rule over several fields names them in its own message.
+    if not field:
+        return InvalidParameters(message)
+    return InvalidParameters(f"{field}: {message}", field=field)

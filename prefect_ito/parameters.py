@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Self
 from cyclopts import Parameter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from prefect_ito.backend.desk import BookingClaim
 from prefect_ito.blocks import ItoBooking
 from prefect_ito.contract import (
     ID_MAX_LENGTH,
@@ -31,7 +32,7 @@ from prefect_ito.contract import (
     id_problem,
     segment_problem,
 )
-from prefect_ito.exceptions import InvalidParameters
+from prefect_ito.exceptions import InvalidParameters, invalid_parameters
 
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
@@ -307,61 +308,25 @@ def check_id(value: str, field: str) -> str:
     return value
 
 
-def invalid_parameters(error: ValidationError) -> InvalidParameters:
-    """Return the first broken rule of ``error`` as :class:`InvalidParameters` naming the field."""
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"])
-    cause = (first.get("ctx") or {}).get("error")
-    message = str(cause) if isinstance(cause, ValueError) else first["msg"]
-    if first["type"] == "missing":
-        message = "is required"
-    elif first["type"] == "extra_forbidden":
-        message = "is not a parameter of ito-training"
-    # A rule over several fields names them in its own message.
-    if not field:
-        return InvalidParameters(message)
-    return InvalidParameters(f"{field}: {message}", field=field)
-
-
-class BookingClaim(BaseModel):
-    """What the caller says about the booking; only the backend's answer proves it.
-
-    Each field but the id is optional: None claims nothing, and every field claimed is compared
-    with the backend's answer.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    booking_id: str
-    gpu_sku: str | None = Field(default=None, description="The GPU model claimed, e.g. H200.")
-    node_count: int | None = Field(default=None, description="The number of nodes claimed.")
-    gpus_per_node: int | None = Field(default=None, description="The GPUs on each node claimed.")
-    fabric: str | None = Field(default=None, description="The interconnect claimed.")
-    region: str | None = Field(default=None, description="Where the nodes are claimed to be.")
-    account: str | None = Field(
-        default=None, description="The Itô account claimed to hold the booking."
+def claim_booking(booking: ItoBooking | str) -> BookingClaim:
+    """Return the claim an ``ItoBooking`` or a bare booking id makes."""
+    if isinstance(booking, str):
+        return BookingClaim(booking_id=booking)
+    if not _is_text(booking.booking_id):
+        raise InvalidParameters("booking.booking_id: must be a non-empty string")
+    try:
+        booking_id = _clean(booking.booking_id, ID_MAX_LENGTH)
+    except ValueError as exc:
+        raise InvalidParameters(f"booking.booking_id: {exc}") from None
+    return BookingClaim(
+        booking_id=booking_id,
+        gpu_sku=booking.gpu_sku,
+        node_count=booking.node_count,
+        gpus_per_node=booking.gpus_per_node,
+        fabric=booking.fabric,
+        region=booking.region,
+        account=booking.account,
     )
-
-    @classmethod
-    def from_booking(cls, booking: ItoBooking | str) -> BookingClaim:
-        """Return the claim an ``ItoBooking`` or a bare booking id makes."""
-        if isinstance(booking, str):
-            return cls(booking_id=booking)
-        if not _is_text(booking.booking_id):
-            raise InvalidParameters("booking.booking_id: must be a non-empty string")
-        try:
-            booking_id = _clean(booking.booking_id, ID_MAX_LENGTH)
-        except ValueError as exc:
-            raise InvalidParameters(f"booking.booking_id: {exc}") from None
-        return cls(
-            booking_id=booking_id,
-            gpu_sku=booking.gpu_sku,
-            node_count=booking.node_count,
-            gpus_per_node=booking.gpus_per_node,
-            fabric=booking.fabric,
-            region=booking.region,
-            account=booking.account,
-        )
 
 
 async def resolve_booking(parameters: TrainingParameters) -> BookingClaim:
@@ -374,13 +339,13 @@ async def resolve_booking(parameters: TrainingParameters) -> BookingClaim:
         InvalidParameters: the named block cannot be loaded.
     """
     if parameters.booking is not None:
-        return BookingClaim.from_booking(parameters.booking)
+        return claim_booking(parameters.booking)
     name = parameters.booking_block or ""
     try:
         loaded = await ItoBooking.aload(name)
     except ValueError as exc:
         raise InvalidParameters(f"booking_block: no ItoBooking block named {name!r}") from exc
-    return BookingClaim.from_booking(loaded)
+    return claim_booking(loaded)
 
 
 def derive_idempotency_key(request: TrainingRequest, flow_run_id: uuid.UUID | str | None) -> str:

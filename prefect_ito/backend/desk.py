@@ -13,6 +13,8 @@ import contextlib
 import logging
 import time
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -38,7 +40,27 @@ from prefect_ito.exceptions import (
     QuoteAlreadyDecided,
     QuoteNotFound,
 )
-from prefect_ito.parameters import BookingClaim
+
+
+class BookingClaim(BaseModel):
+    """What the caller says about the booking; only the backend's answer proves it.
+
+    Each field but the id is optional: None claims nothing, and every field claimed is compared
+    with the backend's answer.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    booking_id: str
+    gpu_sku: str | None = Field(default=None, description="The GPU model claimed, e.g. H200.")
+    node_count: int | None = Field(default=None, description="The number of nodes claimed.")
+    gpus_per_node: int | None = Field(default=None, description="The GPUs on each node claimed.")
+    fabric: str | None = Field(default=None, description="The interconnect claimed.")
+    region: str | None = Field(default=None, description="Where the nodes are claimed to be.")
+    account: str | None = Field(
+        default=None, description="The Itô account claimed to hold the booking."
+    )
+
 
 CANCEL_CONFIRM_SECONDS = 120.0
 """How long a cancel waits for the backend to report the workload terminal."""

@@ -30,6 +30,7 @@ from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
 from prefect_ito.settings import ItoSettings
+from prefect_ito.waiting.keys import RESTART_PREFIX
 
 Choice = Literal["approve", "reject"]
 
@@ -77,7 +78,7 @@ class RestartDecision(RunInput):
 
 def pause_key(action: PendingAction) -> str:
     """Return the pause key for an action: stable across re-entries, letters digits and dashes."""
-    return "restart-" + re.sub(r"[^a-zA-Z0-9-]+", "-", action.action_id).strip("-").lower()
+    return RESTART_PREFIX + re.sub(r"[^a-zA-Z0-9-]+", "-", action.action_id).strip("-").lower()
 
 
 def _spike(action: PendingAction) -> tuple[float, float, CheckpointRef]:

@@ -63,6 +63,7 @@ from prefect_ito.exceptions import (
 from prefect_ito.people import asking
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
+from prefect_ito.waiting.keys import SPEND_PREFIX
 
 __all__ = [
     "SPEND_PREFIX",
@@ -96,9 +97,6 @@ class Supervisor(Protocol):
     async def record_quote(self, quote: TrainingQuote) -> None:
         """Record the quote a person is asked about, for a watcher and for a re-entry."""
 
-
-SPEND_PREFIX = "spend-"
-"""Pause keys of spend confirmations start with this."""
 
 SHOWN_DATA_REFS = 3
 """Data references listed by name in the confirmation; the rest are counted."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prefect_ito.backend import gates
+from prefect_ito.backend.desk import BookingClaim
 from prefect_ito.backend.operations import (
     CANCEL_TRAINING_WORKLOAD,
     CHECK_TRAINING_CAPABILITY,
@@ -27,7 +28,6 @@ from prefect_ito.backend.operations import (
 )
 from prefect_ito.contract import ConfirmationRecord, ConfirmationVia, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import Detached, InsufficientScope
-from prefect_ito.parameters import BookingClaim
 from prefect_ito.people import spend
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Steps

@@ -29,6 +29,7 @@ from prefect.flow_runs import asuspend_flow_run
 from pydantic import BaseModel, ConfigDict
 
 from prefect_ito.contract import TrainingRun
+from prefect_ito.waiting.keys import BACKEND_RUN_KEY, DEFER_PREFIX
 
 __all__ = [
     "BACKEND_RUN_KEY",
@@ -42,13 +43,6 @@ __all__ = [
     "record_run_id",
     "suspend_until_changed",
 ]
-
-DEFER_PREFIX = "defer-"
-"""Pause keys (and their records' input keys) of deferred runs start with this; no other pause's
-do, so a watcher never touches a run that waits for a person."""
-
-BACKEND_RUN_KEY = "ito-backend-run"
-"""The flow-run input that records the backend run a flow run supervises, once it has one."""
 
 _KEY_NAMESPACE = uuid.UUID("8f0e4b0a-2d7f-4a37-9f1e-5b6c3a9d2e41")
 

@@ -24,11 +24,9 @@ from prefect.exceptions import PrefectHTTPStatusError
 from pydantic import ValidationError
 
 from prefect_ito.waiting.deferral import BackendRecord
+from prefect_ito.waiting.keys import QUOTE_RECORD_PREFIX
 
 __all__ = ["QUOTE_RECORD_PREFIX", "QuoteWait", "latest_quote_wait", "record_quote_wait"]
-
-QUOTE_RECORD_PREFIX = "ito-quote-"
-"""Input keys of these records start with this (never a pause key: no one answers them)."""
 
 
 class QuoteWait(BackendRecord):

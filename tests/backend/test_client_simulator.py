@@ -234,7 +234,9 @@ async def test_dropped_answers_never_duplicate_a_run() -> None:
 
 
 async def test_decision_conflict_and_cancel(sim: Any) -> None:
-    sim.load_scenario(builtin_scenario("loss-spike"))
+    # A slower clock than the default: after the approval the run must still be running when
+    # the cancel arrives, however loaded the machine (at the default it ended first under load).
+    sim.load_scenario(builtin_scenario("loss-spike").with_options(time_scale=50_000))
     async with _client(sim) as client:
         request = await _confirmed(client, sample_request(COMPLETED, budget_usd=1e9))
         run = (await client.submit_training_run(request, idempotency_key="k-s")).run

@@ -1,0 +1,42 @@
+"""Every key prefect-ito writes on a flow run — pause keys and flow-run input keys — in one place.
+
+Prefect keys a pause's answer and any other flow-run input by a string. Who reads what goes by
+these prefixes: the watcher resumes only ``defer-`` pauses on its own, answers a ``spend-`` pause
+only with a recheck once the backend settled the quote, and never touches a ``restart-`` pause,
+which only a person answers. The records and claims beside them (``ito-…``) are never pause keys,
+so nobody can answer one.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BACKEND_RUN_KEY",
+    "DEFER_PREFIX",
+    "QUOTE_RECORD_PREFIX",
+    "RECOVERY_PREFIX",
+    "RESTART_PREFIX",
+    "RESUME_PREFIX",
+    "SPEND_PREFIX",
+]
+
+DEFER_PREFIX = "defer-"
+"""Pause keys (and their records' input keys) of deferred runs start with this; no other pause's
+do, so a watcher never touches a run that waits for a person."""
+
+SPEND_PREFIX = "spend-"
+"""Pause keys of spend questions start with this."""
+
+RESTART_PREFIX = "restart-"
+"""Pause keys of restart decisions start with this."""
+
+BACKEND_RUN_KEY = "ito-backend-run"
+"""The flow-run input that records the backend run a flow run supervises, once it has one."""
+
+QUOTE_RECORD_PREFIX = "ito-quote-"
+"""Input keys of the records of quotes a flow run waits on a person for."""
+
+RECOVERY_PREFIX = "ito-recovery-"
+"""Input keys of a watcher's claims to re-enter a flow run whose process was lost."""
+
+RESUME_PREFIX = "ito-resume-"
+"""Input keys of a watcher's claims to resume a suspended flow run."""
