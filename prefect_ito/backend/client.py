@@ -16,6 +16,9 @@ Example:
     async with ItoCredentials.load("BLOCK_NAME").get_client() as client:
         capabilities = await client.get_capabilities()
     ```
+
+One module past ~400 lines on purpose: one method per contract endpoint, so the client's whole
+surface reads in one place, as httpx's ``Client`` does; what is not an endpoint lives beside it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """What prefect-ito asks of the Itô desk backend, as plain coroutines over an :class:`ItoClient`.
 
-Both ways of doing the steps of :mod:`prefect_ito.supervision.loop` — the flow's Prefect tasks and
-the
-job's plain calls — come down to these, so there is one way to verify, submit and follow a run.
-Nothing here trains, books, buys or overrides a gate, and nothing submits a request a person did
-not confirm.
+Each is one operation of the table in :mod:`prefect_ito.backend.operations`, from which the
+flow's Prefect tasks and the job's plain calls are both made, so there is one way to verify,
+quote, submit, relay and cancel. Nothing here trains, books, buys or overrides a gate, and nothing
+submits a request the backend did not allow. Gate following lives in
+:mod:`prefect_ito.backend.gates`.
+
+Just past ~400 lines: one coroutine per operation and the rules each checks on the backend's
+answer, read as one list.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Contract v0: a training run as the backend reports it — stages, gates, telemetry, events."""
+"""Contract v0: a training run as the backend reports it — stages, gates, telemetry, events.
+
+Just past ~400 lines: the run's models are one document on the wire, kept in the file that
+mirrors it.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ two axes and a few markers are all a person needs to read a loss curve.
 backend reported them), stage boundaries (from the checkpoints each stage saved), interruptions,
 loss spikes and restarts. A restart shows in the history as a step back; the stretch it threw
 away is drawn dashed. :func:`draw` draws any :class:`LossChart`.
+
+Just past ~400 lines: the chart's model and its drawing stay together; no SVG library is worth
+a dependency for one line chart.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ a run submitted long after the scenario loaded does not date itself years ahead.
 by its pipeline (:mod:`prefect_ito.simulator.pipeline`); :meth:`Engine.advance` catches every run up
 with the clock, and every public method advances first, so no answer is stale. The engine is not
 thread-safe: the app calls it from its event loop only.
+
+One module past ~400 lines on purpose: the state machine's transitions are kept together so
+that every answer the simulator gives can be followed in one file; pipelines, quotes and
+authorizations, which need no view of the whole, live in modules of their own.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@
 confirmation to a new quote of the same manifest when nothing got worse, and checks the quote a new
 submission names. The engine consumes a quote in the same synchronous step that creates the run,
 so two submissions can never both use one quote.
+
+One module past ~400 lines on purpose: issuing, answering, carrying over and checking a quote
+are one set of rules, and the contract's spend rules read against this one file.
 """
 
 from __future__ import annotations
