@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from prefect import Flow, State, get_client
@@ -138,3 +139,17 @@ async def training_deployment(name: str) -> Any:
         entrypoint_type=EntrypointType.MODULE_PATH,
         print_next_steps=False,
     )
+
+
+async def sweep_watcher(caplog: Any, times: int = 3) -> Any:
+    """Sweep a new watcher ``times`` times with its INFO lines captured; return it, closed."""
+    from prefect_ito.waiting.watcher import Watcher
+
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        with caplog.at_level(logging.INFO, logger="prefect_ito.waiting.watcher"):
+            for _ in range(times):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+    return watcher

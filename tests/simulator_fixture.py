@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from prefect_ito.backend.auth import store_token
+from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
 from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
 
 
@@ -32,3 +33,14 @@ def start_simulator(prefect_server: str) -> Iterator[Callable[..., SimulatorServ
     yield start
     for simulator in started:
         simulator.stop()
+
+
+@pytest.fixture
+def worker_environment(
+    start_simulator: Callable[..., SimulatorServer], monkeypatch: pytest.MonkeyPatch
+) -> SimulatorServer:
+    """A simulator, and this process configured as its worker: the token in the environment."""
+    simulator = start_simulator()
+    monkeypatch.setenv(ENV_API_URL, simulator.url)
+    monkeypatch.setenv(ENV_TOKEN, simulator.mint_token("flow-tests").get_secret_value())
+    return simulator

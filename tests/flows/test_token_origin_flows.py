@@ -14,25 +14,16 @@ from datetime import UTC, datetime
 
 import pytest
 from capture_server import CaptureServer
-from flow_helpers import BOOKING, REQUEST, Person, parameters, training_deployment
+from flow_helpers import BOOKING, REQUEST, Person, parameters, sweep_watcher, training_deployment
 from prefect import get_client
 from prefect.states import Running, Suspended
 from rich.console import Console
 
-from prefect_ito.backend.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
+from prefect_ito.backend.origins import ENV_ALLOWED_ORIGINS
 from prefect_ito.cli.terminal import run_training
 from prefect_ito.flows import ito_training
 from prefect_ito.waiting.deferral import DEFER_PREFIX, Deferral
 from prefect_ito.waiting.watcher import Watcher
-
-
-@pytest.fixture
-def worker_environment(start_simulator, monkeypatch):
-    """A simulator, and this process configured as its worker: the token in the environment."""
-    simulator = start_simulator()
-    monkeypatch.setenv(ENV_API_URL, simulator.url)
-    monkeypatch.setenv(ENV_TOKEN, simulator.mint_token("worker").get_secret_value())
-    return simulator
 
 
 @pytest.mark.parametrize("allowed", [False, True], ids=["not-allowed", "allowed-but-not-its-token"])
@@ -79,13 +70,7 @@ async def test_the_watcher_follows_no_record_to_their_server(worker_environment,
         forged = await _forged_deferral(theirs.url)
         # The keyring route: their server, with the real backend's keyring entry named.
         by_entry = await _forged_deferral(theirs.url, keyring_entry=worker_environment.url)
-        watcher = Watcher(wait=0.5, lost_after=None)
-        try:
-            with caplog.at_level(logging.INFO, logger="prefect_ito.waiting.watcher"):
-                for _ in range(3):
-                    await watcher.sweep()
-        finally:
-            await watcher.close()
+        watcher = await sweep_watcher(caplog)
     assert theirs.received == []
     refusals = [r for r in caplog.records if "Not watching runs recorded for" in r.getMessage()]
     assert len(refusals) == 2, [r.getMessage() for r in refusals]  # each said once, not a sweep

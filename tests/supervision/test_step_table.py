@@ -93,23 +93,23 @@ async def test_a_plain_call_retries_a_resendable_operation_after_a_transient_fau
     assert no_waits == [STEP_RETRY_DELAYS_SECONDS[0]]
 
 
-async def test_a_plain_call_never_resends_a_write_that_is_not_resendable(no_waits):
-    calls, call = _counting(BackendUnavailable("down for a moment"))
-    write = Operation("write_something", "A write.", call, resendable=False)
+@pytest.mark.parametrize(
+    ("fault", "resendable"),
+    [
+        (BackendUnavailable("down for a moment"), False),  # a write that is not resendable
+        (ItoProtocolError("nonsense", endpoint="GET /x"), True),  # a fault that will not pass
+    ],
+    ids=["write-not-resendable", "fault-that-will-not-pass"],
+)
+async def test_a_plain_call_is_made_once_when_sending_it_again_is_no_use(
+    no_waits, fault: Exception, resendable: bool
+):
+    calls, call = _counting(fault)
+    operation = Operation("do_something", "Something.", call, resendable=resendable)
     steps = ClientSteps(object(), SupervisionParameters(), logging.getLogger("test"))  # type: ignore[arg-type]
 
-    with pytest.raises(BackendUnavailable):
-        await steps.perform(write, 21)
-    assert calls == [21] and no_waits == []
-
-
-async def test_a_plain_call_does_not_retry_what_will_not_pass(no_waits):
-    calls, call = _counting(ItoProtocolError("nonsense", endpoint="GET /x"))
-    read = Operation("read_something", "A read.", call, resendable=True)
-    steps = ClientSteps(object(), SupervisionParameters(), logging.getLogger("test"))  # type: ignore[arg-type]
-
-    with pytest.raises(ItoProtocolError):
-        await steps.perform(read, 21)
+    with pytest.raises(type(fault)):
+        await steps.perform(operation, 21)
     assert calls == [21] and no_waits == []
 
 

@@ -1,5 +1,5 @@
 """Fixtures for the waiting tests that run flows: a simulator per test."""
 
-from simulator_fixture import start_simulator
+from simulator_fixture import start_simulator, worker_environment
 
-__all__ = ["start_simulator"]
+__all__ = ["start_simulator", "worker_environment"]

@@ -14,13 +14,12 @@ import uuid
 
 import pytest
 from capture_server import CaptureServer
-from flow_helpers import BOOKING, REQUEST, training_deployment
+from flow_helpers import BOOKING, REQUEST, sweep_watcher, training_deployment
 from prefect import get_client
 from prefect.input import keyset_from_paused_state
 from prefect.states import Running, Suspended
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.people import spend
@@ -221,15 +220,6 @@ async def test_a_run_that_asks_again_after_a_resume_is_resumed_again(start_simul
     assert [state.name for state in history].count("Resuming") == 2
 
 
-@pytest.fixture
-def worker_environment(start_simulator, monkeypatch):
-    """A simulator, and this process configured as its worker: the token in the environment."""
-    simulator = start_simulator()
-    monkeypatch.setenv(ENV_API_URL, simulator.url)
-    monkeypatch.setenv(ENV_TOKEN, simulator.mint_token("flow-tests").get_secret_value())
-    return simulator
-
-
 async def test_a_record_naming_their_server_sends_it_nothing(worker_environment, flow_runs, caplog):
     simulator = worker_environment
     quote = await new_quote(simulator.url)
@@ -239,13 +229,7 @@ async def test_a_record_naming_their_server_sends_it_nothing(worker_environment,
         # The keyring route: their server, with the real backend's keyring entry named.
         by_entry = await asking_flow_run(quote, api_url=theirs.url, keyring_entry=simulator.url)
         flow_runs += [forged, by_entry]
-        watcher = Watcher(wait=0.5, lost_after=None)
-        try:
-            with caplog.at_level(logging.INFO, logger="prefect_ito.waiting.watcher"):
-                for _ in range(3):
-                    await watcher.sweep()
-        finally:
-            await watcher.close()
+        watcher = await sweep_watcher(caplog)
 
     assert theirs.received == []
     refusals = [
