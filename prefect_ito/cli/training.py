@@ -10,9 +10,11 @@ and ``demo`` put the flow run's final state and its run summary in its ``data``.
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
@@ -109,21 +111,86 @@ def train(
     """
     output.use_json(json_output)
     parameters = training_parameters(training, data_file)
-    flow_parameters = {
-        "training": parameters,
-        "credentials": command_credentials(credentials, api_url),
-        "authorization": authorization,
-    }
+    where = command_credentials(credentials, api_url)
+    flow_parameters = {"training": parameters, "credentials": where, "authorization": authorization}
     # Bad options first, each named; then whether anyone here can confirm the spend.
+    if confirm is not None:
+        _fail_unless(_checked_id(confirm))
     if confirm is None and authorization is None and not terminal.interactive():
         _fail(_nobody_to_confirm())
+    confirmed = None
+    if not isinstance(where, str) and parameters.booking_block is None:  # no saved block
+        # Whatever the backend can say before a flow run exists is asked before Prefect's
+        # temporary server starts: a backend that is down, or a quote that cannot be
+        # confirmed, ends the command in seconds, not after the server's start-up.
+        run_command(_check_backend(parameters, where, confirm, name))
+        confirmed = confirm
 
     def confirmer() -> terminal.Confirmer | None:
-        return run_command(
-            _spend_confirmer(parameters, flow_parameters, confirm, name, authorization)
-        )
+        spend = _Spend(confirm=confirm, note=name, authorization=authorization)
+        return run_command(_spend_confirmer(parameters, flow_parameters, spend, confirmed))
 
     _run_flow(ito_training, flow_parameters, verbose, confirmer=confirmer)
+
+
+def _fail_unless(error: ItoError | None) -> None:
+    if error is not None:
+        _fail(error)
+
+
+def _checked_id(confirm: str) -> InvalidParameters | None:
+    try:
+        check_id(confirm, "confirm")
+    except InvalidParameters as error:
+        return error
+    return None
+
+
+def _check_confirm(confirm: str, digest: str) -> ItoError | None:
+    """Return what is wrong with ``--confirm`` for the request of manifest ``digest``, as far
+    as it can be told without a request: a manifest digest is no quote id, and whether it is
+    this request's is known here."""
+    if not _DIGEST.fullmatch(confirm):
+        return None
+    if digest != confirm:
+        return ConfirmationMismatch(
+            f"--confirm {confirm} is the manifest digest of another request: nothing was sent; "
+            "`prefect-ito quote` with the same options makes this one's quote",
+            field="confirm",
+        )
+    return InvalidParameters(
+        f"--confirm takes a quote's id, not a manifest digest ({confirm}): `prefect-ito quote` "
+        "with the same options prints the quote id and the command that confirms it",
+        field="confirm",
+    )
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+async def _check_backend(
+    parameters: TrainingParameters,
+    where: ItoCredentials | None,
+    confirm: str | None,
+    note: str | None,
+) -> None:
+    """Ask the backend what it can tell before a flow run exists; with ``--confirm``, confirm.
+
+    Raises:
+        ItoTransportError: the backend did not answer (its URL is named).
+        ConfirmationMismatch, ConfirmationUsed, ConfirmationExpired: see :func:`confirm_beforehand`.
+    """
+    request = parameters.to_request(await resolve_booking(parameters))
+    credentials = await resolve_credentials(where)
+    if confirm is not None:
+        if (error := _check_confirm(confirm, request.digest())) is not None:
+            raise error
+        await confirm_beforehand(credentials, request, confirm, note)
+        return
+    async with credentials.get_client() as client:
+        # Only whether it answers: what it answers is the flow's to judge, in a flow run that
+        # records it (a backend that cannot train ends the run Unavailable, with its summary).
+        await client.get_capabilities()
 
 
 def _nobody_to_confirm() -> ConfirmationRequired:
@@ -134,14 +201,24 @@ def _nobody_to_confirm() -> ConfirmationRequired:
     )
 
 
+@dataclass(frozen=True)
+class _Spend:
+    """What ``train``'s options say about the spend: a quote to confirm, a note, an
+    authorization block's name."""
+
+    confirm: str | None
+    note: str | None
+    authorization: str | None
+
+
 async def _spend_confirmer(
     parameters: TrainingParameters,
     flow_parameters: dict[str, Any],
-    confirm: str | None,
-    note: str | None,
-    authorization: str | None,
+    spend: _Spend,
+    confirmed: str | None,
 ) -> terminal.Confirmer | None:
-    """Return who acts on the flow's spend confirmation here; with ``--confirm``, confirm first.
+    """Return who acts on the flow's spend confirmation here; with ``--confirm``, confirm first
+    (unless ``confirmed`` says it was, before Prefect's API was started).
 
     A named authorization block is loaded first, so that a broken one is one line before
     anything is sent (what it names is the backend's to judge).
@@ -152,12 +229,15 @@ async def _spend_confirmer(
         ConfirmationUsed, ConfirmationExpired: the quote can make no run any more.
         InsufficientScope: this token may not confirm a spend (it is not a person's).
     """
-    await resolve_authorization(authorization)
-    if confirm is not None:
-        request = parameters.to_request(await resolve_booking(parameters))
-        credentials = await resolve_credentials(flow_parameters["credentials"])
-        await confirm_beforehand(credentials, request, confirm, note)
-        return terminal.ConfirmedBeforehand(confirm, _console)
+    await resolve_authorization(spend.authorization)
+    if spend.confirm is not None:
+        if confirmed is None:
+            request = parameters.to_request(await resolve_booking(parameters))
+            if (error := _check_confirm(spend.confirm, request.digest())) is not None:
+                raise error
+            credentials = await resolve_credentials(flow_parameters["credentials"])
+            await confirm_beforehand(credentials, request, spend.confirm, spend.note)
+        return terminal.ConfirmedBeforehand(spend.confirm, _console)
     if terminal.interactive():
         return terminal.confirm_at_terminal
     # The backend decides on the authorization; if it says no, nobody here could confirm.

@@ -18,7 +18,6 @@ from cli_helpers import (
     AUTHORIZATION,
     FLOW_RUN_LINE,
     TRAIN,
-    TRAIN_CONFIRMED,
     UNCONFIRMED,
     confirming_env,
     person_env,
@@ -138,8 +137,9 @@ def test_an_unreachable_backend_is_named_in_one_line(prefect_server):
     result = prefect_ito(*TRAIN, env=env)
 
     assert result.returncode == ExitCode.ERROR, no_traceback(result)
-    assert "BackendUnreachable" in result.stdout
-    assert url in result.stdout + result.stderr
+    # Before, the flow ran first and ended BackendUnreachable, after eight lines of output.
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert url in result.stderr
 
 
 def test_train_takes_the_backend_and_data_from_options(simulator_default, prefect_server, tmp_path):
@@ -214,19 +214,24 @@ def test_ctrl_c_detaches_without_a_crash_and_names_the_run(prefect_server):
         assert asyncio.run(state_name()) == "Detached"
 
 
-def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_unavailable):
+def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_default):
     # A new PREFECT_HOME migrates its database first; on a small busy machine that took longer
     # than the 20 s Prefect allows its temporary server.
     with tempfile.TemporaryDirectory() as home:
-        env = worker_env(simulator_unavailable, prefect_server="")
+        env = worker_env(simulator_default, prefect_server="")
         del env["PREFECT_API_URL"]
         env["PREFECT_HOME"] = str(Path(home) / "new")
         Path(env["PREFECT_HOME"]).mkdir()
-        result = prefect_ito(*TRAIN_CONFIRMED, env=env, timeout=600)
+        # A real quote, confirmed: every check before the flow passes, so the server starts.
+        confirmed = [*UNCONFIRMED, "--confirm", quote_for_train(simulator_default)]
+        env["ITO_COMPUTE_TOKEN"] = confirming_env(simulator_default, "")["ITO_COMPUTE_TOKEN"]
+        result = prefect_ito(*confirmed, env=env, timeout=600)
 
     output = no_traceback(result)
-    assert result.returncode == ExitCode.UNAVAILABLE, output
-    assert "telemetry" not in output.lower()
+    assert result.returncode == ExitCode.SUCCESS, output
+    # Prefect's telemetry complaints, not the run summary's heading of that name.
+    complaints = [line for line in output.lower().splitlines() if "telemetry" in line]
+    assert all(line.strip() == "telemetry" for line in complaints), complaints
     assert "database is locked" not in output
 
 
@@ -275,10 +280,4 @@ def stop_group(process: subprocess.Popen[str]) -> None:
 @pytest.fixture
 def simulator_default():
     with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
-
-
-@pytest.fixture
-def simulator_unavailable():
-    with SimulatorServer(builtin_scenario("unavailable")) as server:
         yield server

@@ -1,0 +1,107 @@
+"""``train`` checks what needs no Prefect server before one starts, and a down backend is a line.
+
+Each command here runs in Prefect's ephemeral mode with a ``PREFECT_HOME`` of its own: a
+temporary server, had one started, would have left its database there.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from cli_helpers import REQUEST, TRAIN, UNCONFIRMED, confirming_env, prefect_ito, worker_env
+
+from prefect_ito.exceptions import ExitCode
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+
+
+@pytest.fixture
+def simulator() -> Iterator[SimulatorServer]:
+    with SimulatorServer(builtin_scenario("default")) as server:
+        yield server
+
+
+def ephemeral(env: dict[str, str], home: Path) -> dict[str, str]:
+    """Return ``env`` without a Prefect server: Prefect would start a temporary one in ``home``."""
+    return {**env, "PREFECT_API_URL": "", "PREFECT_HOME": str(home)}
+
+
+def started_a_server(home: Path) -> bool:
+    return any(home.rglob("*.db"))
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("confirm", ["../quotes", " q1 ", ""])
+def test_a_malformed_quote_id_is_refused_before_a_server_starts(simulator, tmp_path, confirm):
+    env = ephemeral(confirming_env(simulator, ""), tmp_path)
+    result = prefect_ito(*UNCONFIRMED, "--confirm", confirm, env=env)
+
+    assert result.returncode == ExitCode.INVALID_INPUT, result.stderr
+    assert one_line(result.stderr).startswith("error: confirm:")
+    assert not started_a_server(tmp_path)
+
+
+def test_the_request_s_own_digest_is_no_quote_id_and_is_told_so(simulator, tmp_path):
+    env = ephemeral(confirming_env(simulator, ""), tmp_path)
+    result = prefect_ito(*UNCONFIRMED, "--confirm", REQUEST.digest(), env=env)
+
+    assert result.returncode == ExitCode.INVALID_INPUT, result.stderr
+    assert "takes a quote's id, not a manifest digest" in one_line(result.stderr)
+    assert not started_a_server(tmp_path)
+
+
+def test_another_request_s_digest_is_a_mismatch_before_a_server_starts(simulator, tmp_path):
+    other = REQUEST.model_copy(update={"budget_usd": 1_000}).digest()
+    env = ephemeral(confirming_env(simulator, ""), tmp_path)
+    result = prefect_ito(*UNCONFIRMED, "--confirm", other, env=env)
+
+    assert result.returncode == ExitCode.NOT_CONFIRMED, result.stderr
+    assert "manifest digest of another request" in one_line(result.stderr)
+    assert not started_a_server(tmp_path)
+
+
+def test_a_quote_of_another_request_is_refused_before_a_server_starts(simulator, tmp_path):
+    other = REQUEST.model_copy(update={"budget_usd": 1_000})
+    quote_id = make_quote(simulator, other.to_submission().model_dump(mode="json"))
+    env = ephemeral(confirming_env(simulator, ""), tmp_path)
+    result = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
+
+    assert result.returncode == ExitCode.NOT_CONFIRMED, result.stderr
+    assert "is a quote of another request" in one_line(result.stderr)
+    assert not started_a_server(tmp_path)
+    assert simulator.runs() == []
+
+
+def test_a_backend_that_is_down_is_one_line_and_no_server_starts(tmp_path):
+    with SimulatorServer(builtin_scenario("default")) as simulator:
+        env = ephemeral(worker_env(simulator, ""), tmp_path)
+    url = env["ITO_COMPUTE_API_URL"]  # nothing listens there any more
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", int(url.rsplit(":", 1)[1]))) != 0
+    result = prefect_ito(*TRAIN, env=env)
+
+    assert result.returncode == ExitCode.ERROR, result.stdout + result.stderr
+    line = one_line(result.stderr)
+    assert line.startswith("error: ") and url in line, line
+    assert result.stdout == ""
+    assert not started_a_server(tmp_path)
+
+
+def make_quote(simulator: SimulatorServer, submission: dict[str, object]) -> str:
+    token = simulator.mint_token("cli").get_secret_value()
+    response = httpx.post(
+        f"{simulator.url}/v0/training-quotes",
+        json=submission,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return str(response.json()["data"]["quote_id"])
