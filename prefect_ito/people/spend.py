@@ -67,9 +67,9 @@ from prefect_ito.people import asking
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
 from prefect_ito.waiting.keys import SPEND_PREFIX
+from prefect_ito.waiting.quote_wait import recheck_answer
 
 __all__ = [
-    "SPEND_PREFIX",
     "SpendDecision",
     "describe",
     "pause_key",
@@ -133,13 +133,9 @@ class SpendDecision(RunInput):
 
 
 def recheck(why: str) -> SpendDecision:
-    """Return the answer that resumes a spend question settled at the backend: read it again.
-
-    Prefect resumes a pause that waits for a form only with an answer the form's schema takes.
-    ``recheck`` decides nothing: the flow reads the quote from the backend, and asks again if
-    nobody answered there.
-    """
-    return SpendDecision(decision="recheck", reason=why)
+    """Return the answer that resumes a spend question settled at the backend (see
+    :func:`~prefect_ito.waiting.quote_wait.recheck_answer`)."""
+    return SpendDecision.model_validate(recheck_answer(why))
 
 
 def pause_key(manifest_digest: str) -> str:

@@ -32,8 +32,6 @@ from prefect_ito.contract import TrainingRun
 from prefect_ito.waiting.keys import BACKEND_RUN_KEY, DEFER_PREFIX
 
 __all__ = [
-    "BACKEND_RUN_KEY",
-    "DEFER_PREFIX",
     "BackendRecord",
     "Deferral",
     "deferral_key",

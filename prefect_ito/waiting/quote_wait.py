@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from prefect_ito.waiting.deferral import BackendRecord
 from prefect_ito.waiting.keys import QUOTE_RECORD_PREFIX
 
-__all__ = ["QUOTE_RECORD_PREFIX", "QuoteWait", "latest_quote_wait", "record_quote_wait"]
+__all__ = ["QuoteWait", "latest_quote_wait", "record_quote_wait"]
 
 
 class QuoteWait(BackendRecord):
@@ -70,3 +70,14 @@ async def latest_quote_wait(flow_run_id: UUID) -> QuoteWait | None:
         if created is not None and (newest is None or created > newest[0]):
             newest = (created, record)
     return newest[1] if newest else None
+
+
+def recheck_answer(why: str) -> dict[str, str]:
+    """Return the answer that resumes a spend question the backend settled: read it again.
+
+    Prefect resumes a pause that waits for a form only with an answer the form's schema takes
+    (:class:`~prefect_ito.people.spend.SpendDecision`). A recheck decides nothing: the flow reads
+    the quote from the backend, and asks again if nobody answered there. The watcher sends it
+    once the quote is no longer pending; the flow itself, when it waits in-process.
+    """
+    return {"decision": "recheck", "reason": why}

@@ -31,6 +31,7 @@ from prefect.states import Scheduled
 from prefect.utilities.slugify import slugify
 
 from prefect_ito.waiting.claims import claim_turn, read_claims
+from prefect_ito.waiting.keys import RECOVERY_PREFIX
 from prefect_ito.waiting.watched import watched_flow_runs
 
 __all__ = ["AUTO", "DEFAULT_HEARTBEAT_SECONDS", "MAX_RECOVERIES", "Recovery", "heartbeat_interval"]
@@ -46,7 +47,6 @@ AUTO: Final = "auto"
 DEFAULT_HEARTBEAT_SECONDS = 180.0
 """Prefect's flow-run heartbeat interval where the flow process is not told another."""
 
-_RECOVERY_PREFIX = "ito-recovery-"
 _CRASH_SETTLE_SECONDS = 15.0
 _START_GRACE = 2
 """A run starting on a live worker is lost after this many times ``lost_after``."""
@@ -125,13 +125,13 @@ class Recovery:
             now = (await client.read_flow_run(flow_run.id)).state
             if now is None or now.id != lost.id:
                 return
-            claims = await read_claims(client, flow_run.id, _RECOVERY_PREFIX)
+            claims = await read_claims(client, flow_run.id, RECOVERY_PREFIX)
             if len(claims) >= MAX_RECOVERIES:
                 logger.warning(
                     "Flow run %s was lost %d times; left to a person.", flow_run.id, len(claims)
                 )
                 return
-            prefix = f"{_RECOVERY_PREFIX}{lost.id}-"
+            prefix = f"{RECOVERY_PREFIX}{lost.id}-"
             on_this = [claim for claim in claims if claim.key.startswith(prefix)]
             if not await claim_turn(
                 client, flow_run.id, prefix, on_this, flow_run.state_name or ""

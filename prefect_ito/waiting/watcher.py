@@ -50,11 +50,11 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import QuoteState, TrainingRun
 from prefect_ito.exceptions import ItoError, QuoteNotFound
-from prefect_ito.people.spend import SPEND_PREFIX, recheck
 from prefect_ito.waiting import claims, deferral, quote_wait
 from prefect_ito.waiting.claims import claim_turn, read_claims
-from prefect_ito.waiting.deferral import DEFER_PREFIX, Deferral
-from prefect_ito.waiting.quote_wait import QuoteWait
+from prefect_ito.waiting.deferral import Deferral
+from prefect_ito.waiting.keys import DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
+from prefect_ito.waiting.quote_wait import QuoteWait, recheck_answer
 from prefect_ito.waiting.recovery import AUTO, Recovery
 from prefect_ito.waiting.watched import watched_flow_runs
 
@@ -62,7 +62,6 @@ __all__ = ["Watcher"]
 
 logger = logging.getLogger("prefect_ito.waiting.watcher")
 
-_RESUME_PREFIX = "ito-resume-"
 
 _CHANGED_UNDER_US = (ObjectNotFound, NotPausedError, FlowPauseTimeout, RuntimeError)
 """What Prefect raises when a flow run was cancelled, resumed or deleted since the sweep read it."""
@@ -342,7 +341,7 @@ class Watcher:
         suspended = flow_run.state
         if flow_run.id in self.resumed or suspended is None:
             return True
-        prefix = f"{_RESUME_PREFIX}{suspended.id}-"
+        prefix = f"{RESUME_PREFIX}{suspended.id}-"
         async with get_client() as client:
             held = await read_claims(client, flow_run.id, prefix)
             if not await claim_turn(client, flow_run.id, prefix, held, ""):
@@ -417,7 +416,7 @@ class Watcher:
             with _unless_changed(flow_run):
                 what = state.value if state is not None else "gone"
                 why = f"quote {record.quote_id} is {what}"
-                await self._resume_once(flow_run, why, recheck(why).model_dump(mode="json"))
+                await self._resume_once(flow_run, why, recheck_answer(why))
 
         await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
 

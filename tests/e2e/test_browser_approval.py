@@ -50,8 +50,8 @@ from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
 
 from prefect_ito.contract import DecisionChoice, QuoteState, RunState, TrainingQuote
-from prefect_ito.people.spend import SPEND_PREFIX
 from prefect_ito.reporting.report import artifact_key
+from prefect_ito.waiting.keys import SPEND_PREFIX
 from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 if TYPE_CHECKING:

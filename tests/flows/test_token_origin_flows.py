@@ -22,7 +22,8 @@ from rich.console import Console
 from prefect_ito.backend.origins import ENV_ALLOWED_ORIGINS
 from prefect_ito.cli.terminal import run_training
 from prefect_ito.flows import ito_training
-from prefect_ito.waiting.deferral import DEFER_PREFIX, Deferral
+from prefect_ito.waiting.deferral import Deferral
+from prefect_ito.waiting.keys import DEFER_PREFIX
 from prefect_ito.waiting.watcher import Watcher
 
 

@@ -24,7 +24,8 @@ from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.people import spend
 from prefect_ito.simulator import builtin_scenario
-from prefect_ito.waiting.quote_wait import QUOTE_RECORD_PREFIX, QuoteWait, record_quote_wait
+from prefect_ito.waiting.keys import QUOTE_RECORD_PREFIX
+from prefect_ito.waiting.quote_wait import QuoteWait, record_quote_wait
 from prefect_ito.waiting.watcher import Watcher
 
 QUOTE_REQUEST = TrainingRequest(
