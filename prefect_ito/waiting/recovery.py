@@ -217,32 +217,42 @@ async def _abandoned(starting: list[FlowRun], lost_after: float | Literal["auto"
 
     A run whose worker died while starting it stays ``Pending`` (or ``Submitting``) for good: a
     flow run beats only once it runs, and nobody is left to report it crashed. A live worker does
-    report a start that failed, so a run is abandoned as soon as the worker that took it (named
-    in the labels it gave the run) is gone: silent (three of its own heartbeats missed, at the
-    interval the worker reports, and an explicit ``lost_after`` passed), or started again since
-    it took the run (a worker that comes back under the same name, as a systemd unit does, is not
-    the one that was starting it). A run whose worker lives on, or is not named, is only slow — a
-    busy machine, an image pull — until it has been starting for twice ``lost_after`` (under
-    ``AUTO``, twice three of Prefect's default heartbeat intervals).
+    report a start that failed, so a run is abandoned as soon as the worker that took it is gone:
+    silent (three of its own heartbeats missed, at the interval the worker reports, and an
+    explicit ``lost_after`` passed), or started again since it took the run (a worker that comes
+    back under the same name, as a systemd unit does, is not the one that was starting it). The
+    worker names itself in the run's labels, but only a moment after it marked the run
+    ``Pending``: a run lost in between could have been taken by any worker of its pool, so it is
+    abandoned once every one of them is gone (a worker started since cannot be the one). A run
+    whose worker may live on is only slow — a busy machine, an image pull — until it has been
+    starting for twice ``lost_after`` (under ``AUTO``, twice three of Prefect's default heartbeat
+    intervals).
     """
     explicit = 0.0 if isinstance(lost_after, str) else lost_after
     grace = _START_GRACE * (explicit or _AUTO_LOST_AFTER)
     long_ago = datetime.now(UTC) - timedelta(seconds=grace)
-    takers = {run.id: taker for run in starting if (taker := _taker(run)) is not None}
-    silent = await _silent_workers(set(takers.values()), explicit)
+    takers = {run.id: [taker] for run in starting if (taker := _taker(run)) is not None}
+    takers |= await _pool_workers([run for run in starting if run.id not in takers])
+    silent = await _silent_workers({t for some in takers.values() for t in some}, explicit)
     return [run for run in starting if await _left(run, takers.get(run.id), silent, long_ago)]
 
 
 async def _left(
-    run: FlowRun, taker: _Taker | None, silent: set[_Taker], long_ago: datetime
+    run: FlowRun, takers: list[_Taker] | None, silent: set[_Taker], long_ago: datetime
 ) -> bool:
-    """Tell whether the starting run was left: long ago, or by a worker gone since."""
+    """Tell whether the starting run was left: long ago, or by every worker that could have
+    taken it (None: no worker can be told), each gone since."""
     began = run.state.timestamp if run.state else None
     if began is None:
         return False
-    if began < long_ago or taker in silent:
+    if began < long_ago:
         return True
-    return taker is not None and await worker_started_since(taker.type, taker.name, began)
+    if takers is None:
+        return False
+    for taker in takers:
+        if taker not in silent and not await worker_started_since(taker.type, taker.name, began):
+            return False
+    return True
 
 
 class _Taker(NamedTuple):
@@ -260,6 +270,19 @@ def _taker(flow_run: FlowRun) -> _Taker | None:
     if isinstance(pool, str) and isinstance(name, str) and isinstance(kind, str):
         return _Taker(pool, name, kind)
     return None
+
+
+async def _pool_workers(runs: list[FlowRun]) -> dict[UUID, list[_Taker]]:
+    """Return, for each run that names no worker, every worker Prefect knows in its pool."""
+    found: dict[str, list[_Taker]] = {}
+    async with get_client() as client:
+        for pool in {run.work_pool_name for run in runs if run.work_pool_name}:
+            try:
+                kind = (await client.read_work_pool(pool)).type
+                found[pool] = [_Taker(pool, w.name, kind) for w in await _workers(client, pool)]
+            except ObjectNotFound:
+                found[pool] = []  # no pool, no worker: none will start the run
+    return {run.id: found[run.work_pool_name] for run in runs if run.work_pool_name}
 
 
 async def _silent_workers(takers: set[_Taker], lost_after: float) -> set[_Taker]:

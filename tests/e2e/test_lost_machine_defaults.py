@@ -155,7 +155,7 @@ async def test_a_machine_lost_while_starting_a_run_is_recovered_on_the_shipped_d
     assert not [e for e in (stack.env, os.environ) if HEARTBEAT in e]  # Prefect's 180 s
     flow_run = await start_training(on_booking(PLAIN_BOOKING), deployment=AFTER_BOOKING)
     stack.start_worker()
-    starting = await wait_for_flow_run(
+    await wait_for_flow_run(
         flow_run.id, lambda r: r.state is not None and r.state.type == StateType.PENDING,
         STARTED_WITHIN,
     )  # fmt: skip
@@ -165,7 +165,8 @@ async def test_a_machine_lost_while_starting_a_run_is_recovered_on_the_shipped_d
     await asyncio.sleep(1)
     async with get_client() as client:
         left = await client.read_flow_run(flow_run.id)
-    assert left.state is not None and left.state.id == starting.state.id, left.state
+    # Still starting (Pending, or the worker's Submitting after it): no flow process beats.
+    assert left.state is not None and left.state.type == StateType.PENDING, left.state
     lost_at = time.time()
     stack.lose_machine()  # SIGKILL the worker and every process under it; a worker comes back
 

@@ -91,24 +91,32 @@ async def test_a_running_run_is_lost_after_three_of_its_own_intervals(prefect_se
     assert await _missed_beats([fast, slow, young]) == [fast]
 
 
-async def test_a_run_left_starting_by_a_worker_started_again_is_lost_at_once(prefect_server):
+@pytest.mark.parametrize("named", [True, False], ids=["named", "not-named-yet"])
+async def test_a_run_left_starting_by_a_worker_started_again_is_lost_at_once(
+    prefect_server, named: bool
+):
     # Found by a trial on the shipped defaults: a run the lost machine's worker was starting read
     # `Submitting` nine minutes later, although a worker came back under the same name at once.
-    deployment = await training_deployment("watcher-default-tests")
+    # A worker names itself on the run a moment after it marks it Pending: lost in between (seen
+    # under load), the run names no worker, and its pool's only worker came back since.
+    pool = f"watcher-default-{'named' if named else 'unnamed'}"
+    deployment = await training_deployment(pool)
     async with get_client() as client:
         training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
         flow_run = await client.create_flow_run_from_deployment(
             deployment, parameters={"training": training.model_dump(mode="json")}
         )
+        await client.send_worker_heartbeat(pool, "come-back", heartbeat_interval_seconds=30)
         await client.set_flow_run_state(flow_run.id, Pending(), force=True)
-        await client.update_flow_run_labels(
-            flow_run.id,
-            {
-                "prefect.worker.name": "come-back",
-                "prefect.worker.type": "process",
-                "prefect.work-pool.name": "watcher-default-tests",
-            },
-        )
+        if named:
+            await client.update_flow_run_labels(
+                flow_run.id,
+                {
+                    "prefect.worker.name": "come-back",
+                    "prefect.worker.type": "process",
+                    "prefect.work-pool.name": pool,
+                },
+            )
         starting = await client.read_flow_run(flow_run.id)
     emit_event(  # what a worker says when it starts
         event="prefect.worker.started",
@@ -124,7 +132,7 @@ async def test_a_run_left_starting_by_a_worker_started_again_is_lost_at_once(pre
             await asyncio.sleep(0.5)
     async with get_client() as client:
         await client.send_worker_heartbeat(
-            "watcher-default-tests", "come-back", heartbeat_interval_seconds=30
+            pool, "come-back", heartbeat_interval_seconds=30
         )  # alive, under the same name
 
     watcher = Watcher()
