@@ -54,7 +54,7 @@ from prefect_ito.exceptions import (
     NoUsableKeyring,
     SlowDown,
 )
-from prefect_ito.settings import ItoSettings
+from prefect_ito.settings import current_settings
 
 __all__ = [
     "ENV_API_URL",
@@ -258,7 +258,7 @@ def usable_keyring() -> KeyringBackend:
     reason = _why_unusable(backend)
     if reason:
         raise _unusable(reason)
-    if _is_plaintext(backend) and not ItoSettings().allow_plaintext_keyring:
+    if _is_plaintext(backend) and not current_settings().allow_plaintext_keyring:
         reason = (
             f"the keyring backend {_name(backend)} keeps secrets in a plaintext file and "
             f"{_ALLOW_PLAINTEXT_ENV} is not set"

@@ -85,7 +85,7 @@ from prefect_ito.contract import (
     segment_problem,
 )
 from prefect_ito.exceptions import InvalidParameters, ItoProtocolError, ItoTransportError
-from prefect_ito.settings import ItoSettings
+from prefect_ito.settings import current_settings
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "ItoClient"]
 
@@ -204,7 +204,7 @@ class ItoClient:
             token: The bearer token, if any.
             timeout_seconds: Overrides the setting's request timeout when given.
         """
-        settings = ItoSettings()
+        settings = current_settings()
         return cls(
             base_url,
             token,

@@ -1,7 +1,9 @@
 """The ``prefect-ito`` command line.
 
-Each submodule registers its commands on :data:`app`; none of them takes a token as an argument
-or reads one from standard input. Every command but the two services (``watch``, ``simulator``)
+The commands are registered by import path and imported only when run (cyclopts' lazy
+loading), so ``prefect-ito --help`` imports none of them, and a command that reads the backend
+only never imports Prefect (about two seconds). None of them takes a token as an argument or
+reads one from standard input. Every command but the two services (``watch``, ``simulator``)
 takes ``--json`` (see :mod:`prefect_ito.cli.output`).
 """
 
@@ -13,6 +15,11 @@ from cyclopts import App, CycloptsError
 from pydantic import ValidationError
 
 from prefect_ito import __version__
+from prefect_ito.cli import output
+from prefect_ito.cli.errors import exit_with
+from prefect_ito.exceptions import InvalidParameters, invalid_parameters
+
+__all__ = ["COMMANDS", "app", "main"]
 
 app = App(
     name="prefect-ito",
@@ -20,34 +27,94 @@ app = App(
     version=__version__,
 )
 
-# Submodules register their commands on `app` when imported.
-from prefect_ito.cli import (  # noqa: E402
-    auth,
-    capabilities,
-    output,
-    quote,
-    runs,
-    simulator,
-    spend,
-    training,
-    watch,
-)
-from prefect_ito.cli.errors import exit_with  # noqa: E402
-from prefect_ito.exceptions import InvalidParameters  # noqa: E402
-from prefect_ito.parameters import invalid_parameters  # noqa: E402
+COMMANDS: dict[str, tuple[str, str]] = {
+    "login": (
+        "prefect_ito.cli.auth:login",
+        "Log in to an Itô backend (device flow) and keep the token in the OS keyring.",
+    ),
+    "logout": (
+        "prefect_ito.cli.auth:logout",
+        "Revoke the stored token on the backend, then remove it from the keyring.",
+    ),
+    "whoami": (
+        "prefect_ito.cli.auth:whoami",
+        "Show which backend and account the credential is for (never the token itself).",
+    ),
+    "capabilities": (
+        "prefect_ito.cli.capabilities:capabilities",
+        "Show what the backend offers: its contract version, whether training runs are live, "
+        "recipes.",
+    ),
+    "quote": (
+        "prefect_ito.cli.quote:quote",
+        "Show the plan, the estimate and the manifest digest `train` with these options would run.",
+    ),
+    "runs": (
+        "prefect_ito.cli.runs:runs",
+        "Read training runs from the backend (read-only; never Prefect).",
+    ),
+    "simulator": (
+        "prefect_ito.cli.simulator:simulator",
+        "Serve the reference desk simulator (no trainer, no model) until interrupted.",
+    ),
+    "authorizations": (
+        "prefect_ito.cli.spend:authorizations",
+        "Create, list and revoke standing spend authorizations at the backend (a person's "
+        "token, scope spend:authorize).",
+    ),
+    "confirm": (
+        "prefect_ito.cli.spend:confirm",
+        "Confirm a training quote at the backend as yourself (or decline it with --decline).",
+    ),
+    "train": (
+        "prefect_ito.cli.training:train",
+        "Run the training flow on a completed booking: a line per stage change, then a summary.",
+    ),
+    "attach": (
+        "prefect_ito.cli.training:attach",
+        "Supervise an existing backend run to its end. Never submits anything.",
+    ),
+    "demo": (
+        "prefect_ito.cli.training:demo",
+        "Run the real training flow end to end on the built-in reference simulator.",
+    ),
+    "decide": (
+        "prefect_ito.cli.training:decide",
+        "Approve or reject the restart a paused training flow run waits for.",
+    ),
+    "status": (
+        "prefect_ito.cli.training:status",
+        "Show a training flow run: its state, backend run, stage, spend and any pending decision.",
+    ),
+    "cancel": (
+        "prefect_ito.cli.training:cancel",
+        "Cancel a training flow run and its backend workload (never the booking).",
+    ),
+    "watch": (
+        "prefect_ito.cli.watch:watch",
+        "Resume deferred ito-training flow runs when their backend run changes; re-enter lost "
+        "ones.",
+    ),
+}
+"""Each command: where it lives, and the line ``prefect-ito --help`` shows for it (the first line
+of its docstring, which a test holds them to)."""
 
-__all__ = [
-    "app",
-    "auth",
-    "capabilities",
-    "main",
-    "quote",
-    "runs",
-    "simulator",
-    "spend",
-    "training",
-    "watch",
-]
+
+def _register(running: str | None) -> None:
+    """Register every command by import path, none imported yet.
+
+    The list shows each command's line from :data:`COMMANDS`. The command about to run gets
+    none: cyclopts would put that line in place of its whole docstring on its own help page.
+    """
+    for name, (path, line) in COMMANDS.items():
+        app.command(path, name=name, help=None if name == running else line)
+
+
+def _command_in(arguments: list[str]) -> str | None:
+    return next((argument for argument in arguments if argument in COMMANDS), None)
+
+
+_register(_command_in(sys.argv[1:]))
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from prefect_ito.backend.auth import (
     login as device_login,
 )
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.cli import app, output
+from prefect_ito.cli import output
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client, resolve_target
 from prefect_ito.contract import DeviceAuthorization
@@ -38,7 +38,6 @@ from prefect_ito.exceptions import (
 __all__ = ["login", "logout", "whoami"]
 
 
-@app.command
 def login(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:
@@ -46,7 +45,6 @@ def login(
     output.respond(json_output, _login(api_url, credentials), _show_login)
 
 
-@app.command
 def logout(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:
@@ -54,7 +52,6 @@ def logout(
     output.respond(json_output, _logout(api_url, credentials), _show_logout)
 
 
-@app.command
 def whoami(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:

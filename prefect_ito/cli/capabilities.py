@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from prefect_ito.backend import provenance
-from prefect_ito.cli import app, output
+from prefect_ito.cli import output
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 
 __all__ = ["capabilities"]
 
 
-@app.command
 def capabilities(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:

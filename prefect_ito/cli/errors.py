@@ -16,7 +16,6 @@ from collections.abc import Coroutine
 from typing import Any, NoReturn, TypeVar
 
 import httpx
-from prefect.settings import PREFECT_API_URL
 
 from prefect_ito.cli import output
 from prefect_ito.exceptions import Detached, InvalidParameters, ItoError, PrefectUnreachable
@@ -35,6 +34,9 @@ def run_command(command: Coroutine[Any, Any, T]) -> T:
         exit_with(error)
     except httpx.TransportError as error:
         # Only Prefect's own client lets httpx errors through: the Itô client maps its own.
+        # Prefect is loaded by then; a command that never used it does not import it here.
+        from prefect.settings import PREFECT_API_URL
+
         target = PREFECT_API_URL.value() or "Prefect's temporary server"
         exit_with(PrefectUnreachable(f"the Prefect API at {target} did not answer ({error})"))
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from rich.markdown import Markdown
 
 from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
-from prefect_ito.cli import app, output, terminal
+from prefect_ito.cli import output, terminal
 from prefect_ito.cli.options import (
     CommandLineTraining,
     DataFile,
@@ -37,7 +37,6 @@ __all__ = ["quote"]
 _console = Console()
 
 
-@app.command
 def quote(
     training: Annotated[CommandLineTraining, Parameter(name="*")],
     *,

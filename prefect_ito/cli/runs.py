@@ -16,19 +16,17 @@ from rich.table import Table
 
 from prefect_ito.backend import provenance
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.cli import app, output, views
+from prefect_ito.cli import output
+from prefect_ito.cli.local import IDEMPOTENCY_KEY_PATTERN, check_id
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import InvalidParameters, RunNotFound
-from prefect_ito.parameters import IDEMPOTENCY_KEY_PATTERN, check_id
 from prefect_ito.reporting import cards
-from prefect_ito.reporting.report import TrainingSummary
 
 __all__ = ["runs", "show"]
 
 runs = App(name="runs", help="Read training runs from the backend (read-only; never Prefect).")
-app.command(runs)
 
 _console = Console()
 _SELECTORS = "give exactly one of RUN_ID, --idempotency-key and --booking"
@@ -116,6 +114,10 @@ def _print_runs(shown: dict[str, Any]) -> None:
     if not found:
         _console.print("No training runs on this booking.")
     elif len(found) == 1:
+        # The run's summary is the flow's own (it imports Prefect): asked for only to show it.
+        from prefect_ito.cli import views
+        from prefect_ito.reporting.report import TrainingSummary
+
         views.print_summary(_console, TrainingSummary.of(found[0]))
         _print_pending(found[0])
     else:

@@ -8,7 +8,6 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from prefect_ito.cli import app
 from prefect_ito.cli.errors import exit_with, require_positive
 from prefect_ito.contract import Scope
 from prefect_ito.exceptions import InvalidParameters
@@ -55,7 +54,6 @@ def _where(error: Exception) -> str:
     return f" (line {line}, column {column})" if line is not None else ""
 
 
-@app.command
 def simulator(
     *,
     host: str = "127.0.0.1",

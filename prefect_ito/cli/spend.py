@@ -25,7 +25,8 @@ from rich.table import Table
 from rich.text import Text
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.cli import app, output, terminal
+from prefect_ito.cli import output
+from prefect_ito.cli.local import check_id, interactive
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 from prefect_ito.contract import (
@@ -46,9 +47,8 @@ from prefect_ito.exceptions import (
     ItoError,
     QuoteAlreadyDecided,
     SpendDeclined,
+    invalid_parameters,
 )
-from prefect_ito.parameters import check_id, invalid_parameters
-from prefect_ito.people.spend import describe
 from prefect_ito.reporting import cards
 from prefect_ito.reporting import markdown as md
 
@@ -59,7 +59,6 @@ authorizations = App(
     help="Create, list and revoke standing spend authorizations at the backend (a person's "
     "token, scope spend:authorize).",
 )
-app.command(authorizations)
 
 _console = Console()
 _DURATION = re.compile(r"(\d+)([wdhms])")
@@ -79,7 +78,6 @@ _ANSWERED: dict[QuoteState, tuple[type[ItoAPIError], str]] = {
 # --- confirm ------------------------------------------------------------------------------------
 
 
-@app.command
 def confirm(
     quote_id: Annotated[str, Parameter(help="The quote, as `quote` or the backend showed it.")],
     /,
@@ -128,7 +126,7 @@ class _Answer:
             QuoteConfirmationRequest(note=self.note)
         except ValidationError as error:
             raise invalid_parameters(error) from None
-        if not (self.yes or self.decline or terminal.interactive()):
+        if not (self.yes or self.decline or interactive()):
             raise InvalidParameters(
                 f"no person at this terminal to ask: pass --yes to confirm quote "
                 f"{self.quote_id} (or --decline); nothing was sent",
@@ -214,6 +212,9 @@ async def _read_again(client: ItoClient, quote: TrainingQuote) -> TrainingQuote:
 
 
 def _print_quote(quote: TrainingQuote) -> None:
+    # The flow's own description of a spend (its module imports Prefect): only to show it.
+    from prefect_ito.people.spend import describe
+
     text = describe(quote, quote.manifest, choices=False) if quote.manifest else _summary(quote)
     _console.print(Markdown(text))
     standing = (

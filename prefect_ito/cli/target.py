@@ -17,7 +17,6 @@ from cyclopts import Parameter
 
 from prefect_ito.backend.auth import resolve_api_url, resolve_token
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.blocks import resolve_credentials
 from prefect_ito.exceptions import InvalidParameters, PrefectUnreachable
 
 __all__ = ["ApiUrl", "CredentialsName", "open_client", "resolve_target"]
@@ -42,6 +41,9 @@ async def resolve_target(api_url: str | None, credentials: str | None) -> tuple[
     if api_url and credentials:
         raise InvalidParameters("give --api-url or --credentials, not both")
     if credentials:
+        # Only a saved block needs Prefect; `--api-url` and the environment do not import it.
+        from prefect_ito.blocks import resolve_credentials
+
         try:
             block = await resolve_credentials(credentials)
         except httpx.HTTPError as exc:

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from prefect.settings import PREFECT_UI_URL
 from rich.console import Console
 from rich.markdown import Markdown
 
+from prefect_ito.cli.local import interactive
 from prefect_ito.cli.spend_answers import (
     ConfirmedBeforehand,
     NobodyHere,
@@ -373,8 +373,3 @@ def _settle(future: asyncio.Future[str | None], value: str | None) -> None:
 async def leave_to_others(flow_run: FlowRun, description: str) -> RestartDecision | None:
     """Answer nothing: a person decides in the Prefect UI or with ``prefect-ito decide``."""
     return None
-
-
-def interactive() -> bool:
-    """Tell whether a person is at this terminal."""
-    return sys.stdin.isatty() and sys.stdout.isatty()

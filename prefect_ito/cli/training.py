@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from prefect_ito.backend import desk, provenance
 from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_credentials
-from prefect_ito.cli import app, output, terminal, views
+from prefect_ito.cli import output, terminal, views
 from prefect_ito.cli.errors import exit_with, run_command
 from prefect_ito.cli.options import (
     CommandLineTraining,
@@ -90,7 +90,6 @@ AuthorizationName = Annotated[
 ]
 
 
-@app.command
 def train(
     training: Annotated[CommandLineTraining, Parameter(name="*")],
     *,
@@ -284,7 +283,6 @@ async def confirm_beforehand(
     )
 
 
-@app.command
 def attach(
     run_id: str,
     limits: Annotated[SupervisionParameters, Parameter(name="*")] | None = None,
@@ -371,7 +369,6 @@ def _print_backends() -> None:
         _console.print(backend.describe(), markup=False, highlight=False, soft_wrap=True)
 
 
-@app.command
 def demo(
     *, scenario: str = "demo", verbose: Verbose = False, json_output: JsonOption = False
 ) -> None:
@@ -391,7 +388,6 @@ def demo(
     _report(state)
 
 
-@app.command
 def decide(
     flow_run_id: UUID,
     *,
@@ -455,7 +451,6 @@ async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
         raise AnsweredByAnother(f"another answer was taken first: {kept.describe()}")
 
 
-@app.command
 def status(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     """Show a training flow run: its state, backend run, stage, spend and any pending decision.
 
@@ -507,7 +502,6 @@ def _show_status(shown: dict[str, Any]) -> None:
     )
 
 
-@app.command
 def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     """Cancel a training flow run and its backend workload (never the booking).
 

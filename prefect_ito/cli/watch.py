@@ -10,7 +10,6 @@ from typing import Annotated
 
 from cyclopts import Parameter
 
-from prefect_ito.cli import app
 from prefect_ito.cli.errors import exit_with, require_positive, run_command
 from prefect_ito.cli.terminal import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
@@ -20,7 +19,6 @@ from prefect_ito.waiting.watcher import Watcher
 __all__ = ["watch"]
 
 
-@app.command
 def watch(
     *,
     wait: Annotated[
