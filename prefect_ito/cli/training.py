@@ -10,11 +10,8 @@ and ``demo`` put the flow run's final state and its run summary in its ``data``.
 
 from __future__ import annotations
 
-import re
 import sys
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
@@ -25,8 +22,7 @@ from prefect.states import Cancelling
 from rich.console import Console
 from rich.markup import escape
 
-from prefect_ito.backend import desk, provenance
-from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_credentials
+from prefect_ito.backend import provenance
 from prefect_ito.cli import output, terminal, views
 from prefect_ito.cli.errors import exit_with, run_command
 from prefect_ito.cli.options import (
@@ -38,13 +34,15 @@ from prefect_ito.cli.options import (
 )
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName
-from prefect_ito.contract import QuoteState, TrainingRequest
+from prefect_ito.cli.train_checks import (
+    Spend,
+    check_backend,
+    checked_id,
+    nobody_to_confirm,
+    spend_confirmer,
+)
 from prefect_ito.exceptions import (
     AnsweredByAnother,
-    ConfirmationExpired,
-    ConfirmationMismatch,
-    ConfirmationRequired,
-    ConfirmationUsed,
     ExitCode,
     FlowRunNotFound,
     InvalidParameters,
@@ -55,9 +53,7 @@ from prefect_ito.exceptions import (
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.parameters import (
     SupervisionParameters,
-    TrainingParameters,
     check_id,
-    resolve_booking,
 )
 from prefect_ito.people import answers
 from prefect_ito.people.approval import RestartDecision
@@ -114,20 +110,20 @@ def train(
     flow_parameters = {"training": parameters, "credentials": where, "authorization": authorization}
     # Bad options first, each named; then whether anyone here can confirm the spend.
     if confirm is not None:
-        _fail_unless(_checked_id(confirm))
+        _fail_unless(checked_id(confirm))
     if confirm is None and authorization is None and not terminal.interactive():
-        _fail(_nobody_to_confirm())
+        _fail(nobody_to_confirm())
     confirmed = None
     if not isinstance(where, str) and parameters.booking_block is None:  # no saved block
         # Whatever the backend can say before a flow run exists is asked before Prefect's
         # temporary server starts: a backend that is down, or a quote that cannot be
         # confirmed, ends the command in seconds, not after the server's start-up.
-        run_command(_check_backend(parameters, where, confirm, name))
+        run_command(check_backend(parameters, where, confirm, name))
         confirmed = confirm
 
     def confirmer() -> terminal.Confirmer | None:
-        spend = _Spend(confirm=confirm, note=name, authorization=authorization)
-        return run_command(_spend_confirmer(parameters, flow_parameters, spend, confirmed))
+        spend = Spend(confirm=confirm, note=name, authorization=authorization)
+        return run_command(spend_confirmer(parameters, flow_parameters, spend, confirmed))
 
     _run_flow(ito_training, flow_parameters, verbose, confirmer=confirmer)
 
@@ -135,152 +131,6 @@ def train(
 def _fail_unless(error: ItoError | None) -> None:
     if error is not None:
         _fail(error)
-
-
-def _checked_id(confirm: str) -> InvalidParameters | None:
-    try:
-        check_id(confirm, "confirm")
-    except InvalidParameters as error:
-        return error
-    return None
-
-
-def _check_confirm(confirm: str, digest: str) -> ItoError | None:
-    """Return what is wrong with ``--confirm`` for the request of manifest ``digest``, as far
-    as it can be told without a request: a manifest digest is no quote id, and whether it is
-    this request's is known here."""
-    if not _DIGEST.fullmatch(confirm):
-        return None
-    if digest != confirm:
-        return ConfirmationMismatch(
-            f"--confirm {confirm} is the manifest digest of another request: nothing was sent; "
-            "`prefect-ito quote` with the same options makes this one's quote",
-            field="confirm",
-        )
-    return InvalidParameters(
-        f"--confirm takes a quote's id, not a manifest digest ({confirm}): `prefect-ito quote` "
-        "with the same options prints the quote id and the command that confirms it",
-        field="confirm",
-    )
-
-
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-async def _check_backend(
-    parameters: TrainingParameters,
-    where: ItoCredentials | None,
-    confirm: str | None,
-    note: str | None,
-) -> None:
-    """Ask the backend what it can tell before a flow run exists; with ``--confirm``, confirm.
-
-    Raises:
-        ItoTransportError: the backend did not answer (its URL is named).
-        ConfirmationMismatch, ConfirmationUsed, ConfirmationExpired: see :func:`confirm_beforehand`.
-    """
-    request = parameters.to_request(await resolve_booking(parameters))
-    credentials = await resolve_credentials(where)
-    if confirm is not None:
-        if (error := _check_confirm(confirm, request.digest())) is not None:
-            raise error
-        await confirm_beforehand(credentials, request, confirm, note)
-        return
-    async with credentials.get_client() as client:
-        # Only whether it answers: what it answers is the flow's to judge, in a flow run that
-        # records it (a backend that cannot train ends the run Unavailable, with its summary).
-        await client.get_capabilities()
-
-
-def _nobody_to_confirm() -> ConfirmationRequired:
-    return ConfirmationRequired(
-        "nothing was sent: without a terminal nobody can confirm the spend. Run `prefect-ito "
-        "quote` with the same options, check the plan and the estimate, then run this command "
-        "again with `--confirm QUOTE_ID`, or name a standing authorization with --authorization"
-    )
-
-
-@dataclass(frozen=True)
-class _Spend:
-    """What ``train``'s options say about the spend: a quote to confirm, a note, an
-    authorization block's name."""
-
-    confirm: str | None
-    note: str | None
-    authorization: str | None
-
-
-async def _spend_confirmer(
-    parameters: TrainingParameters,
-    flow_parameters: dict[str, Any],
-    spend: _Spend,
-    confirmed: str | None,
-) -> terminal.Confirmer | None:
-    """Return who acts on the flow's spend confirmation here; with ``--confirm``, confirm first
-    (unless ``confirmed`` says it was, before Prefect's API was started).
-
-    A named authorization block is loaded first, so that a broken one is one line before
-    anything is sent (what it names is the backend's to judge).
-
-    Raises:
-        InvalidParameters: the authorization block is missing or its data is broken.
-        ConfirmationMismatch: ``--confirm`` names a quote of another request.
-        ConfirmationUsed, ConfirmationExpired: the quote can make no run any more.
-        InsufficientScope: this token may not confirm a spend (it is not a person's).
-    """
-    await resolve_authorization(spend.authorization)
-    if spend.confirm is not None:
-        if confirmed is None:
-            request = parameters.to_request(await resolve_booking(parameters))
-            if (error := _check_confirm(spend.confirm, request.digest())) is not None:
-                raise error
-            credentials = await resolve_credentials(flow_parameters["credentials"])
-            await confirm_beforehand(credentials, request, spend.confirm, spend.note)
-        return terminal.ConfirmedBeforehand(spend.confirm, _console)
-    if terminal.interactive():
-        return terminal.confirm_at_terminal
-    # The backend decides on the authorization; if it says no, nobody here could confirm.
-    return terminal.NobodyHere(_console)
-
-
-async def confirm_beforehand(
-    credentials: ItoCredentials, request: TrainingRequest, quote_id: str, note: str | None
-) -> None:
-    """Confirm ``quote_id`` at the backend for exactly ``request``; refuse anything else.
-
-    Raises:
-        ConfirmationMismatch: the quote is another request's.
-        ConfirmationUsed, ConfirmationExpired, QuoteAlreadyDecided: it can make no run now.
-    """
-    check_id(quote_id, "confirm")
-    async with credentials.get_client() as client:
-        # Fail closed first: a backend that cannot train is told nothing, not even a yes.
-        await desk.check_training_capability(client, request)
-        quote = await client.get_quote(quote_id)
-        mismatch = desk.quote_mismatch(quote, request)
-        if mismatch is not None:
-            raise ConfirmationMismatch(
-                f"--confirm {quote_id} is a quote of another request (it has {mismatch[1]}): "
-                "nothing was sent; `prefect-ito quote` with the same options makes this one's",
-                field="confirm",
-            )
-        if quote.state not in (QuoteState.PENDING, QuoteState.CONFIRMED):
-            state = quote.state.value if quote.state else "unknown"
-            error = ConfirmationExpired if quote.state is QuoteState.EXPIRED else ConfirmationUsed
-            raise error(
-                f"--confirm {quote_id}: the quote is {state}, and makes no run any more: nothing "
-                "was sent; `prefect-ito quote` with the same options makes a new one",
-                field="confirm",
-            )
-        confirmed = await client.confirm_quote(
-            quote_id, note=note, idempotency_key=f"confirm-{uuid.uuid4()}"
-        )
-    _console.print(
-        f"Confirmed quote {quote_id} at the backend as {confirmed.principal}: up to "
-        f"${quote.plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most.",
-        markup=False,
-        soft_wrap=True,
-    )
 
 
 def attach(
