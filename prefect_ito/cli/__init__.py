@@ -10,14 +10,14 @@ takes ``--json`` (see :mod:`prefect_ito.cli.output`).
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from cyclopts import App, CycloptsError
-from pydantic import ValidationError
 
 from prefect_ito import __version__
-from prefect_ito.cli import output
-from prefect_ito.cli.errors import exit_with
-from prefect_ito.exceptions import InvalidParameters, invalid_parameters
+
+if TYPE_CHECKING:
+    from prefect_ito.exceptions import InvalidParameters
 
 __all__ = ["COMMANDS", "app", "main"]
 
@@ -123,7 +123,16 @@ def main() -> None:
     ``--json`` is honoured before the options are parsed, so that bad options, too, end with
     the one JSON document.
     """
-    output.use_json(output.JSON_FLAG in sys.argv[1:])
+    arguments = sys.argv[1:]
+    if _command_in(arguments) is None and set(arguments) <= _HELP:
+        # Only the list of commands or the version: the output and error machinery (the
+        # backend's contract models, httpx) would double what this takes.
+        app(arguments)
+        return
+    from prefect_ito.cli import output
+    from prefect_ito.cli.errors import exit_with
+
+    output.use_json(output.JSON_FLAG in arguments)
     try:
         app(exit_on_error=False, print_error=False)
     except CycloptsError as error:
@@ -134,7 +143,14 @@ def main() -> None:
         raise
 
 
+_HELP = {"--help", "-h", "--version"}
+
+
 def _invalid_option(error: CycloptsError) -> InvalidParameters:
+    from pydantic import ValidationError
+
+    from prefect_ito.exceptions import InvalidParameters, invalid_parameters
+
     cause = error.__cause__
     if isinstance(cause, ValidationError):
         return invalid_parameters(cause)
