@@ -24,7 +24,7 @@ from prefect_ito.backend.auth import (
     login as device_login,
 )
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.cli import output
+from prefect_ito.cli.errors import respond
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client, resolve_target
 from prefect_ito.contract import DeviceAuthorization
@@ -42,21 +42,21 @@ def login(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:
     """Log in to an Itô backend (device flow) and keep the token in the OS keyring."""
-    output.respond(json_output, _login(api_url, credentials), _show_login)
+    respond(json_output, _login(api_url, credentials), _show_login)
 
 
 def logout(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:
     """Revoke the stored token on the backend, then remove it from the keyring."""
-    output.respond(json_output, _logout(api_url, credentials), _show_logout)
+    respond(json_output, _logout(api_url, credentials), _show_logout)
 
 
 def whoami(
     *, api_url: ApiUrl = None, credentials: CredentialsName = None, json_output: JsonOption = False
 ) -> None:
     """Show which backend and account the credential is for (never the token itself)."""
-    output.respond(json_output, _whoami(api_url, credentials), _show_whoami)
+    respond(json_output, _whoami(api_url, credentials), _show_whoami)
 
 
 def _show_prompt(grant: DeviceAuthorization) -> None:

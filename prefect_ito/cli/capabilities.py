@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect_ito.backend import provenance
-from prefect_ito.cli import output
+from prefect_ito.cli.errors import respond
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 
@@ -20,7 +20,7 @@ def capabilities(
     A backend that says training runs are not live (production today) makes `train` stop as
     Unavailable, exit code 3.
     """
-    output.respond(json_output, _capabilities(api_url, credentials), _show)
+    respond(json_output, _capabilities(api_url, credentials), _show)
 
 
 async def _capabilities(api_url: str | None, credentials: str | None) -> dict[str, Any]:

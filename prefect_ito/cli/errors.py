@@ -12,7 +12,7 @@ import asyncio
 import logging
 import math
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn, TypeVar
 
 import httpx
@@ -20,9 +20,32 @@ import httpx
 from prefect_ito.cli import output
 from prefect_ito.exceptions import Detached, InvalidParameters, ItoError, PrefectUnreachable
 
-__all__ = ["exit_with", "require_positive", "run_command"]
+__all__ = ["exit_with", "require_positive", "respond", "run_command"]
 
 T = TypeVar("T")
+
+
+def respond(
+    json_output: bool,
+    command: Coroutine[Any, Any, T],
+    show: Callable[[T], None],
+) -> None:
+    """Run ``command`` and print its result: ``show`` it, or emit it as the document's data.
+
+    Every expected failure ends the process through :func:`exit_with`,
+    as text or as an error document.
+
+    Args:
+        json_output: The command's ``--json`` option.
+        command: What the command does; its result is the document's ``data``.
+        show: Prints the result for a person.
+    """
+    output.use_json(json_output)
+    result = run_command(command)
+    if output.json_mode():
+        output.emit(output.document(data=result))
+    else:
+        show(result)
 
 
 def run_command(command: Coroutine[Any, Any, T]) -> T:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 from cyclopts import Parameter
@@ -44,7 +43,6 @@ __all__ = [
     "emit_unexpected",
     "fail",
     "json_mode",
-    "respond",
     "use_json",
 ]
 
@@ -60,7 +58,8 @@ JsonOption = Annotated[
         "data or error); progress, logs and prompts go to standard error.",
     ),
 ]
-"""The ``--json`` option; a command that declares it passes it to :func:`respond`."""
+"""The ``--json`` option; a command that declares it passes it to
+:func:`prefect_ito.cli.errors.respond`."""
 
 _document_fd: int | None = None
 _emitted = False
@@ -83,31 +82,6 @@ def use_json(enabled: bool = True) -> None:
 def json_mode() -> bool:
     """Tell whether this command answers with a JSON document."""
     return _document_fd is not None
-
-
-def respond(
-    json_output: bool,
-    command: Coroutine[Any, Any, T],
-    show: Callable[[T], None],
-) -> None:
-    """Run ``command`` and print its result: ``show`` it, or emit it as the document's data.
-
-    Every expected failure ends the process through :func:`prefect_ito.cli.errors.exit_with`,
-    as text or as an error document.
-
-    Args:
-        json_output: The command's ``--json`` option.
-        command: What the command does; its result is the document's ``data``.
-        show: Prints the result for a person.
-    """
-    from prefect_ito.cli.errors import run_command  # errors prints through this module
-
-    use_json(json_output)
-    result = run_command(command)
-    if json_mode():
-        emit(document(data=result))
-    else:
-        show(result)
 
 
 def document(

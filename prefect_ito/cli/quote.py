@@ -20,6 +20,7 @@ from rich.markdown import Markdown
 from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials, resolve_credentials
 from prefect_ito.cli import output, terminal
+from prefect_ito.cli.errors import respond
 from prefect_ito.cli.options import (
     CommandLineTraining,
     DataFile,
@@ -55,7 +56,7 @@ def quote(
     where = command_credentials(credentials, api_url)
     reads_a_block = isinstance(where, str) or parameters.booking_block is not None
     with terminal.prefect_api() if reads_a_block else contextlib.nullcontext():
-        output.respond(json_output, _quote(parameters, where), _show)
+        respond(json_output, _quote(parameters, where), _show)
 
 
 async def _quote(

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from prefect_ito.backend import provenance
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.cli import output
+from prefect_ito.cli.errors import respond
 from prefect_ito.cli.local import IDEMPOTENCY_KEY_PATTERN, check_id
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
@@ -53,7 +53,7 @@ def show(
     runs lists none.
     """
     selectors = (run_id, idempotency_key, booking)
-    output.respond(json_output, _show(selectors, api_url, credentials), _print_runs)
+    respond(json_output, _show(selectors, api_url, credentials), _print_runs)
 
 
 def _selection(run_id: str | None, key: str | None, booking: str | None) -> dict[str, str]:

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.cli import output
+from prefect_ito.cli.errors import respond
 from prefect_ito.cli.local import check_id, interactive
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
@@ -111,7 +112,7 @@ def confirm(
     """
     output.use_json(json_output)
     answer = _Answer(quote_id, note, decline=decline, yes=yes)
-    output.respond(json_output, _confirm(answer, api_url, credentials), _show_answer)
+    respond(json_output, _confirm(answer, api_url, credentials), _show_answer)
 
 
 class _Answer:
@@ -303,7 +304,7 @@ def create(
         "max_runs": max_runs,
     }
     command = _create(name, (expires_in, expires_at), limits, api_url, credentials)
-    output.respond(json_output, command, _show_created)
+    respond(json_output, command, _show_created)
 
 
 async def _create(
@@ -429,7 +430,7 @@ def list_authorizations(
     json_output: JsonOption = False,
 ) -> None:
     """List the account's standing authorizations, newest first, with what each has used."""
-    output.respond(json_output, _list(api_url, credentials), _show_list)
+    respond(json_output, _list(api_url, credentials), _show_list)
 
 
 async def _list(api_url: str | None, credentials: str | None) -> dict[str, Any]:
@@ -472,7 +473,7 @@ def revoke(
 
     Needs a person's own token (scope spend:authorize). Revoking again changes nothing.
     """
-    output.respond(json_output, _revoke(authorization_id, api_url, credentials), _show_revoked)
+    respond(json_output, _revoke(authorization_id, api_url, credentials), _show_revoked)
 
 
 async def _revoke(

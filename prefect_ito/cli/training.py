@@ -24,7 +24,7 @@ from rich.markup import escape
 
 from prefect_ito.backend import provenance
 from prefect_ito.cli import output, terminal, views
-from prefect_ito.cli.errors import exit_with, run_command
+from prefect_ito.cli.errors import exit_with, respond, run_command
 from prefect_ito.cli.options import (
     CommandLineTraining,
     DataFile,
@@ -257,7 +257,7 @@ def decide(
         name: Your name; recorded at the backend as who decided.
     """
     command = _decide(flow_run_id, approve=approve, reject=reject, reason=reason, name=name)
-    output.respond(json_output, command, _show_decision)
+    respond(json_output, command, _show_decision)
 
 
 async def _decide(
@@ -309,7 +309,7 @@ def status(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     Args:
         flow_run_id: The ito-training (or ito-attach-training) flow run.
     """
-    output.respond(json_output, _read_status(flow_run_id), _show_status)
+    respond(json_output, _read_status(flow_run_id), _show_status)
 
 
 async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
@@ -358,7 +358,7 @@ def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     Args:
         flow_run_id: The ito-training flow run.
     """
-    output.respond(json_output, _request_cancel(flow_run_id), _show_cancel)
+    respond(json_output, _request_cancel(flow_run_id), _show_cancel)
 
 
 async def _request_cancel(flow_run_id: UUID) -> dict[str, Any]:
