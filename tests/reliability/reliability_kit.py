@@ -63,6 +63,14 @@ class Sweep:
     of_the_run: bool = False
     """Whether this session ran the run's sweep (``test_sweep.py``)."""
 
+    def __repr__(self) -> str:
+        # pytest shows a failed test's arguments, this fixture among them: its canaries would
+        # be printed (and counted by the sweep as leaks of the failure's text).
+        return (
+            f"Sweep({len(self.canaries)} canaries, {len(self.texts)} texts, "
+            f"{len(self.requests)} requests, {len(self.runs)} runs)"
+        )
+
     def text(self, where: str, text: str) -> None:
         """Keep a text some test produced, to be searched for canaries."""
         self.texts.append((where, text))
