@@ -211,6 +211,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 SLOW_FIRST = (
     "test_crashes.py",
+    "test_lost_machine_defaults.py",
     "test_deployments.py",
     "test_browser_approval.py",
     "test_deferred.py",
