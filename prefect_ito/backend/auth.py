@@ -32,14 +32,9 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import keyring
-import keyring.errors
-from keyring.backend import KeyringBackend
-from keyring.backends.fail import Keyring as FailKeyring
-from keyring.backends.null import Keyring as NullKeyring
 from pydantic import SecretStr
 
 from prefect_ito.backend.client import ItoClient
@@ -55,6 +50,9 @@ from prefect_ito.exceptions import (
     SlowDown,
 )
 from prefect_ito.settings import current_settings
+
+if TYPE_CHECKING:
+    from keyring.backend import KeyringBackend
 
 __all__ = [
     "ENV_API_URL",
@@ -198,7 +196,7 @@ def load_stored_token(api_url: str, *, keyring_entry: str | None = None) -> Secr
     backend = usable_keyring()
     try:
         value = backend.get_password(KEYRING_SERVICE, _entry(api_url, keyring_entry))
-    except keyring.errors.KeyringError as exc:
+    except _keyring_errors().KeyringError as exc:
         raise _unusable(f"reading the keyring failed ({type(exc).__name__})") from None
     return SecretStr(value) if value else None
 
@@ -216,7 +214,7 @@ def store_token(api_url: str, token: SecretStr, *, keyring_entry: str | None = N
     try:
         backend.set_password(KEYRING_SERVICE, entry, secret)
         kept = backend.get_password(KEYRING_SERVICE, entry)
-    except keyring.errors.KeyringError as exc:
+    except _keyring_errors().KeyringError as exc:
         raise _unusable(f"storing the token failed ({type(exc).__name__})") from None
     # A backend that accepts a secret and drops it must not make a login look successful.
     if kept != secret:
@@ -233,9 +231,9 @@ def delete_token(api_url: str, *, keyring_entry: str | None = None) -> None:
     backend = usable_keyring()
     try:
         backend.delete_password(KEYRING_SERVICE, _entry(api_url, keyring_entry))
-    except keyring.errors.PasswordDeleteError:
+    except _keyring_errors().PasswordDeleteError:
         logger.debug("No stored Itô token to delete")
-    except keyring.errors.KeyringError as exc:
+    except _keyring_errors().KeyringError as exc:
         raise _unusable(f"deleting the token failed ({type(exc).__name__})") from None
 
 
@@ -251,6 +249,8 @@ def usable_keyring() -> KeyringBackend:
         InsecureKeyring: The backend keeps secrets in a plaintext file and
             ``PREFECT_INTEGRATIONS_ITO_ALLOW_PLAINTEXT_KEYRING`` is not set.
     """
+    import keyring  # here, not at import: a command given its token in the environment skips it
+
     try:
         backend = keyring.get_keyring()
     except Exception as exc:  # Loading a configured backend raises whatever its module raises.
@@ -283,6 +283,9 @@ def _unusable(reason: str) -> NoUsableKeyring:
 
 def _why_unusable(backend: KeyringBackend) -> str | None:
     """Return why ``backend`` cannot keep a token, or None when it may."""
+    from keyring.backends.fail import Keyring as FailKeyring
+    from keyring.backends.null import Keyring as NullKeyring
+
     if isinstance(backend, FailKeyring):
         return "no OS keyring is available (keyring chose its fail backend)"
     if isinstance(backend, NullKeyring):
@@ -354,3 +357,10 @@ async def login(
             continue
         return token.access_token
     raise ExpiredToken("the device code expired before the login was approved")
+
+
+def _keyring_errors() -> Any:
+    """Return ``keyring.errors``, imported when a keyring is first used (about 0.1 s)."""
+    import keyring.errors
+
+    return keyring.errors
