@@ -16,7 +16,6 @@ is stopped by its own PID.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -24,18 +23,13 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import suppress
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_stack import (
     AFTER_BOOKING,
-    AUTHORIZATION_BLOCK,
-    CREDENTIALS_BLOCK,
     PLAIN_BOOKING,
-    POOL,
-    PROCESS_TEMPLATE,
     SHIPPED_YAML,
     completed,
     deploy,
@@ -47,13 +41,10 @@ from e2e_stack import (
     wait_for_flow_run,
 )
 from prefect import get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from trial_stack import TrialStack, descendants, free_port
+from trial_stack import TrialStack, descendants, free_port, save_blocks_and_pool
 
-from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
-from prefect_ito.contract import SpendAuthorizationRequest, SpendLimits
 from prefect_ito.simulator import SimulatorServer
 
 pytestmark = pytest.mark.e2e
@@ -84,23 +75,7 @@ def defaults_stack(tmp_path: Path) -> Iterator[TrialStack]:
 def _prepare(stack: TrialStack) -> None:
     """Save the blocks the files name, create the pool from the shipped template, deploy the
     shipped file, and start the watcher as docs/deployments.md shows (no options)."""
-    ItoCredentials(api_url=stack.simulator.url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
-    authorization = stack.simulator.add_spend_authorization(
-        SpendAuthorizationRequest(
-            name="lost machine",
-            limits=SpendLimits(max_budget_usd=1e7, booking_id_patterns=["bk-*"]),
-            expires_at=datetime.now(UTC) + timedelta(days=1),
-        ),
-        account=ACCOUNT,
-        principal=PERSON,
-    )
-    block = ItoSpendAuthorization(authorization_id=authorization.authorization_id)
-    block.save(AUTHORIZATION_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
-    template = json.loads(PROCESS_TEMPLATE.read_text())
-    with get_client(sync_client=True) as client:
-        client.create_work_pool(
-            WorkPoolCreate(name=POOL, type="process", base_job_template=template), overwrite=True
-        )
+    save_blocks_and_pool(stack, ACCOUNT, "lost machine")
     deployer = _without_heartbeat(environment(stack.api_url, stack.scratch / "deployer"))
     deploy(deployment_file(stack.scratch, SHIPPED_YAML), deployer, stack.scratch / "deploy.log")
     token = stack.simulator.mint_token(ACCOUNT, principal=WORKLOAD)

@@ -188,18 +188,21 @@ def trial_stack(simulator: Simulator, scratch: Path | None = None) -> Iterator[T
         stack.close()
 
 
-def _prepare(stack: TrialStack) -> None:
-    """Save the credentials block, create the pool, deploy, start a worker and two watchers."""
+def save_blocks_and_pool(stack: TrialStack, account: str, name: str) -> None:
+    """Save the blocks the shipped deployment files name, and create their process pool from the
+    shipped template.
+
+    The shipped deployments name a standing authorization, which a person (``user:ada``) made
+    at the backend for ``account``, the worker's: a trial's spend is covered.
+    """
     ItoCredentials(api_url=stack.simulator.url).save(CREDENTIALS_BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
-    # The shipped deployments name this standing authorization, which a person made at the
-    # backend for the worker's account: the trials' spend is covered.
     authorization = stack.simulator.add_spend_authorization(
         SpendAuthorizationRequest(
-            name="crash trials",
+            name=name,
             limits=SpendLimits(max_budget_usd=1e7, booking_id_patterns=["bk-*"]),
             expires_at=datetime.now(UTC) + timedelta(days=1),
         ),
-        account=ACCOUNT,
+        account=account,
         principal=PERSON,
     )
     block = ItoSpendAuthorization(authorization_id=authorization.authorization_id)
@@ -209,6 +212,11 @@ def _prepare(stack: TrialStack) -> None:
         client.create_work_pool(
             WorkPoolCreate(name=POOL, type="process", base_job_template=template), overwrite=True
         )
+
+
+def _prepare(stack: TrialStack) -> None:
+    """Save the credentials block, create the pool, deploy, start a worker and two watchers."""
+    save_blocks_and_pool(stack, ACCOUNT, "crash trials")
     deployer = environment(stack.api_url, stack.scratch / "deployer")
     deploy(deployment_file(stack.scratch, SHIPPED_YAML), deployer, stack.scratch / "deploy.log")
     token = stack.simulator.mint_token(ACCOUNT, principal=WORKLOAD)  # a workload's token
