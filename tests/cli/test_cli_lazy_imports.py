@@ -1,0 +1,72 @@
+"""The package and the settings the commands read import Prefect only when it is needed.
+
+Each check runs in a fresh interpreter: in this one, Prefect is loaded already.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import prefect_ito
+
+
+def python(code: str, cwd: Path, **env: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_the_public_names_are_all_there_and_imported_on_first_use(tmp_path):
+    code = (
+        "import sys, prefect_ito\n"
+        "print('prefect' in sys.modules)\n"
+        "from prefect_ito import *\n"
+        "print(sorted(n for n in prefect_ito.__all__ if n not in globals()))\n"
+        "print('prefect' in sys.modules)\n"
+    )
+    assert python(code, tmp_path).splitlines() == ["False", "[]", "True"]
+    assert prefect_ito.__all__ == sorted(prefect_ito.__all__)
+    assert set(prefect_ito.__all__) <= set(dir(prefect_ito))
+
+
+def test_the_environment_alone_is_read_without_prefect_when_no_file_could_set_them(tmp_path):
+    code = (
+        "import sys\n"
+        "from prefect_ito.settings import current_settings\n"
+        "print(current_settings().max_retries, 'prefect' in sys.modules)\n"
+    )
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "PREFECT_HOME": str(home / ".prefect")}
+    env["PREFECT_INTEGRATIONS_ITO_MAX_RETRIES"] = "7"
+    assert python(code, tmp_path, **env) == "7 False"
+
+
+def test_a_file_prefect_reads_still_sets_them_through_prefect(tmp_path):
+    (tmp_path / "prefect.toml").write_text("[integrations.ito]\nmax_retries = 4\n")
+    code = (
+        "import sys\n"
+        "from prefect_ito.settings import current_settings\n"
+        "print(current_settings().max_retries, 'prefect' in sys.modules)\n"
+    )
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "PREFECT_HOME": str(home / ".prefect")}
+    assert python(code, tmp_path, **env) == "4 True"
+
+
+def test_a_profile_that_names_them_is_read_through_prefect(tmp_path):
+    profiles = tmp_path / "profiles.toml"
+    profiles.write_text(
+        'active = "ito"\n[profiles.ito]\nPREFECT_INTEGRATIONS_ITO_MAX_RETRIES = "5"\n'
+    )
+    code = (
+        "from prefect_ito.settings import current_settings\nprint(current_settings().max_retries)"
+    )
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "PREFECT_PROFILES_PATH": str(profiles)}
+    assert python(code, tmp_path, **env) == "5"
