@@ -31,7 +31,7 @@ from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName
 from prefect_ito.contract import TrainingQuote, TrainingRequest
 from prefect_ito.parameters import TrainingParameters, resolve_booking
-from prefect_ito.people.spend import describe
+from prefect_ito.reporting.quote_card import describe
 
 __all__ = ["quote"]
 

@@ -52,6 +52,7 @@ from prefect_ito.exceptions import (
 )
 from prefect_ito.reporting import cards
 from prefect_ito.reporting import markdown as md
+from prefect_ito.reporting.quote_card import describe
 
 __all__ = ["authorizations", "confirm", "create", "list_authorizations", "revoke"]
 
@@ -213,9 +214,6 @@ async def _read_again(client: ItoClient, quote: TrainingQuote) -> TrainingQuote:
 
 
 def _print_quote(quote: TrainingQuote) -> None:
-    # The flow's own description of a spend (its module imports Prefect): only to show it.
-    from prefect_ito.people.spend import describe
-
     text = describe(quote, quote.manifest, choices=False) if quote.manifest else _summary(quote)
     _console.print(Markdown(text))
     standing = (

@@ -45,7 +45,8 @@ from prefect_ito.cli.temporary_prefect import (
 from prefect_ito.cli.views import quiet_tasks, without_images
 from prefect_ito.people import answers
 from prefect_ito.people.approval import Choice, RestartDecision
-from prefect_ito.people.spend import SpendDecision, describe
+from prefect_ito.people.spend import SpendDecision
+from prefect_ito.reporting.quote_card import describe
 from prefect_ito.waiting.cancellation import request_detach
 from prefect_ito.waiting.keys import SPEND_PREFIX
 from prefect_ito.waiting.quote_wait import QuoteWait, latest_quote_wait

@@ -47,7 +47,6 @@ from prefect_ito.backend.operations import (
 )
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import (
-    CostRange,
     QuoteState,
     TrainingQuote,
     TrainingRequest,
@@ -64,8 +63,7 @@ from prefect_ito.exceptions import (
     SpendDeclined,
 )
 from prefect_ito.people import asking
-from prefect_ito.reporting import markdown as md
-from prefect_ito.reporting.cards import when
+from prefect_ito.reporting.quote_card import describe
 from prefect_ito.waiting.keys import SPEND_PREFIX
 from prefect_ito.waiting.quote_wait import recheck_answer
 
@@ -100,9 +98,6 @@ class Supervisor(Protocol):
     async def record_quote(self, quote: TrainingQuote) -> None:
         """Record the quote a person is asked about, for a watcher and for a re-entry."""
 
-
-SHOWN_DATA_REFS = 3
-"""Data references listed by name in the confirmation; the rest are counted."""
 
 MAX_REQUOTES = 5
 """New quotes one submission asks for when one expired or moved on, before it gives up."""
@@ -341,103 +336,3 @@ async def _after_answer(
             f": {now.confirmation.note}" if now.confirmation.note else "",
         )
     return now
-
-
-def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = True) -> str:
-    """Return the markdown a person reads above the form: cost first, then where to confirm.
-
-    The Resume dialog is narrow and does not wrap table cells, so values stay short. Without
-    ``choices`` (``prefect-ito quote``) the form's answers are left out.
-    """
-    plan = quote.plan
-    p = plan.parallelism
-    outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
-    over = "" if quote.within_budget else " — **the estimate is above it**"
-    lines = [
-        f"### Spend on booking {md.code(quote.booking_id)}: up to "
-        f"${plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most",
-        "",
-        "| estimate | low | high |",
-        "|---|---|---|",
-        f"| cost | {_range(plan.cost_usd, '${:,.0f}')} |",
-        f"| GPU hours | {_range(plan.gpu_hours, '{:,.0f}')} |",
-        f"| duration | {_range(plan.duration_hours, '{:,.0f} h')} |",
-        "",
-        *_where_to_confirm(quote, choices),
-        "| manifest | value |",
-        "|---|---|",
-        f"| booking | {md.code(request.booking_id, cell=True)} |",
-        f"| model size | {md.text(request.model_size)} |",
-        f"| target | {md.text(request.target)} |",
-        f"| data | {_data(request.data_refs)} |",
-        f"| post-training | {request.post_training.value if request.post_training else 'none'} |",
-        f"| budget | ${request.budget_usd:,.2f}{over} |",
-        "",
-        f"Manifest digest: {md.code(quote.manifest_digest)}",
-        "",
-        f"**The backend's plan**: data {p.data} × tensor {p.tensor} × pipeline {p.pipeline} × "
-        f"expert {p.expert} × context {p.context}, {md.text(p.precision)}; stages "
-        + " → ".join(md.text(stage) for stage in plan.stages)
-        + ".",
-        "",
-        "Custom data: the 150M ladder checks it first, and may reject it."
-        if plan.ladder_check
-        else "Catalog data only: no ladder check.",
-        "",
-        f"The booking's term ends {when(quote.term_end)}{outlast}. "
-        f"This quote expires {when(quote.expires_at)}.",
-    ]
-    if quote.not_carried:
-        lines += [
-            "",
-            "**Asked again — what changed since the last confirmation:**",
-            "",
-            *(f"- {md.text(change)}" for change in quote.not_carried),
-        ]
-    if quote.warnings:
-        lines += ["", "**Warnings:**", "", *(f"- {md.text(warning)}" for warning in quote.warnings)]
-    if not choices:
-        return "\n".join(lines)
-    return "\n".join(
-        [
-            *lines,
-            "",
-            "**Choose one** — the form has no default:",
-            "",
-            "- **decline**: nothing is submitted; the quote is declined at the backend and the "
-            "flow run ends Declined.",
-            "- **recheck**: you confirmed on the backend's page; the flow reads the quote again.",
-        ]
-    )
-
-
-def _where_to_confirm(quote: TrainingQuote, choices: bool) -> list[str]:
-    """Return the lines that say where a person confirms: the backend's page and code."""
-    if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
-        return [f"Confirmed at the backend by {md.code(quote.confirmation.principal)}.", ""]
-    # The address is shown too: a terminal shows a link's text, not where it points.
-    where = (
-        f"[the backend's confirm page]({quote.confirm_url}) ({md.code(quote.confirm_url)})"
-        if quote.confirm_url and md.is_http_url(quote.confirm_url)
-        else "the backend's confirm page"
-    )
-    code = f", code {md.code(quote.user_code)}" if quote.user_code else ""
-    lines = [
-        f"**To confirm, sign in on {where}{code}** — the backend records who you are. "
-        "Nothing here confirms a spend, and prefect-ito never confirms by itself.",
-        "",
-    ]
-    if not choices:
-        lines[0] = f"Quote {md.code(quote.quote_id)}: a person confirms it on {where}{code}."
-    return lines
-
-
-def _data(refs: list[str]) -> str:
-    shown = ", ".join(md.code(ref, cell=True) for ref in refs[:SHOWN_DATA_REFS])
-    more = len(refs) - SHOWN_DATA_REFS
-    count = f"{len(refs)} reference{'s' if len(refs) != 1 else ''}"
-    return f"{count}: {shown}" + (f" and {more} more" if more > 0 else "")
-
-
-def _range(estimate: CostRange, template: str) -> str:
-    return f"{template.format(estimate.low)} | {template.format(estimate.high)}"

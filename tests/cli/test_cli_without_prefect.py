@@ -75,11 +75,6 @@ def test_a_command_that_runs_no_flow_never_imports_prefect(simulator, args):
     assert verdict == "NO-PREFECT", output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="confirm shows the quote as the flow describes a spend, and that description lives "
-    "in prefect_ito/people/spend.py, which imports Prefect",
-)
 def test_confirming_a_quote_never_imports_prefect(simulator):
     quote_id = quote_for_train(simulator)
     verdict, output = run(simulator, "confirm", quote_id, "--yes", "--json")

@@ -19,8 +19,8 @@ from markdown_it.token import Token
 from played_runs import play
 
 from prefect_ito.contract import TrainingRequest, TrainingRun
-from prefect_ito.people import approval, spend
-from prefect_ito.reporting import cards
+from prefect_ito.people import approval
+from prefect_ito.reporting import cards, quote_card
 from prefect_ito.reporting import markdown as md
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.engine import Engine
@@ -112,7 +112,7 @@ def _quote_and_request(value: str) -> tuple[Any, Any]:
 
 
 def spend_form(value: str) -> str:
-    return spend.describe(*_quote_and_request(value))
+    return quote_card.describe(*_quote_and_request(value))
 
 
 def _hostile_run(value: str, *, decide: str | None) -> tuple[TrainingRun, dict[str, Any]]:
