@@ -6,6 +6,9 @@ records the principal that token speaks for, and only a person's token holds ``s
 ``authorizations`` creates, lists and revokes standing authorizations (``spend:authorize``),
 which a flow run with nobody to ask names through an ``ItoSpendAuthorization`` block. Nothing
 here confirms or covers a spend by itself: the backend decides, and records who did.
+
+Past ~400 lines on purpose: ``confirm`` and ``authorizations`` are a person's whole spend
+authority at the backend, and their options, prompts and refusals read best side by side.
 """
 
 from __future__ import annotations

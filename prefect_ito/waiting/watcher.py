@@ -20,6 +20,10 @@ spend question only with ``recheck`` (Prefect resumes a form's pause only with a
 decides nothing: a re-entered or resumed flow run re-attaches to the run it recorded, or reads its
 quote at the backend itself, and asks again while it is pending. A run that waits for a person
 under any other key (a decision at a gate) is never resumed.
+
+Past ~400 lines on purpose: one sweep — deferred runs, spend questions, lost runs — and the
+rules for when it may resume each, kept together so that no rule is read without the others;
+recovery's own rules live in :mod:`prefect_ito.waiting.recovery`.
 """
 
 from __future__ import annotations
