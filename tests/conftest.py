@@ -39,9 +39,11 @@ os.environ.update(
         "PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS": "1",
         "PREFECT_INTEGRATIONS_ITO_STATE_POLL_SECONDS": "1",
         # A flow run ends once Prefect holds its events (prefect_ito.reporting.event_relay); the
-        # suite's
-        # servers write the events they receive every half second, not every five.
+        # suite's servers write the events they receive every half second, not every five.
         "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL": "0.5",
+        # Two workers, each with servers of its own, share two cores: a busy server answers 503
+        # for a while, and Prefect's client waits longer for it than its default five tries.
+        "PREFECT_CLIENT_MAX_RETRIES": "10",
     }
 )
 # Every child process (the CLI, prefect server, workers, flow runs) imports Prefect. Where the

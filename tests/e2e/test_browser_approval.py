@@ -401,13 +401,13 @@ async def submit_as_a_person_would(page: Page, dialog: Locator) -> None:
     """
     from playwright.async_api import expect
 
-    for attempt in range(2):
+    for attempt in range(3):
         await dialog.get_by_role("button", name="Submit").click()
         try:
-            await expect(dialog).to_be_hidden(timeout=30_000)
+            await expect(dialog).to_be_hidden(timeout=60_000)
             return
         except AssertionError:
             failed = page.get_by_text("Something went wrong")
-            if attempt or not await failed.count():
+            if attempt == 2 or not await failed.count():
                 raise
             await failed.first.wait_for(state="visible")
