@@ -62,7 +62,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prefect_ito.contract import ErrorCode, PendingAction
+from prefect_ito.contract import ErrorCode, PendingAction, id_problem
 
 __all__ = [
     "AccessDenied",
@@ -128,6 +128,7 @@ __all__ = [
     "TokenWithoutOrigin",
     "Unauthenticated",
     "ValidationFailed",
+    "check_id",
     "error_from_envelope",
     "invalid_parameters",
 ]
@@ -978,3 +979,18 @@ def invalid_parameters(error: ValidationError) -> InvalidParameters:
     if not field:
         return InvalidParameters(message)
     return InvalidParameters(f"{field}: {message}", field=field)
+
+
+def check_id(value: str, field: str) -> str:
+    """Return ``value``, a booking, run or action id to send; refuse it before any request.
+
+    An id is 1 to 128 characters, without surrounding spaces or control characters, and never
+    changes the path of the request it goes into (see :func:`prefect_ito.contract.id_problem`).
+
+    Raises:
+        InvalidParameters: naming ``field`` and the rule ``value`` breaks.
+    """
+    problem = id_problem(value) if isinstance(value, str) else "must be a string"
+    if problem is not None:
+        raise InvalidParameters(f"{field}: {problem}", field=field)
+    return value

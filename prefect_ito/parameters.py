@@ -25,14 +25,14 @@ from prefect_ito.backend.desk import BookingClaim
 from prefect_ito.blocks import ItoBooking
 from prefect_ito.contract import (
     ID_MAX_LENGTH,
+    IDEMPOTENCY_KEY_PATTERN,
     MODEL_SIZE_PATTERN,
     TEXT_MAX_LENGTH,
     PostTraining,
     TrainingRequest,
-    id_problem,
     segment_problem,
 )
-from prefect_ito.exceptions import InvalidParameters, invalid_parameters
+from prefect_ito.exceptions import InvalidParameters, check_id, invalid_parameters
 
 __all__ = [
     "IDEMPOTENCY_KEY_PATTERN",
@@ -47,7 +47,6 @@ __all__ = [
 
 _MODEL_SIZE = re.compile(MODEL_SIZE_PATTERN)
 _KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
-IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
 """A submission key a caller gives: 1–255 letters, digits or ``._:-``, starting with one of the
 first two (the contract allows any 1–255 characters; prefect-ito keeps keys shell- and log-safe)."""
 _SHOWN_LENGTH = 40
@@ -291,21 +290,6 @@ class TrainingParameters(SupervisionParameters, _Request):
             )
         except ValidationError as exc:
             raise invalid_parameters(exc) from None
-
-
-def check_id(value: str, field: str) -> str:
-    """Return ``value``, a booking, run or action id to send; refuse it before any request.
-
-    An id is 1 to 128 characters, without surrounding spaces or control characters, and never
-    changes the path of the request it goes into (see :func:`prefect_ito.contract.id_problem`).
-
-    Raises:
-        InvalidParameters: naming ``field`` and the rule ``value`` breaks.
-    """
-    problem = id_problem(value) if isinstance(value, str) else "must be a string"
-    if problem is not None:
-        raise InvalidParameters(f"{field}: {problem}", field=field)
-    return value
 
 
 def claim_booking(booking: ItoBooking | str) -> BookingClaim:

@@ -1,33 +1,18 @@
-"""What a command checks about its own input and terminal, needing neither Prefect nor a backend.
+"""What a command checks about its own terminal, needing neither Prefect nor a backend.
 
-:mod:`prefect_ito.parameters` holds the same id rules for flows, but its models accept an
-``ItoBooking`` block and so import Prefect (about two seconds): the commands that only read or
-answer the backend take these from here instead (a test holds the two to the same rules).
+The id and idempotency-key rules the commands check before any request are the flows' own:
+:func:`prefect_ito.exceptions.check_id` and :data:`prefect_ito.contract.IDEMPOTENCY_KEY_PATTERN`,
+both free of Prefect, re-exported here for the commands that only read or answer the backend.
 """
 
 from __future__ import annotations
 
 import sys
 
-from prefect_ito.contract import id_problem
-from prefect_ito.exceptions import InvalidParameters
+from prefect_ito.contract import IDEMPOTENCY_KEY_PATTERN
+from prefect_ito.exceptions import check_id
 
 __all__ = ["IDEMPOTENCY_KEY_PATTERN", "check_id", "interactive"]
-
-IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
-"""An idempotency key: 1 to 255 letters, digits or ``._:-``, starting with a letter or digit."""
-
-
-def check_id(value: str, field: str) -> str:
-    """Return ``value``, an id to send; refuse it, naming ``field``, before any request.
-
-    Raises:
-        InvalidParameters: naming ``field`` and the rule ``value`` breaks.
-    """
-    problem = id_problem(value) if isinstance(value, str) else "must be a string"
-    if problem is not None:
-        raise InvalidParameters(f"{field}: {problem}", field=field)
-    return value
 
 
 def interactive() -> bool:

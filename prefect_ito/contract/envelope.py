@@ -34,6 +34,8 @@ ID_MAX_LENGTH = 128
 TEXT_MAX_LENGTH = 512
 """The longest data reference, target, decider's name or reason."""
 IDEMPOTENCY_KEY_MAX_LENGTH = 255
+IDEMPOTENCY_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+"""An idempotency key: 1 to 255 letters, digits or ``._:-``, starting with a letter or digit."""
 IDEMPOTENCY_KEY_RETENTION_SECONDS = 86_400
 """A backend keeps an idempotency key at least this long (24 h) after its first use."""
 MAX_WAIT_SECONDS = 60
