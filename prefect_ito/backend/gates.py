@@ -16,7 +16,7 @@ from datetime import datetime
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import ActionKind, GateStatus, PendingAction, Stage, TrainingRun
 from prefect_ito.exceptions import DeadlineExceeded, RunStalled
-from prefect_ito.settings import ItoSettings
+from prefect_ito.settings import current_settings
 
 
 @dataclass
@@ -206,7 +206,7 @@ async def await_stage_gate(
     Each long-poll waits up to ``poll_wait_seconds``; beside it ``interrupted`` is asked every
     ``state_poll_seconds``, so a cancel or a detach is heard that soon.
     """
-    settings = ItoSettings()
+    settings = current_settings()
     return await long_poll_gate(
         client,
         run,

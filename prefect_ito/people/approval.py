@@ -29,7 +29,7 @@ from prefect_ito.people import asking
 from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
-from prefect_ito.settings import ItoSettings
+from prefect_ito.settings import current_settings
 from prefect_ito.waiting.keys import RESTART_PREFIX
 
 Choice = Literal["approve", "reject"]
@@ -185,7 +185,7 @@ async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | 
     Returns None when the flow run was cancelled while waiting.
     """
     decision = await ask_person(
-        run, timeout=timeout, poll_interval=ItoSettings().state_poll_seconds
+        run, timeout=timeout, poll_interval=current_settings().state_poll_seconds
     )
     if decision is None:
         return None

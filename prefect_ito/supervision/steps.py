@@ -23,7 +23,7 @@ from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import DecisionRequest, TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.people import spend
-from prefect_ito.settings import ItoSettings
+from prefect_ito.settings import current_settings
 from prefect_ito.waiting.cancellation import stop_requested
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -72,7 +72,7 @@ class Steps(ABC):
             request,
             again=again,
             timeout=self.supervision.approval_timeout,
-            poll_interval=ItoSettings().state_poll_seconds,
+            poll_interval=current_settings().state_poll_seconds,
         )
 
     async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
