@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "BACKEND_RUN_KEY",
     "DEFER_PREFIX",
+    "QUESTION_RECORD_PREFIX",
     "QUOTE_RECORD_PREFIX",
     "RECOVERY_PREFIX",
     "RESTART_PREFIX",
@@ -34,6 +35,10 @@ BACKEND_RUN_KEY = "ito-backend-run"
 
 QUOTE_RECORD_PREFIX = "ito-quote-"
 """Input keys of the records of quotes a flow run waits on a person for."""
+
+QUESTION_RECORD_PREFIX = "ito-question-"
+"""Input keys of the records of questions put to a person (what ``prefect-ito inbox`` shows):
+displayed only, never acted on."""
 
 RECOVERY_PREFIX = "ito-recovery-"
 """Input keys of a watcher's claims to re-enter a flow run whose process was lost."""
