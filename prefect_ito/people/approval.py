@@ -25,7 +25,7 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.exceptions import AwaitingDecision
-from prefect_ito.people import asking
+from prefect_ito.people import asking, notices
 from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
@@ -159,6 +159,7 @@ async def ask_person(
             action.step,
             _spike(action)[2].checkpoint_id,
         )
+        notices.restart_needed(run, action, timeout=timeout)
 
     def timed_out() -> AwaitingDecision:
         return AwaitingDecision(
@@ -168,7 +169,7 @@ async def ask_person(
             run_id=run.run_id,
         )
 
-    return await asking.ask(
+    decision = await asking.ask(
         RestartDecision,
         key=pause_key(action),
         description=describe(run, action),
@@ -177,6 +178,14 @@ async def ask_person(
         waiting=waiting,
         timed_out=timed_out,
     )
+    if decision is not None:
+        notices.restart_answered(
+            action,
+            decision=decision.decision,
+            decided_by=decision.decided_by,
+            reason=decision.reason,
+        )
+    return decision
 
 
 async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | None:

@@ -1,0 +1,277 @@
+"""Telling people they are needed: the Prefect events a wait for a person emits, and its record.
+
+When a training flow run starts waiting for a person (to confirm a spend, or to decide a
+loss-spike restart), it emits :data:`PERSON_NEEDED` once per question, and
+:data:`PERSON_ANSWERED` once someone answered. The Automations shipped in
+``deployments/automations.yaml`` turn them into messages through whatever Prefect notification
+block a user has (Slack, Teams, email, a webhook), plus a reminder when nobody answered in time
+and a closing message when the deadline passed (from Prefect's own flow-run events: a suspended
+run holds no process at its deadline). ``docs/deployments.md`` shows how to create them.
+
+Each event's payload is a :class:`Question`: what is asked, the evidence in one line, the
+deadline, what the wait cost so far, the link to the flow run's page (its Resume form) and the
+command that answers it — numbers as numbers, never a token. Event ids are derived from the flow
+run and the question, so a flow run that re-enters and asks the same question again notifies
+nobody twice (Prefect's triggers skip an event id they have seen).
+
+The same facts are kept as a flow-run input (``ito-question-<pause key>``) that
+``prefect-ito inbox`` reads. Anyone with Prefect API access can write that input too: it is only
+ever displayed, never acted on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+from prefect import get_client
+from prefect.events import emit_event
+from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+from prefect.utilities.urls import url_for
+from pydantic import BaseModel, Field
+
+from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRun
+from prefect_ito.reporting.holding import Held, held
+from prefect_ito.waiting.flow_run import current_flow_run_id
+from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX
+
+__all__ = [
+    "PERSON_ANSWERED",
+    "PERSON_NEEDED",
+    "Question",
+    "restart_answered",
+    "restart_needed",
+    "spend_answered",
+    "spend_needed",
+]
+
+PERSON_NEEDED = "ito.training.person.needed"
+"""Emitted once when a training flow run starts waiting for a person's answer to a question."""
+
+PERSON_ANSWERED = "ito.training.person.answered"
+"""Emitted once when someone answered the question (``answered_by``, ``answer`` in the payload)."""
+
+_EVENT_NAMESPACE = uuid.UUID("5c0b1f0e-8f2d-4b7a-9e61-3a4d2c9b7e15")
+
+Kind = Literal["spend", "restart"]
+
+
+class Question(BaseModel):
+    """What a person is asked, as notifications and ``prefect-ito inbox`` show it.
+
+    Read back from Prefect it is display-only: anyone with API access may have written it.
+    """
+
+    kind: Kind = Field(description="What is asked: to confirm a spend, or to decide a restart.")
+    key: str = Field(description="The question's pause key.")
+    flow_run_id: str = Field(description="The flow run that waits.")
+    asked: str = Field(description="What is asked, in one line.")
+    evidence: str = Field(description="The evidence, in one line.")
+    asked_at: datetime = Field(description="When the flow run started waiting.")
+    deadline: datetime = Field(description="When the question expires unanswered.")
+    link: str | None = Field(description="The flow run's page in the Prefect UI (its form).")
+    command: str = Field(description="The prefect-ito command that answers it.")
+    held_since: datetime | None = Field(default=None, description="Since when the wait costs.")
+    held_usd_per_hour: float | None = Field(default=None, description="What waiting costs/hour.")
+    held: str | None = Field(default=None, description="What the wait cost so far, in words.")
+    held_usd: float | None = Field(default=None, description="What the wait cost so far, USD.")
+    numbers: dict[str, float] = Field(
+        default_factory=dict, description="The evidence's numbers (estimate, ceiling, loss…)."
+    )
+
+    def held_now(self, now: datetime | None = None) -> Held | None:
+        """Return what the wait has cost until ``now``; None if nobody said what it costs."""
+        if self.held_since is None or self.held_usd_per_hour is None:
+            return None
+        return held(self.held_since, self.held_usd_per_hour, now)
+
+
+def spend_needed(quote: TrainingQuote, *, timeout: float) -> Question | None:
+    """Announce that the flow run waits for a person to confirm or decline ``quote``.
+
+    Returns the question, or None outside a flow run.
+    """
+    cost = quote.plan.cost_usd
+    flow_run_id = current_flow_run_id()
+    if flow_run_id is None:
+        return None
+    now = datetime.now(UTC)
+    return _needed(
+        Question(
+            kind="spend",
+            key=_spend_key(quote),
+            flow_run_id=str(flow_run_id),
+            asked=f"Confirm or decline a training spend on booking {quote.booking_id}",
+            evidence=f"estimate ${cost.low:,.0f}–${cost.high:,.0f}, ceiling "
+            f"${quote.budget_usd:,.0f} (quote {quote.quote_id})",
+            asked_at=now,
+            deadline=now + timedelta(seconds=timeout),
+            link=_link(flow_run_id),
+            command=f"prefect-ito confirm {quote.quote_id}  (or: --decline)",
+            held_since=now if quote.booking_usd_per_hour is not None else None,
+            held_usd_per_hour=quote.booking_usd_per_hour,
+            numbers={
+                "estimate_low_usd": cost.low,
+                "estimate_high_usd": cost.high,
+                "ceiling_usd": quote.budget_usd,
+            },
+        ),
+        identity=quote.quote_id,
+    )
+
+
+def restart_needed(run: TrainingRun, action: PendingAction, *, timeout: float) -> Question | None:
+    """Announce that the flow run waits for a person to decide the restart ``action`` proposes.
+
+    Returns the question, or None outside a flow run.
+    """
+    flow_run_id = current_flow_run_id()
+    if flow_run_id is None:
+        return None
+    now = datetime.now(UTC)
+    # The contract requires these of a loss-spike restart, the only kind put to a person.
+    loss, baseline = action.loss or 0.0, action.baseline_loss or 0.0
+    checkpoint = action.proposed_checkpoint
+    back = f"{checkpoint.checkpoint_id} (step {checkpoint.step:,})" if checkpoint else "?"
+    return _needed(
+        Question(
+            kind="restart",
+            key=_restart_key(action),
+            flow_run_id=str(flow_run_id),
+            asked=f"Approve or reject a loss-spike restart of run {run.run_id} "
+            f"(booking {run.booking_id})",
+            evidence=f"loss {loss:.2f} at step {action.step:,} in {action.stage} (baseline "
+            f"{baseline:.2f}); proposed restart from {back}",
+            asked_at=now,
+            deadline=now + timedelta(seconds=timeout),
+            link=_link(flow_run_id),
+            command=f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT "
+            "--name NAME",
+            held_since=action.held_since,
+            held_usd_per_hour=action.hold_usd_per_hour,
+            numbers={
+                "loss": loss,
+                "baseline_loss": baseline,
+                "step": float(action.step),
+                **({"checkpoint_step": float(checkpoint.step)} if checkpoint else {}),
+            },
+        ),
+        identity=action.action_id,
+    )
+
+
+def spend_answered(quote: TrainingQuote) -> None:
+    """Announce that ``quote`` (as the backend states it after a person acted) was answered.
+
+    Nothing is announced while the quote is still pending (the question is asked again).
+    """
+    answer = quote.confirmation
+    state = quote.state.value if quote.state else None
+    if state not in ("confirmed", "declined"):
+        return
+    _answered(
+        "spend",
+        _spend_key(quote),
+        quote.quote_id,
+        answered_by=answer.principal if answer else None,
+        answer=state,
+        note=answer.note if answer else None,
+    )
+
+
+def restart_answered(action: PendingAction, *, decision: str, decided_by: str, reason: str) -> None:
+    """Announce that a person decided the restart ``action`` proposed."""
+    _answered(
+        "restart",
+        _restart_key(action),
+        action.action_id,
+        answered_by=decided_by,
+        answer=decision,
+        note=reason,
+    )
+
+
+def event_id(flow_run_id: str, key: str, identity: str, event: str) -> UUID:
+    """Return the id of a question's event: the same on every re-entry of the flow run."""
+    return uuid.uuid5(_EVENT_NAMESPACE, f"{flow_run_id}:{key}:{identity}:{event}")
+
+
+def resource(flow_run_id: str, key: str, kind: Kind) -> dict[str, str]:
+    """Return the Prefect resource that stands for a question (the same for each of its events)."""
+    return {
+        "prefect.resource.id": f"ito.question.{flow_run_id}.{key}",
+        "prefect.resource.name": key,
+        "ito.question.kind": kind,
+        "ito.flow-run.id": flow_run_id,
+    }
+
+
+def _needed(question: Question, *, identity: str) -> Question:
+    payload = question.model_dump(mode="json")
+    if (cost := question.held_now()) is not None:
+        payload.update(held=cost.sentence(), held_usd=round(cost.usd, 2))
+    emit_event(
+        event=PERSON_NEEDED,
+        resource=resource(question.flow_run_id, question.key, question.kind),
+        payload=payload,
+        id=event_id(question.flow_run_id, question.key, identity, PERSON_NEEDED),
+    )
+    _record(question)
+    return question
+
+
+def _answered(
+    kind: Kind, key: str, identity: str, *, answered_by: str | None, answer: str, note: str | None
+) -> None:
+    flow_run_id = current_flow_run_id()
+    if flow_run_id is None:
+        return
+    emit_event(
+        event=PERSON_ANSWERED,
+        resource=resource(str(flow_run_id), key, kind),
+        payload={
+            "kind": kind,
+            "key": key,
+            "flow_run_id": str(flow_run_id),
+            "answered_by": answered_by or "someone",
+            "answer": answer,
+            "note": note or "",
+            "link": _link(flow_run_id),
+        },
+        id=event_id(str(flow_run_id), key, identity, PERSON_ANSWERED),
+    )
+
+
+def _record(question: Question) -> None:
+    """Keep the question where ``prefect-ito inbox`` reads it: a flow-run input of its own.
+
+    Synchronous, because the flow's "waiting" callback is: a suspension that follows at once
+    ends the process, and a record written in the background might never arrive.
+    """
+    key = QUESTION_RECORD_PREFIX + question.key
+    value: Any = question.model_dump(mode="json")
+    flow_run_id = UUID(question.flow_run_id)
+    with get_client(sync_client=True) as client:
+        # A new quote of the same manifest replaces the record; none yet is fine.
+        with contextlib.suppress(ObjectNotFound, PrefectHTTPStatusError):
+            client.delete_flow_run_input(flow_run_id, key)
+        client.create_flow_run_input(flow_run_id, key, value)
+
+
+def _link(flow_run_id: UUID) -> str | None:
+    return url_for("flow-run", obj_id=flow_run_id)
+
+
+def _spend_key(quote: TrainingQuote) -> str:
+    from prefect_ito.people.spend import pause_key  # spend imports this module
+
+    return pause_key(quote.manifest_digest)
+
+
+def _restart_key(action: PendingAction) -> str:
+    from prefect_ito.people.approval import pause_key  # approval imports this module
+
+    return pause_key(action)
