@@ -62,8 +62,10 @@ from prefect_ito.exceptions import (
     RunRefused,
     SpendDeclined,
 )
-from prefect_ito.people import asking
-from prefect_ito.reporting.quote_card import describe
+from prefect_ito.people import asking, notices
+from prefect_ito.reporting.publishing import Card
+from prefect_ito.reporting.quote_card import describe, estimate, spend_question
+from prefect_ito.reporting.report import PUBLISHER, artifact_key
 from prefect_ito.waiting.keys import SPEND_PREFIX
 from prefect_ito.waiting.quote_wait import recheck_answer
 
@@ -71,6 +73,7 @@ __all__ = [
     "SpendDecision",
     "describe",
     "pause_key",
+    "publish_quote",
     "recheck",
     "refuse_unworkable",
     "submit_with_consent",
@@ -136,6 +139,26 @@ def recheck(why: str) -> SpendDecision:
 def pause_key(manifest_digest: str) -> str:
     """Return the pause key for confirming a manifest: stable across re-entries of a flow run."""
     return SPEND_PREFIX + manifest_digest.removeprefix("sha256:")[:16]
+
+
+async def publish_quote(quote: TrainingQuote, request: TrainingRequest) -> None:
+    """Show the quote as a card on this flow run while it waits for its spend.
+
+    The run's other cards are keyed by the backend run, which does not exist before the spend
+    is confirmed; so until then the Artifacts tab would be empty. One card per manifest,
+    updated in place when a new quote replaces the old.
+    """
+    await PUBLISHER.publish(
+        [
+            Card(
+                key=artifact_key(pause_key(quote.manifest_digest), "quote"),
+                type="markdown",
+                data=describe(quote, request, choices=False),
+                description=f"Waiting for a person: spend {estimate(quote)} estimated, "
+                f"${request.budget_usd:,.0f} at most, on booking {quote.booking_id}.",
+            )
+        ]
+    )
 
 
 def refuse_unworkable(quote: TrainingQuote) -> None:
@@ -276,6 +299,7 @@ async def wait_for_person(
         RunCancelled: the flow run was cancelled while it waited.
     """
     await steps.record_quote(quote)
+    await publish_quote(quote, request)
 
     async def settled() -> SpendDecision | None:
         now = await steps.perform(POLL_TRAINING_QUOTE, quote.quote_id)
@@ -286,13 +310,15 @@ async def wait_for_person(
 
     def waiting() -> None:
         get_run_logger().warning(
-            "Waiting for a person to confirm or decline the spend of up to $%s on booking %s at "
-            "the backend: %s (code %s). Nothing is submitted until then.",
+            "Waiting for a person to confirm or decline the spend of %s estimated ($%s at "
+            "most) on booking %s at the backend: %s (code %s). Nothing is submitted until then.",
+            estimate(quote),
             f"{request.budget_usd:,.2f}",
             request.booking_id,
             quote.confirm_url or "the backend's confirm page",
             quote.user_code or "none",
         )
+        notices.spend_needed(quote, timeout=timeout)
 
     def timed_out() -> AwaitingConfirmation:
         return AwaitingConfirmation(
@@ -311,6 +337,7 @@ async def wait_for_person(
         timed_out=timed_out,
         settled=settled,
         fresh=again,
+        asks=spend_question(quote),
     )
     if answer is None:
         raise RunCancelled(
@@ -335,4 +362,5 @@ async def _after_answer(
             now.quote_id,
             f": {now.confirmation.note}" if now.confirmation.note else "",
         )
+    notices.spend_answered(now)
     return now
