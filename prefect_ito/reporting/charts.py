@@ -10,7 +10,7 @@ backend reported them), stage boundaries (from the checkpoints each stage saved)
 loss spikes and restarts. A restart shows in the history as a step back; the stretch it threw
 away is drawn dashed. :func:`draw` draws any :class:`LossChart`.
 
-Just past ~400 lines: the chart's model and its drawing stay together; no SVG library is worth
+Past ~400 lines (about 480): the chart's model and its drawing stay together; no SVG library is worth
 a dependency for one line chart.
 """
 
@@ -30,10 +30,13 @@ __all__ = ["LossChart", "Spike", "StageSpan", "draw", "loss_chart", "markdown_im
 WIDTH, HEIGHT = 720, 330
 _LEFT, _RIGHT, _TOP, _BOTTOM = 58, 24, 34, 70
 _LEGEND_ROW = 16
+_CHAR_WIDTH = 7
+"""Room a character of a stage's name takes, generously, at the chart's font size."""
 FORM_WIDTH = 440
 """Fits the Prefect UI's Resume dialog, whose markdown column is about 470 pixels wide."""
 _INK, _GRID, _LINE = "#1f2937", "#e5e7eb", "#2563eb"
 _SPIKE, _RESTART, _DISCARDED, _INTERRUPTION = "#dc2626", "#ea580c", "#9ca3af", "#b45309"
+_BASELINE = "#047857"
 _FONT = 'font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="11"'
 
 
@@ -55,6 +58,8 @@ class Spike:
     restart_step: int | None = None
     decision: str = "pending"
     """``pending`` (a restart is proposed), ``approve`` or ``reject``."""
+    baseline: float | None = None
+    """The loss the backend measured the spike against (``PendingAction.baseline_loss``)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ def _spikes(run: TrainingRun, actions: Mapping[str, PendingAction]) -> list[Spik
                 loss=action.loss,
                 restart_step=None if decision is DecisionChoice.REJECT else checkpoint,
                 decision=decision.value if decision else "pending",
+                baseline=action.baseline_loss,
             )
         )
     return spikes
@@ -197,6 +203,7 @@ def draw(chart: LossChart, width: int = WIDTH, height: int = HEIGHT) -> str:
     """
     steps = [step for step, _ in chart.points] + [s.step for s in chart.spikes]
     losses = [loss for _, loss in chart.points] + [s.loss for s in chart.spikes]
+    losses += [baseline for _, baseline in _baselines(chart)]
     x_ticks = _ticks(0, max(steps, default=1))
     y_ticks = _ticks(0.0, max(losses, default=1.0))
     frame = _Frame(x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1], width, height)
@@ -212,6 +219,7 @@ def draw(chart: LossChart, width: int = WIDTH, height: int = HEIGHT) -> str:
         *_lines(chart.points, frame),
         *_restart_marks(chart, frame),
         *_interruption_marks(chart.interruptions, frame),
+        *_baseline_marks(chart, frame),
         *_spike_marks(chart.spikes, frame),
         *legend,
         "</svg>",
@@ -255,13 +263,32 @@ def _stage_bands(stages: Sequence[StageSpan], frame: _Frame) -> list[str]:
                 f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{frame.bottom}" '
                 f'stroke="{_DISCARDED}" stroke-dasharray="2 3"/>'
             )
-        label = span.name.rsplit(".", 1)[-1]
-        if right - left >= 7 * len(label):
-            parts.append(
-                f'<text x="{round((left + right) / 2, 1)}" y="{_TOP - 8}" text-anchor="middle" '
-                f'fill="{_INK}">{escape(label)}</text>'
-            )
+        parts.append(_stage_label(span.name.rsplit(".", 1)[-1], left, right, frame))
     return parts
+
+
+def _stage_label(label: str, left: float, right: float, frame: _Frame) -> str:
+    """Name a stage over its band, or, when the band is too narrow for the name, up its side.
+
+    Every band is named: short late stages (``long_context``, ``dpo``) are as much a part of
+    the run as ``pretrain``. A name too long even for the plot's height is cut with an ellipsis.
+    """
+    middle = round((left + right) / 2, 1)
+    if right - left >= _CHAR_WIDTH * len(label):
+        return (
+            f'<text x="{middle}" y="{_TOP - 8}" text-anchor="middle" fill="{_INK}">'
+            f"{escape(label)}</text>"
+        )
+    room = max(int((frame.bottom - _TOP - 12) // _CHAR_WIDTH), 2)
+    if len(label) > room:
+        label = label[: room - 1] + "…"
+    # Rotated a quarter turn back, the text reads upwards and ends at the plot's top edge; the
+    # glyphs lie left of x, so x sits half a line right of the band's middle.
+    x, y = round(middle + 4, 1), _TOP + 6
+    return (
+        f'<text x="{x}" y="{y}" text-anchor="end" transform="rotate(-90 {x} {y})" '
+        f'fill="{_INK}">{escape(label)}</text>'
+    )
 
 
 def _axes(frame: _Frame, x_ticks: list[float], y_ticks: list[float]) -> list[str]:
@@ -357,6 +384,34 @@ def _interruption_marks(steps: Sequence[int], frame: _Frame) -> list[str]:
     ]
 
 
+def _baselines(chart: LossChart) -> list[tuple[int, float]]:
+    """Return each proposed restart's spike step and the baseline loss it was measured against."""
+    return [
+        (spike.step, spike.baseline)
+        for spike in chart.spikes
+        if spike.decision == "pending" and spike.baseline is not None
+    ]
+
+
+def _baseline_marks(chart: LossChart, frame: _Frame) -> list[str]:
+    """Draw the baseline a pending spike is measured against across the plot, labelled.
+
+    The restart form says "baseline 5.76": this is that number as a line, so the spike's height
+    above it can be read off the chart.
+    """
+    parts = []
+    for step, baseline in _baselines(chart):
+        y = frame.y(baseline)
+        parts += [
+            f'<line x1="{_LEFT}" y1="{y}" x2="{frame.right}" y2="{y}" stroke="{_BASELINE}" '
+            f'stroke-width="1.5" stroke-dasharray="8 3 2 3">'
+            f"<title>baseline loss {baseline:g}: the spike at step {step:,} is measured "
+            "against it</title></line>",
+            f'<text x="{_LEFT + 4}" y="{y - 4}" fill="{_BASELINE}">baseline {baseline:.2f}</text>',
+        ]
+    return parts
+
+
 def _spike_marks(spikes: Sequence[Spike], frame: _Frame) -> list[str]:
     parts = []
     for spike in spikes:
@@ -378,6 +433,14 @@ def _legend(chart: LossChart, frame: _Frame) -> tuple[list[str], int]:
     entries = [(f'<line x1="0" y1="0" x2="18" y2="0" stroke="{_LINE}" stroke-width="2"/>', "loss")]
     if chart.spikes:
         entries.append((f'<circle cx="9" cy="0" r="5" fill="{_SPIKE}"/>', "loss spike"))
+    if _baselines(chart):
+        entries.append(
+            (
+                f'<line x1="0" y1="0" x2="18" y2="0" stroke="{_BASELINE}" stroke-width="1.5" '
+                'stroke-dasharray="8 3 2 3"/>',
+                "baseline loss",
+            )
+        )
     if any(s.decision == "pending" for s in chart.spikes) or chart.restarts:
         entries.append(
             (

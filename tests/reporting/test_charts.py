@@ -8,7 +8,14 @@ import xml.etree.ElementTree as ET
 
 from played_runs import play
 
-from prefect_ito.reporting.charts import LossChart, Spike, draw, loss_chart, markdown_image
+from prefect_ito.reporting.charts import (
+    LossChart,
+    Spike,
+    StageSpan,
+    draw,
+    loss_chart,
+    markdown_image,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -115,3 +122,68 @@ def test_a_chart_for_the_narrow_approval_form_wraps_its_legend_inside_its_width(
         x = float(group.get("transform").split("(")[1].split()[0])
         words = "".join(group.itertext())
         assert x + 24 + 6.2 * len(words) <= 440, words
+
+
+def _loss_at(root: ET.Element):
+    """Return the y a loss is drawn at, read from the loss axis's own tick labels."""
+    ticks = {}
+    for text in root.iter(f"{SVG}text"):
+        if text.get("text-anchor") == "end" and text.get("transform") is None:
+            try:
+                ticks[float("".join(text.itertext()))] = float(text.get("y")) - 4
+            except ValueError:
+                continue
+    (low, y_low), (high, y_high) = min(ticks.items()), max(ticks.items())
+    return lambda loss: y_low + (loss - low) * (y_high - y_low) / (high - low)
+
+
+def test_the_restart_form_chart_draws_the_baseline_the_form_names():
+    # The form says "baseline 5.76"; before, the chart had no line or point for it. Drawn as
+    # approval.py draws it: the run alone, at the form's width.
+    run, _ = play("demo", decide=None)
+    assert run.pending_action is not None and run.pending_action.baseline_loss is not None
+    baseline = run.pending_action.baseline_loss
+    root = parse(draw(loss_chart(run), width=440, height=280))
+
+    lines = [
+        line
+        for line in root.iter(f"{SVG}line")
+        if "".join(t.text or "" for t in line.iter(f"{SVG}title")).startswith("baseline loss")
+    ]
+    assert len(lines) == 1
+    (line,) = lines
+    assert line.get("y1") == line.get("y2")
+    assert abs(float(line.get("y1")) - _loss_at(root)(baseline)) < 0.5
+    assert f"baseline {baseline:.2f}" in texts(root)
+    assert "baseline loss" in texts(root)  # the legend names it
+
+
+def test_a_decided_spike_draws_no_baseline():
+    run, seen = play("demo", decide="approve")
+    root = parse(draw(loss_chart(run, seen)))
+
+    assert not [w for w in texts(root) if w.startswith("baseline")]
+
+
+def test_every_stage_of_the_full_curriculum_is_named_on_the_chart():
+    # Before, long_context, dpo and rlvr were too narrow for their names and went unlabelled.
+    run, seen = play("demo", decide="approve", post_training="rlvr")
+    chart = loss_chart(run, seen)
+    names = [stage.name.rsplit(".", 1)[-1] for stage in chart.stages]
+    assert names == ["pretrain", "mid_train", "long_context", "sft", "dpo", "rlvr"]
+
+    for width, height in ((720, 330), (440, 280)):
+        words = texts(parse(draw(chart, width=width, height=height)))
+        for name in names:
+            assert name in words, (width, name)
+
+
+def test_a_stage_name_too_long_for_the_plot_is_cut_not_dropped():
+    chart = LossChart(
+        points=[(0, 2.0), (1000, 1.0)],
+        stages=[StageSpan("pretrain", 0, 990), StageSpan("x" * 80, 990, 1000)],
+    )
+    words = texts(parse(draw(chart)))
+
+    cut = [w for w in words if w.startswith("xxx")]
+    assert len(cut) == 1 and cut[0].endswith("…") and len(cut[0]) < 80
