@@ -78,6 +78,13 @@ class TrainingQuote(_Model):
     warnings: list[str] = Field(
         default_factory=list, description="What a person should know before confirming."
     )
+    booking_usd_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="What the booking costs per hour in US dollars, whether or not "
+        "anything trains on it: the cost of a spend question left waiting (absent from older "
+        "backends).",
+    )
     manifest: TrainingRequest | None = Field(
         default=None,
         description="v0.4: the manifest the quote was made for (the six fields of the "

@@ -197,6 +197,17 @@ class PendingAction(_Model):
         default=None, description="Required for loss_spike_restart: where a restart resumes."
     )
     proposed_at: datetime
+    held_since: datetime | None = Field(
+        default=None,
+        description="When the backend began holding the run for this decision, in real "
+        "wall-clock time (absent from older backends).",
+    )
+    hold_usd_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="What holding the run costs per hour, in US dollars: the booking's "
+        "GPUs held idle while nobody decides (absent from older backends).",
+    )
 
     @model_validator(mode="after")
     def _spike_context(self) -> Self:

@@ -148,6 +148,20 @@ class Engine:
         real_start = self._started + (rec.held_at + rec.lag) / self.scenario.time_scale
         return rec.held_at + max(0.0, self._clock() - real_start)
 
+    def _hold(self, rec: RunRecord) -> None:
+        """Begin a wait for a person, and date it on the pending action in real time.
+
+        The hold began at the real moment the run's clock reached it, which may be before the
+        engine noticed (it catches runs up only when asked); people wait in real time, so the
+        date is the wall clock's, not the run's scaled one.
+        """
+        rec.held_at = rec.clock
+        real_seconds = (rec.held_at + rec.lag) / self.scenario.time_scale
+        if rec.pending_action is not None:
+            rec.pending_action = rec.pending_action.model_copy(
+                update={"held_since": self._anchor + timedelta(seconds=real_seconds)}
+            )
+
     def _release(self, rec: RunRecord) -> None:
         """End a wait for a person: from now on the run's clock lags the engine's by the wait."""
         rec.clock = max(rec.clock, self._run_now(rec))
@@ -163,7 +177,7 @@ class Engine:
             if rec.state is RunState.AWAITING_DECISION:
                 # Time passes without progress; the workload stays alive while it waits.
                 if rec.held_at is None:
-                    rec.held_at = rec.clock
+                    self._hold(rec)
                     now = self._run_now(rec)
                 rec.clock = rec.heartbeat = max(rec.clock, now)
                 return
@@ -648,7 +662,11 @@ class Engine:
         self._release(rec)
         rec.decisions.append(
             DecisionRecord(
-                action_id=action_id, decided_at=rec.at(), principal=principal, **body.model_dump()
+                # A person decides at a real moment: dated by the wall clock, not the run's.
+                action_id=action_id,
+                decided_at=self.wall_now(),
+                principal=principal,
+                **body.model_dump(),
             )
         )
         rec.pending_action = None

@@ -336,6 +336,8 @@ def _spike(
         baseline_loss=round(baseline, 4),
         proposed_checkpoint=proposed,
         proposed_at=rec.at(),
+        # The booking's GPUs stay reserved, idle, while nobody decides.
+        hold_usd_per_hour=round(rec.cost_per_second * 3600, 2),
     )
     rec.pending_action = action
     rec.state = RunState.AWAITING_DECISION

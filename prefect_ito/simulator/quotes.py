@@ -124,6 +124,7 @@ def _priced(
         ends_before_term=plan.duration_hours.high * 3600
         <= (booking.term_end - now).total_seconds(),
         expires_at=now,
+        booking_usd_per_hour=round(booking.gpus * script.gpu_hour_usd, 2),
         manifest=TrainingRequest.model_validate(
             request.model_dump(include=set(TrainingRequest.model_fields))
         ),

@@ -80,7 +80,8 @@ def test_a_person_s_wait_passes_in_real_time_and_later_events_follow_on():
     decided = engine.decide("acct", run.run_id, action.action_id, body, None, principal="user:acct")
 
     (decision,) = decided.decisions
-    assert timedelta(minutes=9) < decision.decided_at - action.proposed_at < timedelta(minutes=11)
+    assert action.held_since is not None
+    assert timedelta(minutes=9) < decision.decided_at - action.held_since < timedelta(minutes=11)
     clock.now += 10
     engine.advance()
     done = record.snapshot()
@@ -125,3 +126,40 @@ def test_runs_are_dated_when_created_and_listed_in_that_order(desk):
     assert len(created) == 5
     assert created == sorted(created)
     assert all(at <= answer for at, answer in zip(created, answered, strict=True))
+
+
+def test_a_decision_and_the_hold_before_it_are_dated_by_the_wall_clock():
+    # Before, decided_at came from the run's scaled clock: a restart decided on 2026-12-01
+    # said "decided at 2026-12-10". People wait and decide in real time.
+    clock = FakeClock()
+    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    run = submit(engine)
+    clock.now += 10  # the spike came some real seconds into these ten
+    engine.advance()
+    (record,) = engine.runs.values()
+    action = record.pending_action
+    assert action is not None
+    assert START < action.held_since < START + timedelta(seconds=10)
+
+    clock.now += 3600
+    body = DecisionRequest(decision="reject", decided_by="Ada", reason="noise")
+    decided = engine.decide("acct", run.run_id, action.action_id, body, None, principal="user:acct")
+
+    (decision,) = decided.decisions
+    assert decision.decided_at == START + timedelta(seconds=3610)
+
+
+def test_a_held_run_says_what_its_gpus_cost_an_hour():
+    scenario = builtin_scenario("loss-spike")
+    engine = Engine(scenario, clock=FakeClock())
+    submit(engine)
+    engine._clock.now += 10  # type: ignore[attr-defined]
+    engine.advance()
+    (record,) = engine.runs.values()
+    action = record.pending_action
+    assert action is not None
+
+    booking = engine.bookings["bk-h200-2x8-ib"]
+    assert action.hold_usd_per_hour == booking.gpus * scenario.run.gpu_hour_usd
+    assert action.hold_usd_per_hour > 0
