@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 
@@ -89,8 +90,38 @@ def simulator(
         exit_with(invalid_parameters(error))
     except InvalidParameters as error:
         exit_with(error)
-    print(f"Itô desk simulator ({chosen.name}) on http://{host}:{port}; contract under /v0")
+    print(banner(chosen.name, host, port), flush=True)
     SimUvicorn(create_app(chosen), host, port, log_level="info").run()
+
+
+def banner(scenario: str, host: str, port: int) -> str:
+    """Return what the command prints first: where the simulator serves, and how to log in to it.
+
+    Never a token: the way to one is the device login the simulator serves, which keeps the
+    token in the OS keyring.
+    """
+    url = f"http://{_reachable(host)}:{port}"
+    return (
+        f"Itô desk simulator ({scenario}) on {url}; contract under /v0\n"
+        "To get a token for it, in another shell (a device login: approve it on the page it "
+        "shows):\n"
+        f"  export ITO_COMPUTE_API_URL={url}\n"
+        "  prefect-ito login"
+    )
+
+
+def _reachable(host: str) -> str:
+    """Return the host a client on this machine uses for ``host``, bracketed if IPv6.
+
+    A simulator bound to every interface (``0.0.0.0``, ``::``) is reached on loopback.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # a name, such as localhost
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"[{address}]" if address.version == 6 else str(address)
 
 
 def _scopes(names: list[str]) -> list[Scope]:
