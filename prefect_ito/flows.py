@@ -38,7 +38,7 @@ from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
 from prefect_ito.supervision.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.supervision.tasks import TaskSteps
-from prefect_ito.waiting.cancellation import cancel_for_flow_run
+from prefect_ito.waiting.cancellation import CancelOutcome, cancel_for_flow_run, cancel_workload_of
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
@@ -164,5 +164,23 @@ async def ito_cancel_training(flow_run_id: str) -> str:
     """
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)  # type: ignore[arg-type]
-    await cancel_for_flow_run(ito_training, flow_run, flow_run.state)
-    return f"cancelled the backend workload of flow run {flow_run_id}"
+    outcome = await cancel_workload_of(flow_run)
+    said = _what_was_cancelled(flow_run_id, outcome)
+    get_run_logger().info("%s", said)
+    return said
+
+
+def _what_was_cancelled(flow_run_id: str, outcome: CancelOutcome) -> str:
+    """Say what a cancel did at the backend, naming the backend run and its state after."""
+    run = outcome.run
+    if run is None:
+        return f"Flow run {flow_run_id} has no backend run: nothing to cancel."
+    if outcome.cancelled_now:
+        return (
+            f"Cancelled backend run {run.run_id} of flow run {flow_run_id}: "
+            f"it is now {run.state.value}."
+        )
+    return (
+        f"Backend run {run.run_id} of flow run {flow_run_id} had already ended "
+        f"({run.state.value}): nothing to cancel."
+    )

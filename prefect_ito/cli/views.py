@@ -26,17 +26,26 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from prefect_ito.cli.temporary_prefect import has_real_server
+from prefect_ito.contract import Telemetry
 from prefect_ito.exceptions import ItoError
 from prefect_ito.reporting import cards
 from prefect_ito.reporting.report import SEEN, TrainingSummary
+from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL
 
 __all__ = [
+    "DetachFilter",
     "OutcomeFormatter",
     "TaskChatterFilter",
     "final_summary",
+    "parse_spend",
+    "print_cancel",
+    "print_detached",
     "print_outcome",
+    "print_status",
     "print_summary",
     "quiet_tasks",
+    "spend_numbers",
     "without_images",
 ]
 
@@ -51,6 +60,22 @@ class TaskChatterFilter(logging.Filter):
             and str(record.msg).startswith("Finished in state")
         )
         return not chatter
+
+
+class DetachFilter(logging.Filter):
+    """Drops the ERROR lines Prefect and the flow write when the person at the terminal detached.
+
+    A deliberate detach is no error: the command says so in one line of its own
+    (:func:`print_detached`). The records still reach the Prefect API, where the flow run ends
+    in its ``Detached`` state.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        detach = message.startswith(DETACHED_AT_TERMINAL) or message.startswith(
+            "Finished in state Detached("
+        )
+        return not (record.name.startswith("prefect.") and detach)
 
 
 class OutcomeFormatter(logging.Formatter):
@@ -74,21 +99,22 @@ class OutcomeFormatter(logging.Formatter):
 
 @contextlib.contextmanager
 def quiet_tasks(verbose: bool = False) -> Iterator[None]:
-    """Keep task-run chatter and outcome tracebacks off the console handlers (only those)."""
-    if verbose:
-        yield
-        return
-    chatter = TaskChatterFilter()
+    """Keep task-run chatter, outcome tracebacks and a detach's ERROR lines off the console
+    handlers (only those); ``verbose`` keeps the chatter and the tracebacks."""
     handlers = [h for h in logging.getLogger().handlers if isinstance(h, PrefectConsoleHandler)]
+    filters: list[logging.Filter] = [DetachFilter()] + ([] if verbose else [TaskChatterFilter()])
     formatters = [h.formatter for h in handlers]
     for handler in handlers:
-        handler.addFilter(chatter)
-        handler.setFormatter(OutcomeFormatter(handler.formatter))
+        for added in filters:
+            handler.addFilter(added)
+        if not verbose:
+            handler.setFormatter(OutcomeFormatter(handler.formatter))
     try:
         yield
     finally:
         for handler, formatter in zip(handlers, formatters, strict=True):
-            handler.removeFilter(chatter)
+            for added in filters:
+                handler.removeFilter(added)
             handler.setFormatter(formatter)
 
 
@@ -198,9 +224,127 @@ def _telemetry(summary: TrainingSummary) -> Table:
     return table
 
 
-def without_images(markdown: str) -> str:
-    """Return ``markdown`` with its data-URI images (the chart) named instead of shown."""
-    return _DATA_IMAGE.sub(r"*(\1: a chart, shown in the Prefect UI)*", markdown)
+def without_images(markdown: str, *, ui: bool | None = None) -> str:
+    """Return ``markdown`` with its data-URI images (the chart) named instead of shown.
+
+    Args:
+        markdown: A card or form description.
+        ui: Whether a Prefect UI shows the chart; default: whether a real Prefect server is
+            configured (in ephemeral mode there is no UI to point at).
+    """
+    if ui is None:
+        ui = has_real_server()
+    where = "shown in the Prefect UI" if ui else "not shown at the terminal"
+    return _DATA_IMAGE.sub(rf"*(\1: a chart, {where})*", markdown)
 
 
 _DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
+
+
+def print_detached(console: Console, state: State[Any]) -> None:
+    """Say calmly what a detach left running and how to re-attach: one line, not an error."""
+    summary = final_summary(state)
+    if summary is None:
+        console.print(
+            "Detached: no backend run was started; run the same `prefect-ito train` again.",
+            soft_wrap=True,
+        )
+        return
+    console.print(  # a command to copy: never broken across lines
+        f"Detached: backend run {escape(summary.run_id)} goes on at the backend; re-attach with "
+        f"`prefect-ito attach {escape(summary.run_id)}` (or run the same `prefect-ito train`).",
+        soft_wrap=True,
+    )
+
+
+def spend_numbers(spend_usd: float | None, budget_usd: float | None) -> dict[str, float | None]:
+    """Return spend, ceiling and their ratio as numbers (None where unknown), for ``--json``."""
+    ratio = spend_usd / budget_usd if spend_usd is not None and budget_usd else None
+    return {"spend_usd": spend_usd, "budget_usd": budget_usd, "spend_fraction": ratio}
+
+
+def parse_spend(text: str) -> tuple[float | None, float | None]:
+    """Return the spend and the ceiling that a progress card states as text
+    (:func:`prefect_ito.reporting.cards.spend`); Nones when the text says otherwise."""
+    found = _SPEND_TEXT.match(text)
+    if found is None:
+        return None, None
+    spent, budget = (float(group.replace(",", "")) for group in found.groups())
+    return spent, budget
+
+
+_SPEND_TEXT = re.compile(r"^\$([\d,]+(?:\.\d+)?) of \$([\d,]+(?:\.\d+)?) ")
+
+
+def _spend_text(facts: dict[str, Any]) -> str:
+    if facts["spend_usd"] is None or not facts["budget_usd"]:
+        return "?"
+    # The card's own wording, from the two numbers it needs.
+    numbers = {"spend_usd": facts["spend_usd"], "budget_usd": facts["budget_usd"]}
+    return cards.spend(Telemetry.model_construct(**numbers))
+
+
+def print_status(console: Console, shown: dict[str, Any]) -> None:
+    """Print what ``prefect-ito status`` found: the flow run, then its backend run."""
+    # Names and messages come from Prefect, where anyone with API access writes them: text only.
+    name, state = escape(shown["flow_run_name"]), escape(shown["state_name"] or "?")
+    console.print(f"{name}: [bold]{state}[/]")
+    if shown["state_message"]:
+        console.print(shown["state_message"], markup=False)
+    facts = shown["backend_run"]
+    if facts is None:
+        console.print("Backend run: none reported yet.")
+        return
+    _print_backend_run(console, facts)
+    console.print(f"Stage: {facts['stage'] or '—'}", markup=False)
+    console.print(f"Spend: {_spend_text(facts)}", markup=False)
+    pending = facts["pending_decision"]
+    if not pending:
+        console.print("Pending decision: none")
+        return
+    console.print(f"[bold yellow]Pending decision:[/] {escape(pending)}", soft_wrap=True)
+    console.print(
+        f"Decide: prefect-ito decide {shown['flow_run_id']} --approve|--reject --reason TEXT "
+        "--name NAME",
+        soft_wrap=True,  # a command to copy: never broken across lines
+    )
+
+
+def _print_backend_run(console: Console, facts: dict[str, Any]) -> None:
+    run = f"Backend run: {facts['run_id'] or '?'} ({facts['state'] or '?'})"
+    if facts["source"] == "backend":
+        console.print(f"{run}, as the backend states it now.", markup=False, soft_wrap=True)
+        return
+    console.print(
+        f"{run}, from the progress card of {facts['as_of'] or 'an unknown time'}: it may be "
+        f"stale (the backend was not asked: {facts['stale_because']}).",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+_LEFT_TO = {
+    "automation": "The backend run is left to the cancel-on-cancelled Automation (the "
+    "ito-cancel-training deployment), which cancels it once Prefect marks the flow run Cancelled.",
+    "flow_process": "The backend run is left to the process running the flow: its worker's "
+    "on_cancellation hook (or the terminal's `prefect-ito train`) cancels it as the flow stops, "
+    "and the cancel-on-cancelled Automation after that.",
+}
+
+
+def print_cancel(console: Console, sent: dict[str, Any]) -> None:
+    """Print what ``prefect-ito cancel`` did, what it left to others, and the backend run."""
+    flow_run = f"Flow run {sent['flow_run_id']} ({sent['flow_run_state_before'] or '?'})"
+    if sent["cancel_requested_in_prefect"]:
+        console.print(f"{flow_run}: cancellation requested in Prefect.", markup=False)
+    else:
+        console.print(f"{flow_run} had already ended: its state is left as it is.", markup=False)
+    facts = sent["backend_run"]
+    if facts is None:
+        console.print("No backend run was found for it: nothing to cancel at the backend.")
+        return
+    if sent["backend_cancelled_here"]:
+        console.print(f"Cancelled backend run {facts['run_id']} from here.", markup=False)
+    if sent["left_to"]:
+        console.print(_LEFT_TO[sent["left_to"]], markup=False, soft_wrap=True)
+    _print_backend_run(console, facts)

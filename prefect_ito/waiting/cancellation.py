@@ -13,13 +13,14 @@ on, and ``prefect-ito attach RUN_ID`` or running the same request again re-attac
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
 
 from prefect_ito.backend import desk
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import Detached
@@ -28,12 +29,20 @@ from prefect_ito.waiting.deferral import read_recorded_run_id
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = [
+    "DETACHED_AT_TERMINAL",
+    "CancelOutcome",
     "cancel_for_flow_run",
+    "cancel_supervised_run",
+    "cancel_workload_of",
     "cancellation_requested",
     "raise_if_detached",
     "request_detach",
     "stop_requested",
+    "supervised_run",
 ]
+
+DETACHED_AT_TERMINAL = "detached at the terminal"
+"""How every message of a detach begins; the terminal shows such lines calmly, not as errors."""
 
 _detach = threading.Event()
 
@@ -47,7 +56,7 @@ def raise_if_detached() -> None:
     """Raise :class:`Detached` once :func:`request_detach` was called in this process."""
     if _detach.is_set():
         raise Detached(
-            "detached at the terminal: the backend run goes on; re-attach with "
+            f"{DETACHED_AT_TERMINAL}: the backend run goes on; re-attach with "
             "`prefect-ito attach RUN_ID`"
         )
 
@@ -73,26 +82,59 @@ async def stop_requested(flow_run_id: UUID | None) -> bool:
     return await cancellation_requested(flow_run_id)
 
 
+class CancelOutcome(NamedTuple):
+    """What a cancel found at the backend: the run as it stands after, and whether this cancel
+    is what stopped it (False: it had already ended, or no backend run was found)."""
+
+    run: TrainingRun | None
+    cancelled_now: bool
+
+
 async def cancel_for_flow_run(flow: Any, flow_run: FlowRun, state: Any) -> None:
     """Cancel the backend workload that a cancelled ``ito-training`` flow run supervised.
 
-    Used as the flow's ``on_cancellation`` hook (which Prefect runs in the worker after it killed
-    the flow's process) and by the ``ito-cancel-training`` flow. It finds the workload from the
-    flow run's own records — the backend run it recorded, or the run id it attached to, or the
-    booking and manifest digest of its request — so it needs no state of its own. A crashed or
-    evicted flow run is never cancelled this way: it is re-attached instead.
+    The flow's ``on_cancellation`` hook, which Prefect runs in the worker after it killed the
+    flow's process; see :func:`cancel_workload_of`. A crashed or evicted flow run is never
+    cancelled this way: it is re-attached instead.
+    """
+    await cancel_workload_of(flow_run)
+
+
+async def cancel_workload_of(flow_run: FlowRun) -> CancelOutcome:
+    """Cancel the backend workload of a training flow run, with its own credentials parameter.
+
+    Used by the ``on_cancellation`` hook and by the ``ito-cancel-training`` flow. It finds the
+    workload from the flow run's own records (see :func:`supervised_run`), so it needs no state
+    of its own.
+
+    Returns:
+        The backend run as it stands after the cancel, and whether this call cancelled it.
+    """
+    creds = await resolve_credentials(dict(flow_run.parameters or {}).get("credentials"))
+    async with creds.get_client() as client:
+        return await cancel_supervised_run(client, flow_run)
+
+
+async def cancel_supervised_run(client: ItoClient, flow_run: FlowRun) -> CancelOutcome:
+    """Cancel the backend run ``flow_run`` supervised, over ``client``; idempotent."""
+    run = await supervised_run(client, flow_run)
+    if run is None or run.finished:
+        return CancelOutcome(run, cancelled_now=False)
+    reason = f"Prefect flow run {flow_run.id} was cancelled"
+    run = await desk.cancel_training_workload(client, run.run_id, reason=reason)
+    return CancelOutcome(run, cancelled_now=True)
+
+
+async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | None:
+    """Return the backend run a training flow run supervises, as the backend states it now.
+
+    Found from the flow run's own records: the backend run it recorded, or the run id it
+    attached to, or the booking and manifest digest of its request. None when there is none.
     """
     parameters = dict(flow_run.parameters or {})
-    creds = await resolve_credentials(parameters.get("credentials"))
-    reason = f"Prefect flow run {flow_run.id} was cancelled"
-    async with creds.get_client() as client:
-        run: TrainingRun | None
-        recorded = await read_recorded_run_id(flow_run.id)
-        if recorded is not None or "run_id" in parameters:
-            run = await client.get_training_run(recorded or str(parameters["run_id"]))
-        else:
-            training = TrainingParameters.parse(parameters.get("training") or {})
-            request = training.to_request(await resolve_booking(training))
-            run = await desk.find_attachable_run(client, request)
-        if run is not None and not run.finished:
-            await desk.cancel_training_workload(client, run.run_id, reason=reason)
+    recorded = await read_recorded_run_id(flow_run.id)
+    if recorded is not None or "run_id" in parameters:
+        return await client.get_training_run(recorded or str(parameters["run_id"]))
+    training = TrainingParameters.parse(parameters.get("training") or {})
+    request = training.to_request(await resolve_booking(training))
+    return await desk.find_attachable_run(client, request)

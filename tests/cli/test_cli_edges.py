@@ -260,7 +260,7 @@ def test_ctrl_c_at_a_terminal_detaches_in_ephemeral_mode(tmp_path):
             stop_group(train)
 
     assert train.returncode == ExitCode.DETACHED, output
-    assert "Final state: Detached" in output
+    assert "Detached: backend run " in output and "ERROR" not in output, output
     assert "Traceback" not in output and "Crash detected" not in output
 
 

@@ -110,10 +110,11 @@ def deployment_file(directory: Path, shipped: Path = SHIPPED_YAML) -> Path:
     """Copy a shipped deployment file with what a user would edit for this machine.
 
     A pull step (the checkout route's) points at this checkout; the installed-package route has
-    none. Schedules are inactive so that the nightly cron never fires in a test. Everything else —
-    the block names included — stays as shipped.
+    none. Schedules are inactive so that the nightly cron never fires in a test. The training
+    deployments name the standing authorization the stack saves (docs/deployments.md §2's edit).
+    Everything else — the other block names included — stays as shipped.
     """
-    config = yaml.safe_load(shipped.read_text())
+    config = _with_standing_authorization(yaml.safe_load(shipped.read_text()))
     if config["pull"]:
         config["pull"] = [
             {"prefect.deployments.steps.set_working_directory": {"directory": str(CHECKOUT)}}
@@ -126,9 +127,18 @@ def deployment_file(directory: Path, shipped: Path = SHIPPED_YAML) -> Path:
     return path
 
 
+def _with_standing_authorization(config: dict[str, Any]) -> dict[str, Any]:
+    """Name :data:`AUTHORIZATION_BLOCK` where a shipped file leaves the authorization unset."""
+    for deployment in config["deployments"]:
+        if "authorization" in (deployment.get("parameters") or {}):
+            deployment["parameters"]["authorization"] = AUTHORIZATION_BLOCK
+    return config
+
+
 def shipped_parameters(shipped: Path, deployment_name: str) -> dict[str, Any]:
-    """Return a shipped deployment's parameters, as Prefect reads them (anchors resolved)."""
-    config = yaml.safe_load(shipped.read_text())
+    """Return a deployment's parameters as deployed here (anchors resolved; see
+    :func:`deployment_file`)."""
+    config = _with_standing_authorization(yaml.safe_load(shipped.read_text()))
     (deployment,) = [d for d in config["deployments"] if d["name"] == deployment_name]
     return dict(deployment.get("parameters") or {})
 

@@ -17,7 +17,7 @@ from prefect.states import Cancelling
 from spend_helpers import covering_authorization
 
 from prefect_ito.contract import RunState
-from prefect_ito.flows import ito_training
+from prefect_ito.flows import ito_cancel_training, ito_training
 from prefect_ito.simulator import builtin_scenario
 
 
@@ -73,11 +73,35 @@ async def test_cancelling_a_paused_flow_cancels_the_backend_workload(start_simul
     assert run.decisions == []
 
 
+async def test_the_cancel_flow_says_which_backend_run_it_cancelled_and_its_state(
+    start_simulator, caplog
+):
+    """Before, ito-cancel-training logged nothing and returned no backend run id."""
+    simulator = start_simulator("loss-spike")
+    flow_run, flow = await start_flow(parameters(simulator))
+    await wait_for_pause(flow_run.id)
+    run_id = simulator.runs()[0].run.run_id
+
+    said = await ito_cancel_training(str(flow_run.id))
+    again = await ito_cancel_training(str(flow_run.id))  # idempotent, and says so
+
+    await request_cancel(flow_run.id)
+    await asyncio.wait_for(flow, timeout=120)
+    assert simulator.runs()[0].run.state is RunState.CANCELLED
+    assert said == f"Cancelled backend run {run_id} of flow run {flow_run.id}: it is now cancelled."
+    assert again == (
+        f"Backend run {run_id} of flow run {flow_run.id} had already ended (cancelled): "
+        "nothing to cancel."
+    )
+    logged = [r.getMessage() for r in caplog.records if r.name == "prefect.flow_runs"]
+    assert said in logged and again in logged, logged
+
+
 _CHILD = textwrap.dedent(
     """
     import asyncio, sys
     from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
-    from prefect_ito.flows import ito_training
+    from prefect_ito.flows import ito_cancel_training, ito_training
 
     asyncio.run(ito_training(
         {**REQUEST, "booking": sys.argv[2]}, credentials=ItoCredentials(api_url=sys.argv[1]),
