@@ -23,21 +23,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-from prefect.flow_runs import apause_flow_run, asuspend_flow_run
+from prefect.flow_runs import apause_flow_run
 from prefect.input import RunInput
 from pydantic import ValidationError
 
 from prefect_ito.exceptions import ItoError
 from prefect_ito.people import answers
+from prefect_ito.reporting.cards import when
 from prefect_ito.waiting.cancellation import stop_requested
-from prefect_ito.waiting.flow_run import can_suspend, current_flow_run_id
+from prefect_ito.waiting.flow_run import can_suspend, current_flow_run_id, suspend
 
-__all__ = ["PAUSE_MARGIN_SECONDS", "ask", "stored_answer"]
+__all__ = ["PAUSE_MARGIN_SECONDS", "ask", "state_message", "stored_answer"]
 
 PAUSE_MARGIN_SECONDS = 5.0
 """How long before Prefect's own pause deadline an in-process wait gives up by itself."""
@@ -61,6 +63,7 @@ async def ask(
     initial: dict[str, Any] | None = None,
     settled: Settled | None = None,
     fresh: bool = False,
+    asks: str = "answer the form under Resume",
 ) -> F | None:
     """Wait for a person's answer on ``form``; None if the flow run was cancelled meanwhile.
 
@@ -84,6 +87,8 @@ async def ask(
             ``prefect-ito watch`` instead.)
         fresh: Ask anew even if the latest question under ``key`` has an answer: that answer
             was already acted on.
+        asks: What the person is asked to do, for the suspended state's message (see
+            :func:`state_message`).
 
     Raises:
         ItoError: what ``timed_out`` returns, when nobody answered in time (in-process only; a
@@ -95,13 +100,12 @@ async def ask(
     prefilled = form.with_initial_data(description=description, **(initial or {}))
     suspending = can_suspend()
     give_up_at = asyncio.get_running_loop().time() + timeout
+    message = state_message(asks, datetime.now(UTC) + timedelta(seconds=timeout))
     while True:
         asked_key = await _unused_key(key, "suspended" if suspending else "paused")
         if suspending:
             with contextlib.suppress(ValidationError):  # resumed without an answer: see below
-                await asuspend_flow_run(
-                    wait_for_input=prefilled, timeout=int(timeout), key=asked_key
-                )
+                await suspend(asked_key, message=message, timeout=int(timeout), form=prefilled)
         else:
             left = give_up_at - asyncio.get_running_loop().time()
             if not await _pause(prefilled, asked_key, left, poll_interval, timed_out, settled):
@@ -113,6 +117,15 @@ async def ask(
             "asking again.",
             asked_key,
         )
+
+
+def state_message(asks: str, deadline: datetime) -> str:
+    """Return what a suspended run's state says it waits for: a person, to do what, by when.
+
+    Example:
+        ``Waiting for a person: confirm the spend of $23k–$34k by 2026-11-30 09:12 UTC``
+    """
+    return f"Waiting for a person: {asks} by {when(deadline)}"
 
 
 async def stored_answer(form: type[F], key: str, *, only: str | None = None) -> F | None:

@@ -1,4 +1,5 @@
-"""A quote as a person reads it: the cost first, then where to confirm, then the plan.
+"""A quote as a person reads it: the cost, the ceiling and the term first; then where to
+confirm; then the plan.
 
 The Prefect form of a spend, the terminal's prompt, ``prefect-ito quote`` and ``prefect-ito
 confirm`` all show a quote with :func:`describe`, so a person reads the same thing wherever they
@@ -11,7 +12,7 @@ from prefect_ito.contract import CostRange, QuoteState, TrainingQuote, TrainingR
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
 
-__all__ = ["SHOWN_DATA_REFS", "describe"]
+__all__ = ["SHOWN_DATA_REFS", "describe", "estimate", "short_usd", "spend_question"]
 
 SHOWN_DATA_REFS = 3
 """Data references listed by name; the rest are counted."""
@@ -20,16 +21,20 @@ SHOWN_DATA_REFS = 3
 def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = True) -> str:
     """Return the markdown a person reads above the form: cost first, then where to confirm.
 
-    The Resume dialog is narrow and does not wrap table cells, so values stay short. Without
-    ``choices`` (``prefect-ito quote``) the form's answers are left out.
+    The Resume dialog shows the description in a box about 290 px high: its first lines say
+    the estimate, the ceiling and the booking's term, and the estimate's table follows; the
+    manifest and the plan are below. The dialog is narrow and does not wrap table cells, so
+    values stay short. Without ``choices`` (``prefect-ito quote``) the form's answers are left
+    out.
     """
     plan = quote.plan
     p = plan.parallelism
-    outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
     over = "" if quote.within_budget else " — **the estimate is above it**"
     lines = [
-        f"### Spend on booking {md.code(quote.booking_id)}: up to "
-        f"${plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most",
+        f"### Spend on booking {md.code(quote.booking_id)}: {estimate(quote)} estimated, "
+        f"${request.budget_usd:,.0f} at most{over}",
+        "",
+        _term(quote),
         "",
         "| estimate | low | high |",
         "|---|---|---|",
@@ -57,9 +62,6 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
         "Custom data: the 150M ladder checks it first, and may reject it."
         if plan.ladder_check
         else "Catalog data only: no ladder check.",
-        "",
-        f"The booking's term ends {when(quote.term_end)}{outlast}. "
-        f"This quote expires {when(quote.expires_at)}.",
     ]
     if quote.not_carried:
         lines += [
@@ -82,6 +84,36 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
             "flow run ends Declined.",
             "- **recheck**: you confirmed on the backend's page; the flow reads the quote again.",
         ]
+    )
+
+
+def estimate(quote: TrainingQuote) -> str:
+    """Return the quote's cost estimate as said in one breath: ``$23k–$34k``."""
+    cost = quote.plan.cost_usd
+    low, high = short_usd(cost.low), short_usd(cost.high)
+    return low if low == high else f"{low}–{high}"
+
+
+def short_usd(amount: float) -> str:
+    """Return an amount of US dollars rounded as a person says it: ``$950``, ``$23k``, ``$1.2M``."""
+    if amount >= 1e6:
+        return f"${amount / 1e6:,.1f}M"
+    if amount >= 1e4:
+        return f"${amount / 1e3:,.0f}k"
+    return f"${amount:,.0f}"
+
+
+def spend_question(quote: TrainingQuote) -> str:
+    """Return what a person is asked about a spend, in a few words: for a state, a notice."""
+    return f"confirm the spend of {estimate(quote)} on booking {quote.booking_id}"
+
+
+def _term(quote: TrainingQuote) -> str:
+    """Return the line on the booking's term, the quote's expiry, and what waiting costs."""
+    outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
+    return (
+        f"The booking's term ends {when(quote.term_end)}{outlast}. "
+        f"This quote expires {when(quote.expires_at)}."
     )
 
 

@@ -23,19 +23,21 @@ import uuid
 from datetime import UTC, datetime
 from uuid import UUID
 
-from prefect import get_client
+from prefect import get_client, get_run_logger
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-from prefect.flow_runs import asuspend_flow_run
 from pydantic import BaseModel, ConfigDict
 
 from prefect_ito.contract import TrainingRun
+from prefect_ito.waiting.flow_run import fired_pause_keys, suspend
 from prefect_ito.waiting.keys import BACKEND_RUN_KEY, DEFER_PREFIX
 
 __all__ = [
+    "PARKED",
     "BackendRecord",
     "Deferral",
     "deferral_key",
     "latest_deferral",
+    "parked_message",
     "read_deferral",
     "read_recorded_run_id",
     "record_run_id",
@@ -43,6 +45,12 @@ __all__ = [
 ]
 
 _KEY_NAMESPACE = uuid.UUID("8f0e4b0a-2d7f-4a37-9f1e-5b6c3a9d2e41")
+
+PARKED = (
+    "Waiting for the backend; prefect-ito watch resumes this run when its backend run changes; "
+    "nothing to do."
+)
+"""What a parked flow run logs as it suspends: a person reading its log has nothing to do."""
 
 
 class BackendRecord(BaseModel):
@@ -90,15 +98,42 @@ def deferral_key(run: TrainingRun) -> str:
 
 
 async def suspend_until_changed(flow_run_id: UUID, run: TrainingRun, record: Deferral) -> None:
-    """Write the record and suspend this flow run; return only if this version was waited on.
+    """Write the record and suspend this flow run ("parked"); return only if Prefect refused.
 
-    Suspending ends the flow's process (Prefect's ``Pause`` signal propagates). Prefect returns
-    at once instead when the same pause key was used before — the flow run was resumed although
-    nothing it waits on changed — and the caller then waits in its process for one change.
+    Suspending ends the flow's process (Prefect's ``Pause`` signal propagates). The Suspended
+    state says that it waits for the backend, not for a person. A flow run resumed although
+    nothing it waits on changed (Resume pressed by hand) finds this version's key fired: it
+    says so and parks again under a key of its own. Should Prefect still refuse the
+    suspension, this returns and the caller waits in its process for one change.
     """
     key = deferral_key(run)
+    fired = await fired_pause_keys(flow_run_id)
+    if key in fired:
+        get_run_logger().info(
+            "Resumed although backend run %s has not changed since this flow run parked on it "
+            "(still version %d): nothing to do, a Resume by hand changes nothing here. Parking "
+            "again.",
+            run.run_id,
+            run.version,
+        )
+        key = _unfired(key, fired)
     await _write(flow_run_id, key, record.model_dump_json())
-    await asuspend_flow_run(key=key, timeout=None)
+    get_run_logger().info("%s", PARKED)
+    await suspend(key, message=parked_message(run), timeout=None)
+
+
+def parked_message(run: TrainingRun) -> str:
+    """Return the state message of a flow run parked on ``run``: not waiting for a person."""
+    stage = f", {run.current_stage}" if run.current_stage else ""
+    return (
+        f"Parked: waiting for the backend (run {run.run_id}{stage}). prefect-ito watch resumes "
+        "this run when its backend run changes; nothing to do."
+    )
+
+
+def _unfired(key: str, fired: set[str]) -> str:
+    """Return the first of ``key-2``, ``key-3``, … that Prefect has not suspended under."""
+    return next(f"{key}-{n}" for n in range(2, len(fired) + 3) if f"{key}-{n}" not in fired)
 
 
 async def read_deferral(flow_run_id: UUID, key: str) -> Deferral | None:

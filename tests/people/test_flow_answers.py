@@ -45,12 +45,12 @@ def suspensions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Make the flow runs here suspend (as from a deployment); return the keys suspended under."""
     keys: list[str] = []
 
-    async def suspend(*, wait_for_input: Any, timeout: int, key: str) -> None:
+    async def suspend(key: str, *, message: str, timeout: int, form: Any) -> None:
         keys.append(key)
         raise Suspension(key)
 
     monkeypatch.setattr(asking, "can_suspend", lambda: True)
-    monkeypatch.setattr(asking, "asuspend_flow_run", suspend)
+    monkeypatch.setattr(asking, "suspend", suspend)
     return keys
 
 

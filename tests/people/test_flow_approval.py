@@ -164,11 +164,11 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
     # once more before "approved": the flow proposed a suspension Prefect then refused.
     from prefect_ito.people import approval, asking
 
-    async def no_second_suspension(**_: Any) -> None:
+    async def no_second_suspension(*_: Any, **__: Any) -> None:
         raise AssertionError("suspended again")
 
     monkeypatch.setattr(asking, "can_suspend", lambda: True)
-    monkeypatch.setattr(asking, "asuspend_flow_run", no_second_suspension)
+    monkeypatch.setattr(asking, "suspend", no_second_suspension)
     run = spiked_run()
 
     @flow

@@ -245,10 +245,10 @@ async def test_a_re_entered_flow_run_takes_up_the_quote_it_recorded(start_simula
     # about (confirmed meanwhile at the backend) and submits on it, asking nobody again.
     from prefect_ito.people import asking
 
-    async def no_suspension(**_: Any) -> None:
+    async def no_suspension(*_: Any, **__: Any) -> None:
         raise AssertionError("suspended again")
 
-    monkeypatch.setattr(asking, "asuspend_flow_run", no_suspension)
+    monkeypatch.setattr(asking, "suspend", no_suspension)
     simulator = start_simulator("default")
     credentials = ItoCredentials(api_url=simulator.url)
     training = TrainingParameters(**parameters(simulator)["training"])
