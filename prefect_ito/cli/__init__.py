@@ -86,6 +86,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "prefect_ito.cli.training:status",
         "Show a training flow run: its state, backend run, stage, spend and any pending decision.",
     ),
+    "inbox": (
+        "prefect_ito.cli.inbox:inbox",
+        "Show every flow run that waits for a person, oldest first, and how to answer each.",
+    ),
     "cancel": (
         "prefect_ito.cli.training:cancel",
         "Cancel a training flow run and its backend workload (never the booking).",

@@ -24,10 +24,11 @@ from __future__ import annotations
 import contextlib
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
-from prefect import get_client
+import httpx
+from prefect import get_client, get_run_logger
 from prefect.events import emit_event
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.utilities.urls import url_for
@@ -252,13 +253,16 @@ def _record(question: Question) -> None:
     ends the process, and a record written in the background might never arrive.
     """
     key = QUESTION_RECORD_PREFIX + question.key
-    value: Any = question.model_dump(mode="json")
     flow_run_id = UUID(question.flow_run_id)
-    with get_client(sync_client=True) as client:
-        # A new quote of the same manifest replaces the record; none yet is fine.
-        with contextlib.suppress(ObjectNotFound, PrefectHTTPStatusError):
-            client.delete_flow_run_input(flow_run_id, key)
-        client.create_flow_run_input(flow_run_id, key, value)
+    try:
+        with get_client(sync_client=True) as client:
+            # A new quote of the same manifest replaces the record; none yet is fine.
+            with contextlib.suppress(ObjectNotFound, PrefectHTTPStatusError):
+                client.delete_flow_run_input(flow_run_id, key)
+            client.create_flow_run_input(flow_run_id, key, question.model_dump_json())
+    except (PrefectHTTPStatusError, httpx.TransportError) as error:
+        # The inbox misses this question's details; the question itself still stands.
+        get_run_logger().warning("Could not keep the question's record for the inbox: %s", error)
 
 
 def _link(flow_run_id: UUID) -> str | None:

@@ -1,0 +1,183 @@
+"""``prefect-ito inbox``: every flow run that waits for a person, oldest first.
+
+A paused flow run waits for a person unless it is parked for the watcher (its pause key starts
+with :data:`~prefect_ito.waiting.keys.DEFER_PREFIX`: it waits for the backend, and
+``prefect-ito watch`` resumes it). What is asked comes from the question's record
+(:mod:`prefect_ito.people.notices`); since when and the deadline come from the flow run's own
+paused state. Anyone with Prefect API access can write a record, so the inbox only shows it:
+the link to the form is built here from the flow run's id, and text is printed as text.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.utilities.urls import url_for
+from pydantic import ValidationError
+from rich.console import Console
+
+from prefect_ito.cli.errors import respond
+from prefect_ito.cli.output import JsonOption
+from prefect_ito.cli.temporary_prefect import has_real_server
+from prefect_ito.exceptions import PrefectServerRequired
+from prefect_ito.people.answers import is_question_key
+from prefect_ito.people.notices import Question
+from prefect_ito.waiting.keys import (
+    DEFER_PREFIX,
+    QUESTION_RECORD_PREFIX,
+    RESTART_PREFIX,
+    SPEND_PREFIX,
+)
+
+__all__ = ["inbox"]
+
+_console = Console()
+
+_PAGE = 200
+"""Flow runs read per request."""
+
+_CONFIRM_COMMAND = re.compile(r"prefect-ito confirm [A-Za-z0-9_.:-]{1,128}")
+"""The only shape of a spend's answering command the inbox repeats from a record."""
+
+
+def inbox(*, json_output: JsonOption = False) -> None:
+    """Show every flow run that waits for a person, oldest first, and how to answer each.
+
+    For each: what is asked, since when, the deadline, the cost held so far, the link to its
+    form in the Prefect UI and the command that answers it. Runs parked for the watcher wait
+    for the backend, not for a person, and are left out. Reads only Prefect.
+    """
+    respond(json_output, _read_inbox(), _show_inbox)
+
+
+async def _read_inbox() -> list[dict[str, Any]]:
+    if not has_real_server():
+        raise PrefectServerRequired(
+            "`prefect-ito inbox` needs a real Prefect server: set PREFECT_API_URL"
+        )
+    async with get_client() as client:
+        waiting = [run for run in await _paused_runs(client) if _waits_for_person(run)]
+        entries = [_entry(run, await _question(client, run)) for run in waiting]
+    return sorted(entries, key=lambda entry: entry["since"] or "")
+
+
+async def _paused_runs(client: PrefectClient) -> list[FlowRun]:
+    """Return every paused or suspended flow run, across deployments and work pools."""
+    paused = FlowRunFilter(
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+    )
+    found: list[FlowRun] = []
+    while True:
+        page = await client.read_flow_runs(
+            flow_run_filter=paused,
+            sort=FlowRunSort.START_TIME_ASC,
+            limit=_PAGE,
+            offset=len(found),
+        )
+        found += page
+        if len(page) < _PAGE:
+            return found
+
+
+def _waits_for_person(flow_run: FlowRun) -> bool:
+    state = flow_run.state
+    if state is None or not state.is_paused():
+        return False
+    return not (state.state_details.pause_key or "").startswith(DEFER_PREFIX)
+
+
+async def _question(client: PrefectClient, flow_run: FlowRun) -> Question | None:
+    """Return the record of the question the run's pause asks, if one was kept (display only)."""
+    pause_key = (flow_run.state.state_details.pause_key if flow_run.state else None) or ""
+    records = await client.filter_flow_run_input(
+        flow_run.id, QUESTION_RECORD_PREFIX, limit=50, exclude_keys=set()
+    )
+    for record in records:
+        if is_question_key(record.key.removeprefix(QUESTION_RECORD_PREFIX), pause_key):
+            try:
+                return Question.model_validate(record.decoded_value)
+            except (ValidationError, ValueError):
+                return None  # not a record prefect-ito wrote: nothing to show of it
+    return None
+
+
+def _entry(flow_run: FlowRun, question: Question | None) -> dict[str, Any]:
+    """Return what the inbox shows of one waiting flow run; numbers as numbers."""
+    state = flow_run.state
+    details = state.state_details if state else None
+    pause_key = (details.pause_key if details else None) or ""
+    cost = question.held_now() if question else None
+    return {
+        "flow_run_id": str(flow_run.id),
+        "flow_run_name": flow_run.name,
+        "kind": _kind(pause_key),
+        "suspended": bool(details and details.pause_reschedule),
+        "asked": question.asked if question else None,
+        "evidence": question.evidence if question else None,
+        "since": _iso(state.timestamp if state else None),
+        "deadline": _iso(details.pause_timeout if details else None),
+        "held": cost.sentence() if cost else None,
+        "held_usd": round(cost.usd, 2) if cost else None,
+        "held_seconds": round(cost.seconds) if cost else None,
+        "link": url_for("flow-run", obj_id=flow_run.id),
+        "command": _command(flow_run.id, pause_key, question),
+    }
+
+
+def _kind(pause_key: str) -> str:
+    if pause_key.startswith(SPEND_PREFIX):
+        return "spend"
+    if pause_key.startswith(RESTART_PREFIX):
+        return "restart"
+    return "other"
+
+
+def _command(flow_run_id: UUID, pause_key: str, question: Question | None) -> str | None:
+    """Return the command that answers the question, built here where it can be."""
+    kind = _kind(pause_key)
+    if kind == "restart":
+        return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+    if kind == "spend" and question and (shown := _CONFIRM_COMMAND.match(question.command)):
+        return f"{shown.group(0)}  (or: --decline)"
+    return None
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _show_inbox(entries: list[dict[str, Any]]) -> None:
+    if not entries:
+        _console.print("Nobody is needed: no flow run waits for a person.")
+        return
+    _console.print(f"{len(entries)} flow run(s) wait for a person, oldest first:")
+    for entry in entries:
+        _show_entry(entry)
+
+
+def _show_entry(entry: dict[str, Any]) -> None:
+    # Names and records come from Prefect, where anyone with API access writes them: text only.
+    lines = [
+        "",
+        f"{entry['flow_run_name']} ({entry['flow_run_id']}): {entry['kind']}",
+        f"  Asked: {entry['asked'] or 'not recorded (see the form)'}",
+        *([f"  Evidence: {entry['evidence']}"] if entry["evidence"] else []),
+        f"  Since: {entry['since'] or '?'}   Deadline: {entry['deadline'] or 'none'}",
+        f"  Cost held: {entry['held'] or 'not reported'}",
+        f"  Form: {entry['link'] or 'set PREFECT_UI_URL to get a link'}",
+        *([f"  Answer: {entry['command']}"] if entry["command"] else []),
+    ]
+    for line in lines:
+        _console.print(line, markup=False, highlight=False, soft_wrap=True)

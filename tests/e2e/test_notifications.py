@@ -1,0 +1,174 @@
+"""People are told when a training run needs them: the shipped Automations, end to end.
+
+A real server and process worker; a webhook receiver on loopback behind Prefect's own
+``CustomWebhookNotificationBlock``; ``deployments/automations.yaml`` created from the file with
+the block's id filled in as docs/deployments.md says. A spend wait and a restart wait each send
+their message (with the link to that flow run, and no token), both show in ``prefect-ito inbox``
+while a run parked for the watcher does not, and answering sends the closing message.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from e2e_stack import (
+    APPROVE_BOOKING,
+    CHECKOUT,
+    CONFIRM_BOOKING,
+    LOST_BOOKING,
+    Stack,
+    environment,
+    on_booking,
+    start_training,
+    start_watcher,
+    wait_for,
+    wait_for_flow_run,
+)
+from prefect import get_client
+from prefect.blocks.notifications import CustomWebhookNotificationBlock
+from prefect.states import Cancelled
+
+AUTOMATIONS = CHECKOUT / "deployments" / "automations.yaml"
+BLOCK = "ito-e2e-people"
+MESSAGE_WAIT = 30.0
+"""How long a message may take after the pause: the brief's promise to a person."""
+
+
+class Receiver:
+    """A webhook receiver on loopback that records every POST body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+        received = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                received.append(self.rfile.read(length).decode())
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def messages(self, containing: str) -> list[dict[str, str]]:
+        return [json.loads(b) for b in list(self.bodies) if containing in b]
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    running.thread.start()
+    try:
+        yield running
+    finally:
+        running.server.shutdown()
+        running.server.server_close()
+
+
+def create_shipped_automations(stack: Stack, receiver: Receiver, scratch: Path) -> None:
+    """Save the webhook block and create the shipped Automations, as docs/deployments.md says."""
+    CustomWebhookNotificationBlock(
+        name="ito-e2e",
+        url=receiver.url,
+        json_data={"subject": "{{subject}}", "body": "{{body}}"},
+        allow_private_urls=True,
+    ).save(BLOCK, overwrite=True, _sync=True)  # type: ignore[call-arg]
+    env = environment(stack.api_url, scratch / "automations")
+    # The documented lines, word for word but for the block's name and the file's place.
+    script = (
+        f'ID=$({sys.executable} -c "from prefect.blocks.core import Block; '
+        f"print(Block.load('custom-webhook/{BLOCK}')._block_document_id)\")\n"
+        f'sed "s/ITO_NOTIFY_BLOCK_ID/$ID/" {AUTOMATIONS} > {scratch}/ito-automations.yaml\n'
+        f"{sys.executable} -m prefect automation create --from-file "
+        f"{scratch}/ito-automations.yaml\n"
+    )
+    result = subprocess.run(
+        ["bash", "-euc", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Created 4 automation(s)" in result.stdout, result.stdout
+
+
+def paused_under(prefix: str):
+    def check(flow_run) -> bool:
+        state = flow_run.state
+        key = state.state_details.pause_key if state else None
+        return bool(state and state.is_paused() and key and key.startswith(prefix))
+
+    return check
+
+
+def inbox(stack: Stack, scratch: Path) -> list[dict]:
+    env = environment(stack.api_url, scratch / "inbox")
+    result = subprocess.run(
+        [sys.executable, "-m", "prefect_ito.cli", "inbox", "--json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)["data"]
+
+
+async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_when_answered(
+    stack: Stack, receiver: Receiver, tmp_path: Path
+):
+    create_shipped_automations(stack, receiver, tmp_path)
+    # Without a watcher, a parked run stays parked while the inbox is read.
+    stop(stack.watcher)
+    spend = await start_training({**on_booking(CONFIRM_BOOKING), "authorization": None})
+    restart = await start_training(on_booking(APPROVE_BOOKING))
+    parked = await start_training(on_booking(LOST_BOOKING, defer_after=1))
+
+    for flow_run, prefix in ((spend, "spend-"), (restart, "restart-")):
+        await wait_for_flow_run(flow_run.id, paused_under(prefix))
+        # The link opens that flow run's page in this server's UI.
+        link = f"{stack.api_url.removesuffix('/api')}/runs/flow-run/{flow_run.id}"
+        (needed, *_) = await wait_for(
+            lambda link=link: receiver.messages(link), timeout=MESSAGE_WAIT
+        )
+        assert needed["subject"].startswith("Itô training needs you: "), needed
+        assert "Evidence: " in needed["body"] and "Or run: prefect-ito " in needed["body"]
+    await wait_for_flow_run(parked.id, paused_under("defer-"))
+
+    waiting = {entry["flow_run_id"]: entry for entry in inbox(stack, tmp_path)}
+    assert {str(spend.id), str(restart.id)} <= set(waiting), waiting
+    assert str(parked.id) not in waiting
+    assert waiting[str(restart.id)]["command"].startswith(f"prefect-ito decide {restart.id}")
+    assert waiting[str(spend.id)]["kind"] == "spend" and waiting[str(spend.id)]["asked"]
+
+    # Answered through Prefect's API, as the forms send it: each sends its closing message.
+    async with get_client() as client:
+        await client.resume_flow_run(
+            restart.id, run_input={"decision": "reject", "decided_by": "Ada", "reason": "noise"}
+        )
+        await client.resume_flow_run(spend.id, run_input={"decision": "decline", "reason": "no"})
+    closing = await wait_for(
+        lambda: len(receiver.messages("answered")) >= 2 and receiver.messages("answered"),
+        timeout=120,
+    )
+    assert any("Ada answered (reject)" in m["subject"] for m in closing), closing
+    assert any("answered (declined)" in m["subject"] for m in closing), closing
+    assert stack.token.get_secret_value() not in "".join(receiver.bodies)
+
+    async with get_client() as client:
+        await client.set_flow_run_state(parked.id, Cancelled(), force=True)
+    assert stack.watcher_env is not None and stack.watcher_log is not None
+    stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
+
+
+def stop(process) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        process.wait(timeout=30)
