@@ -30,6 +30,8 @@ from prefect.settings import PREFECT_UI_URL
 from rich.console import Console
 from rich.markdown import Markdown
 
+from prefect_ito.backend.auth import resolve_api_url, resolve_token
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.cli.local import interactive
 from prefect_ito.cli.spend_answers import (
     ConfirmedBeforehand,
@@ -43,6 +45,7 @@ from prefect_ito.cli.temporary_prefect import (
     prefect_api,
 )
 from prefect_ito.cli.views import quiet_tasks, without_images
+from prefect_ito.exceptions import ItoError
 from prefect_ito.people import answers
 from prefect_ito.people.approval import Choice, RestartDecision
 from prefect_ito.people.spend import SpendDecision
@@ -64,6 +67,7 @@ __all__ = [
     "has_real_server",
     "interactive",
     "leave_to_others",
+    "login_principal",
     "prefect_api",
     "run_training",
     "stated_quote",
@@ -253,7 +257,9 @@ async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecisio
     """Ask the person at this terminal; the answer is relayed exactly as the UI would.
 
     Approve or reject must be typed out (or ``a`` / ``r``): an empty answer asks again, and the
-    end of input leaves the decision to someone else instead of rejecting by accident.
+    end of input leaves the decision to someone else instead of rejecting by accident. So does
+    the name: it is required (the login's principal is offered when the backend says it), and
+    the end of input at it decides nothing.
     """
     console = Console()
     console.print(Markdown(without_images(description)))
@@ -264,13 +270,54 @@ async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecisio
             "`prefect-ito decide`).[/]"
         )
         return None
-    name = await _read_line(console, "Your name: ")
+    name = await _read_name(console, await login_principal())
+    if name is None:
+        console.print(
+            "[yellow]No name: nothing was decided; the restart still waits for a decision.[/]"
+        )
+        return None
     reason = await _read_line(console, "Why: ")
     return RestartDecision(
-        decision=decision,
-        decided_by=(name or "").strip() or "terminal user",
-        reason=(reason or "").strip() or "no reason given",
+        decision=decision, decided_by=name, reason=(reason or "").strip() or "no reason given"
     )
+
+
+PRINCIPAL_LOOKUP_SECONDS = 5.0
+"""How long the name prompt waits to learn the login's principal before offering no default."""
+
+
+async def login_principal() -> str | None:
+    """Return the principal of this terminal's own login, or None when it cannot be learnt soon.
+
+    The token is opaque, so only the backend can say whom it speaks for (``whoami``, one call,
+    as ``prefect-ito whoami`` makes it). The backend is this terminal's configured one — never
+    one read from Prefect — and no login, a backend that does not answer within
+    :data:`PRINCIPAL_LOOKUP_SECONDS`, or one that reports no principal all mean no default.
+    """
+    try:
+        api_url = resolve_api_url()
+        async with ItoClient.from_settings(api_url, resolve_token(api_url)) as client:
+            me = await asyncio.wait_for(client.whoami(), PRINCIPAL_LOOKUP_SECONDS)
+    except (ItoError, TimeoutError):
+        return None
+    return me.principal
+
+
+async def _read_name(console: Console, default: str | None) -> str | None:
+    """Ask for the person's name until one is given; None at the end of input.
+
+    The backend records the name beside the decision, so there is no anonymous answer: Enter
+    takes ``default`` (shown in brackets) when there is one, and otherwise asks again.
+    """
+    prompt = f"Your name [{default}]: " if default else "Your name: "
+    while True:
+        answer = await _read_line(console, prompt)
+        if answer is None:
+            return None
+        name = answer.strip() or default
+        if name:
+            return name
+        console.print("A name is required: the backend records who decided.")
 
 
 async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +52,19 @@ async def test_an_empty_or_unclear_answer_asks_again_instead_of_rejecting(typed)
         "bad shard",
     )
     assert typed == []
+
+
+async def test_a_blank_name_is_refused_and_asked_again(typed, monkeypatch, capsys):
+    # Before, Enter at "Your name:" sent the decision as "terminal user".
+    monkeypatch.delenv(ENV_API_URL, raising=False)  # no login here: no name to offer
+    monkeypatch.delenv(ENV_TOKEN, raising=False)
+    typed += ["r", "", "   ", "Ada", "bad shard"]
+
+    decision = await terminal.ask_at_terminal(None, "### Loss spike")  # type: ignore[arg-type]
+
+    assert decision is not None and decision.decided_by == "Ada"
+    assert typed == []
+    assert capsys.readouterr().out.count("A name is required") == 2
 
 
 async def test_the_end_of_input_leaves_the_decision_to_someone_else(typed):
@@ -171,10 +193,12 @@ async def test_a_workload_token_at_the_terminal_is_told_where_a_person_confirms(
 def test_the_chart_is_named_not_dumped_as_base64_at_the_terminal():
     markdown = "before\n\n![Training loss by step](data:image/svg+xml;base64,PHN2Zz4=)\n\nafter"
 
-    shown = terminal.without_images(markdown)
+    shown = terminal.without_images(markdown, ui=True)
+    alone = terminal.without_images(markdown, ui=False)  # ephemeral mode: no UI to point at
 
-    assert "base64" not in shown
+    assert "base64" not in shown + alone
     assert "*(Training loss by step: a chart, shown in the Prefect UI)*" in shown
+    assert "*(Training loss by step: a chart, not shown at the terminal)*" in alone
 
 
 def test_task_chatter_leaves_the_console_only_and_only_when_not_verbose():
@@ -278,3 +302,110 @@ def test_the_summary_names_the_run_once_on_a_line_of_its_own():
     assert text.count(run.run_id) == 1
     for title in ("Stages", "Gates", "Decision 1 of 1", "Telemetry"):
         assert title in text
+
+
+# --- at a real terminal: a pseudo-terminal for the prompt, as a person would type -------------
+
+ASK = """
+import asyncio, json
+from prefect_ito.cli import terminal
+decision = asyncio.run(terminal.ask_at_terminal(None, "### Loss spike"))
+print("ANSWER", json.dumps(decision.model_dump(mode="json") if decision else None))
+"""
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def converse(env: dict[str, str], steps: list[tuple[str, str]]) -> tuple[int, str]:
+    """Ask a restart decision at a pseudo-terminal; at each prompt of ``steps``, type its reply.
+
+    Each prompt is waited for after the previous one, so a prompt asked twice is two steps.
+    """
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", ASK],
+        env=env, stdin=follower, stdout=follower, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(follower)
+    seen, cursor = b"", 0
+    try:
+        for prompt, reply in steps:
+            seen, cursor = _read_until(leader, process, seen, cursor, prompt.encode())
+            os.write(leader, reply.encode())
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+    while select.select([leader], [], [], 0.2)[0]:
+        try:
+            seen += os.read(leader, 65536)
+        except OSError:
+            break
+    os.close(leader)
+    output = _ANSI.sub(b"", seen).decode(errors="replace") + stderr.decode()
+    assert "Traceback" not in output, output
+    return process.returncode, output
+
+
+def _read_until(
+    leader: int, process: subprocess.Popen[bytes], seen: bytes, cursor: int, prompt: bytes
+) -> tuple[bytes, int]:
+    """Read the terminal until ``prompt`` shows after ``cursor``; return what was seen and
+    where the prompt ended."""
+    deadline = time.monotonic() + 60  # a bound on a hang, not an assertion about speed
+    while time.monotonic() < deadline and process.poll() is None:
+        found = _ANSI.sub(b"", seen[cursor:]).find(prompt)
+        if found >= 0:
+            return seen, len(seen)
+        if select.select([leader], [], [], 1)[0]:
+            seen += os.read(leader, 65536)
+    raise AssertionError(f"never asked {prompt!r}: {_ANSI.sub(b'', seen).decode()!r}")
+
+
+def _answer(output: str) -> dict[str, Any] | None:
+    (line,) = [line for line in output.splitlines() if line.startswith("ANSWER ")]
+    answer: dict[str, Any] | None = json.loads(line.removeprefix("ANSWER "))
+    return answer
+
+
+def _no_login() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("ITO_COMPUTE_")}
+
+
+def test_at_a_terminal_a_blank_name_is_refused_until_one_is_typed():
+    code, output = converse(
+        _no_login(),
+        [("[approve/reject]", "r\n"), ("Your name: ", "\n"), ("Your name: ", "   \n"),
+         ("Your name: ", "Ada\n"), ("Why: ", "bad shard\n")],
+    )  # fmt: skip
+
+    assert code == 0, output
+    assert output.count("A name is required") == 2
+    answer = _answer(output)
+    assert answer is not None
+    assert (answer["decision"], answer["decided_by"]) == ("reject", "Ada")
+
+
+def test_at_a_terminal_the_login_principal_is_offered_and_enter_takes_it():
+    with SimulatorServer() as simulator:
+        token = simulator.mint_token(principal="user:grace").get_secret_value()
+        env = {**_no_login(), ENV_API_URL: simulator.url, ENV_TOKEN: token}
+        code, output = converse(
+            env,
+            [("[approve/reject]", "a\n"), ("Your name [user:grace]: ", "\n"),
+             ("Why: ", "the shard is fixed\n")],
+        )  # fmt: skip
+
+    assert code == 0, output
+    assert token not in output
+    answer = _answer(output)
+    assert answer is not None
+    assert (answer["decision"], answer["decided_by"]) == ("approve", "user:grace")
+
+
+def test_at_a_terminal_the_end_of_input_at_the_name_decides_nothing():
+    code, output = converse(_no_login(), [("[approve/reject]", "r\n"), ("Your name: ", "\x04")])
+
+    assert code == 0, output
+    assert _answer(output) is None
+    assert "No name: nothing was decided" in output
