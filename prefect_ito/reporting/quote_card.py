@@ -111,9 +111,13 @@ def spend_question(quote: TrainingQuote) -> str:
 def _term(quote: TrainingQuote) -> str:
     """Return the line on the booking's term, the quote's expiry, and what waiting costs."""
     outlast = "" if quote.ends_before_term else " — **the run may outlast it**"
+    hourly = quote.booking_usd_per_hour
+    held = (
+        f" While this question waits, the booking costs ${hourly:,.0f} an hour." if hourly else ""
+    )
     return (
         f"The booking's term ends {when(quote.term_end)}{outlast}. "
-        f"This quote expires {when(quote.expires_at)}."
+        f"This quote expires {when(quote.expires_at)}.{held}"
     )
 
 

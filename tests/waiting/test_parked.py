@@ -1,0 +1,113 @@
+"""A flow run parked for the watcher says so, on the session's Prefect server: its Suspended
+state's message, an INFO line in its log, no ERROR line at the end of its process; and a Resume
+by hand while nothing changed parks it again, saying why.
+
+The flow runs come from a deployment (only those may suspend) and run in this process, as a
+worker would run them: the suspension ends the run's process here with Prefect's own signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from flow_helpers import parameters, training_deployment
+from prefect import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.exceptions import Pause
+from prefect.flow_engine import run_flow_async
+
+from prefect_ito.flows import ito_training
+from prefect_ito.waiting.deferral import PARKED
+from prefect_ito.waiting.flow_run import _SuspensionIsNoError
+
+SLOW = 2_000.0
+"""Simulated seconds per real second: stages last minutes, so the backend run stays put."""
+
+
+async def run_once(flow_run: Any, params: dict[str, Any]) -> Any:
+    """Run the deployment's flow run here until it ends or suspends; return its state."""
+    try:
+        return await run_flow_async(
+            ito_training, flow_run=flow_run, parameters=params, return_type="state"
+        )
+    except Pause as pause:  # the end of the process, as under a worker
+        return pause.state
+
+
+async def logs_until(flow_run_id: Any, text: str, timeout: float = 30) -> list[Any]:
+    """Return the flow run's logs as Prefect stores them, once one contains ``text``."""
+    flter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+    async with asyncio.timeout(timeout), get_client() as client:
+        while True:
+            logs = await client.read_logs(log_filter=flter)
+            if any(text in log.message for log in logs):
+                return logs
+            await asyncio.sleep(1)
+
+
+async def parked_flow_run(start_simulator: Any) -> tuple[Any, dict[str, Any]]:
+    simulator = start_simulator("default", time_scale=SLOW)
+    params = parameters(simulator, mode="deferred", defer_after=0.5)
+    deployment = await training_deployment("parked-tests")
+    async with get_client() as client:
+        flow_run = await client.create_flow_run_from_deployment(
+            deployment, parameters={"training": params["training"]}
+        )
+    state = await run_once(flow_run, params)
+    assert state.name == "Suspended", state
+    return flow_run, params
+
+
+async def test_a_parked_run_says_it_waits_for_the_backend_and_ends_without_an_error(
+    start_simulator,
+):
+    flow_run, _ = await parked_flow_run(start_simulator)
+
+    async with get_client() as client:
+        state = (await client.read_flow_run(flow_run.id)).state
+    assert state.name == "Suspended" and state.state_details.pause_key.startswith("defer-")
+    assert state.message.startswith("Parked: waiting for the backend (run ")
+    assert "prefect-ito watch resumes this run" in state.message
+    assert "nothing to do" in state.message
+    logs = await logs_until(flow_run.id, "Finished in state Suspended")
+    assert [log.level for log in logs if log.message == PARKED] == [logging.INFO]
+    assert [log.message for log in logs if log.level >= logging.ERROR] == []
+    ended = [log for log in logs if log.message.startswith("Finished in state Suspended")]
+    assert [log.level for log in ended] == [logging.INFO]
+
+
+async def test_resume_by_hand_while_nothing_changed_parks_again_and_says_why(start_simulator):
+    flow_run, params = await parked_flow_run(start_simulator)
+    async with get_client() as client:
+        first = (await client.read_flow_run(flow_run.id)).state
+        await client.resume_flow_run(flow_run.id)  # what the UI's Resume button does
+        resumed = await client.read_flow_run(flow_run.id)
+
+    state = await run_once(resumed, params)
+
+    assert state.name == "Suspended", state
+    async with get_client() as client:
+        again = (await client.read_flow_run(flow_run.id)).state
+    assert again.state_details.pause_key == f"{first.state_details.pause_key}-2"
+    assert again.message == first.message
+    logs = await logs_until(flow_run.id, "a Resume by hand changes nothing here")
+    said = [log for log in logs if "a Resume by hand changes nothing here" in log.message]
+    assert [log.level for log in said] == [logging.INFO]
+
+
+def test_only_the_end_of_a_suspended_process_is_lowered_to_info():
+    lowered = _SuspensionIsNoError()
+
+    def level(message: str, at: int = logging.ERROR) -> int:
+        record = logging.LogRecord("prefect.flow_runs", at, __file__, 1, message, None, None)
+        assert lowered.filter(record)
+        return record.levelno
+
+    assert level("Finished in state Suspended(type=PAUSED)") == logging.INFO
+    assert level("Finished in state Suspended('Parked: waiting…', type=PAUSED)") == logging.INFO
+    assert level("Finished in state Paused(type=PAUSED)") == logging.INFO
+    assert level("Finished in state Failed('boom', type=FAILED)") == logging.ERROR
+    assert level("Finished in state Crashed(type=CRASHED)") == logging.ERROR
+    assert level("Something else about Suspended(type=PAUSED)") == logging.ERROR
