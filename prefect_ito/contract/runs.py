@@ -307,6 +307,14 @@ class Telemetry(_Model):
     step: int = Field(ge=0)
     loss: float | None = None
     loss_history: list[LossPoint] = Field(default_factory=list, description="Downsampled.")
+    progress: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="The share of the run's planned work behind it, as the backend reckons it "
+        "(by its plan's hours): 0 at the start, 1 when every stage is done; it goes back when a "
+        "restart redoes work. Absent from older backends.",
+    )
 
 
 class RunOutcome(_Model):

@@ -24,6 +24,8 @@ from prefect_ito.contract import (
 )
 from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
+from prefect_ito.reporting.forecast import forecast
+from prefect_ito.reporting.holding import held_for
 
 Actions = Mapping[str, PendingAction]
 """Pending actions seen on a run, by action id."""
@@ -91,6 +93,28 @@ def spend(t: Telemetry) -> str:
         f"${t.spend_usd:,.2f} of ${t.budget_usd:,.2f} "
         f"({t.spend_usd / t.budget_usd:.0%} of the ceiling)"
     )
+
+
+def hold_cost(run: TrainingRun, now: datetime | None = None) -> str | None:
+    """Return what the pending decision's hold has cost, as of ``now``; None if not said.
+
+    A card is written when the run changes, and a held run does not change: the line says
+    when it was counted and the hourly rate, so that a reader can tell what it is by now.
+    """
+    action = run.pending_action
+    found = held_for(action, now) if action is not None else None
+    if action is None or found is None or action.hold_usd_per_hour is None:
+        return None
+    return (
+        f"{found.sentence()} as of {when(now or datetime.now(UTC))} "
+        f"(${action.hold_usd_per_hour:,.0f} an hour while nobody decides)"
+    )
+
+
+def forecast_line(run: TrainingRun) -> str | None:
+    """Return the run's forecast in one line; None when there is none (see ``forecast``)."""
+    found = forecast(run)
+    return found.sentence() if found is not None else None
 
 
 class DecisionSummary(BaseModel):
@@ -163,6 +187,9 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
     rows = decisions(run, actions)
     title = f"## Restart decisions — run {md.code(run.run_id)}"
     lines = [title, "", decisions_headline(rows, run), ""]
+    held = hold_cost(run)
+    if held is not None:
+        lines += [f"**Waiting for a person: {held}.**", ""]
     for number, row in enumerate(rows, start=1):
         checkpoint = (
             f"{_code(row.checkpoint_id)} (step {_count(row.checkpoint_step)})"
@@ -254,6 +281,8 @@ def telemetry_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
     if t.loss_history:
         svg = charts.draw(charts.loss_chart(run, actions))
         lines += [charts.markdown_image(svg, "Training loss by step"), ""]
+    for note in (forecast_line(run), hold_cost(run)):
+        lines += [f"{note}.", ""] if note is not None else []
     lines += [
         loss_summary(t, decisions(run, actions)),
         "",

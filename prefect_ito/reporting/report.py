@@ -46,14 +46,17 @@ from prefect_ito.reporting.cards import (
     decisions,
     decisions_headline,
     decisions_markdown,
+    forecast_line,
     gate_rows,
     gates_description,
+    hold_cost,
     progress_description,
     progress_percent,
     spend,
     telemetry_markdown,
     when,
 )
+from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.publishing import Card, Publisher
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -69,6 +72,8 @@ EVENT_NAMES: dict[EventType, str] = {
     EventType.RUN_FINISHED: "ito.training.finished",
 }
 """The backend events prefect-ito relays to Prefect, and the Prefect event names they get."""
+BUDGET_AT_RISK = "ito.training.budget.at_risk"
+"""The event prefect-ito emits, once per backend run, when the forecast passes the ceiling."""
 
 
 class StageSummary(BaseModel):
@@ -138,6 +143,10 @@ class TrainingSummary(BaseModel):
         )
 
 
+SEEN_LIMIT = 256
+"""How many runs and flow runs this process remembers (long-lived workers stay bounded)."""
+
+
 class Seen:
     """What supervision in this process saw: each run's pending actions, each flow run's run.
 
@@ -146,7 +155,7 @@ class Seen:
     however the flow ended. Bounded, for long-lived worker processes.
     """
 
-    def __init__(self, limit: int = 256) -> None:
+    def __init__(self, limit: int = SEEN_LIMIT) -> None:
         self._limit = limit
         self._actions: OrderedDict[str, dict[str, PendingAction]] = OrderedDict()
         self._latest: OrderedDict[UUID, TrainingRun] = OrderedDict()
@@ -255,6 +264,8 @@ def status_facts(run: TrainingRun) -> dict[str, str]:
         "stage": run.current_stage or "",
         "spend": spend(t),
         "pending_decision": "",
+        "forecast": forecast_line(run) or "",
+        "held": hold_cost(run) or "",
     }
     action = run.pending_action
     if action is not None and not gates.decidable(action):
@@ -290,7 +301,38 @@ async def publish(run: TrainingRun) -> None:
     """Publish the run's cards on the current flow run (see
     :mod:`prefect_ito.reporting.publishing`)."""
     SEEN.note(run)
+    warn_if_at_risk(run)
     await PUBLISHER.publish(cards(run, SEEN.actions(run.run_id)))
+
+
+_warned: OrderedDict[str, None] = OrderedDict()
+"""The backend runs this process emitted :data:`BUDGET_AT_RISK` for (bounded)."""
+
+
+def warn_if_at_risk(run: TrainingRun) -> bool:
+    """Emit :data:`BUDGET_AT_RISK` the first time the run's forecast passes its ceiling.
+
+    Once per run: its id is the same on every re-entry, so Prefect keeps one however often a
+    re-entered flow sends it, and this process sends it once. Returns whether it was sent now.
+    """
+    found = forecast(run)
+    if found is None or not found.at_risk or run.run_id in _warned:
+        return False
+    _warned[run.run_id] = None
+    _bound(_warned, run.run_id, SEEN_LIMIT)
+    emit_event(
+        event=BUDGET_AT_RISK,
+        resource=_resource(run),
+        related=_related(run),
+        payload={
+            **found.payload(),
+            "stage": run.current_stage,
+            "message": f"Run {run.run_id}: {found.sentence()}.",
+            "backend_at": run.updated_at.isoformat(),
+        },
+        id=uuid.uuid5(_EVENT_NAMESPACE, f"{run.run_id}:{BUDGET_AT_RISK}"),
+    )
+    return True
 
 
 def event_id(run_id: str, seq: int) -> uuid.UUID:
@@ -308,17 +350,8 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
             continue
         emit_event(
             event=name,
-            resource={
-                "prefect.resource.id": f"ito.training-run.{run.run_id}",
-                "prefect.resource.name": run.run_id,
-                "ito.booking.id": run.booking_id,
-            },
-            related=[
-                {
-                    "prefect.resource.id": f"ito.booking.{run.booking_id}",
-                    "prefect.resource.role": "booking",
-                }
-            ],
+            resource=_resource(run),
+            related=_related(run),
             # Prefect stamps the relay time; the backend's own time travels in the payload.
             payload={
                 "stage": event.stage,
@@ -329,6 +362,21 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
             id=event_id(run.run_id, event.seq),
         )
     return last
+
+
+def _resource(run: TrainingRun) -> dict[str, str]:
+    """Return the Prefect resource every event of a backend run is about."""
+    return {
+        "prefect.resource.id": f"ito.training-run.{run.run_id}",
+        "prefect.resource.name": run.run_id,
+        "ito.booking.id": run.booking_id,
+    }
+
+
+def _related(run: TrainingRun) -> list[dict[str, str]]:
+    return [
+        {"prefect.resource.id": f"ito.booking.{run.booking_id}", "prefect.resource.role": "booking"}
+    ]
 
 
 async def relay(client: ItoClient, run: TrainingRun, after_seq: int) -> int:

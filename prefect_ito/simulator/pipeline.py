@@ -72,6 +72,38 @@ Step = float | Signal
 Pipeline = Generator[Step, None, None]
 
 
+@dataclass
+class _Progress:
+    """Where a run is in its plan, in planned hours, published as the telemetry's ``progress``.
+
+    The plan is :func:`planned_hours`: a stage's hours count as it goes, a scripted
+    interruption's detection and resumption as they pass, and a restart takes back the hours it
+    redoes, so spend over progress is what the work actually cost per planned hour.
+    """
+
+    rec: RunRecord
+    planned: float
+    done: float = 0.0
+    """Planned hours behind the run, not counting the stage under way."""
+    into_stage: float = 0.0
+    """Planned hours into the stage under way."""
+
+    def complete(self, hours: float) -> None:
+        """Count ``hours`` of the plan as done, and no stage as under way."""
+        self.done += hours
+        self.reach(0.0)
+
+    def outage(self, seconds: float) -> None:
+        """Count a scripted interruption's detection or resumption: the plan holds it."""
+        self.done += seconds / 3600
+        self.reach(self.into_stage)
+
+    def reach(self, into_stage: float) -> None:
+        """Publish progress at ``into_stage`` planned hours into the stage under way."""
+        self.into_stage = into_stage
+        self.rec.counters.progress = min(1.0, (self.done + into_stage) / self.planned)
+
+
 @dataclass(frozen=True)
 class _Mark:
     fraction: float
@@ -114,12 +146,13 @@ def plan_stages(request: TrainingRunRequest, script: RunScript) -> list[Stage]:
 
 def run_pipeline(rec: RunRecord) -> Pipeline:
     """Drive a run through its plan until it succeeds or stops."""
-    if not (yield from _data_prep(rec)):
+    progress = _Progress(rec, planned_hours(rec.request, rec.script))
+    if not (yield from _data_prep(rec, progress)):
         return
-    if not (yield from _parallelism(rec)):
+    if not (yield from _parallelism(rec, progress)):
         return
     for spec in training_specs(rec.request, rec.script):
-        if not (yield from _train(rec, spec)):
+        if not (yield from _train(rec, spec, progress)):
             return
     rec.finish(RunState.SUCCEEDED, "SUCCEEDED", "every stage passed its gate")
 
@@ -141,15 +174,17 @@ def _digest_number(rec: RunRecord) -> int:
     return int(hashlib.sha256(rec.request.manifest_digest.encode()).hexdigest()[:12], 16)
 
 
-def _data_prep(rec: RunRecord) -> Generator[Step, None, bool]:
+def _data_prep(rec: RunRecord, progress: _Progress) -> Generator[Step, None, bool]:
     _start(rec, "data_prep")
     yield rec.script.data_prep_hours * 3600
+    progress.complete(rec.script.data_prep_hours)
     seed = _digest_number(rec)
     documents = len(rec.request.data_refs) * (2_000_000 + seed % 8_000_000)
     custom = is_custom_data(rec.request.data_refs)
     ladder = None
     if custom:
         yield rec.script.ladder_hours * 3600
+        progress.complete(rec.script.ladder_hours)
         reason = rec.script.ladder_rejection
         ladder = LadderVerdict(accepted=reason is None, reason=reason)
     batteries = [s.gate.battery for s in rec.script.curriculum + rec.script.post_training if s.gate]
@@ -215,9 +250,10 @@ def planned_hours(request: TrainingRunRequest, script: RunScript) -> float:
     return script.data_prep_hours + ladder + script.parallelism_hours + stages + outages
 
 
-def _parallelism(rec: RunRecord) -> Generator[Step, None, bool]:
+def _parallelism(rec: RunRecord, progress: _Progress) -> Generator[Step, None, bool]:
     _start(rec, "parallelism")
     yield rec.script.parallelism_hours * 3600
+    progress.complete(rec.script.parallelism_hours)
     plan = choose_parallelism(rec)
     details = StageDetails(parallelism=plan)
     if plan.refused:
@@ -245,7 +281,7 @@ def _marks(rec: RunRecord, spec: StageSpec) -> list[_Mark]:
     return sorted(marks, key=lambda mark: mark.fraction)
 
 
-def _train(rec: RunRecord, spec: StageSpec) -> Generator[Step, None, bool]:
+def _train(rec: RunRecord, spec: StageSpec, progress: _Progress) -> Generator[Step, None, bool]:
     rlvr = RlvrDetails(staleness_bound_steps=rec.script.rlvr_staleness_bound_steps)
     _start(rec, spec.name, StageDetails(rlvr=rlvr) if spec.name.endswith("rlvr") else None)
     base_step = rec.counters.step
@@ -259,6 +295,7 @@ def _train(rec: RunRecord, spec: StageSpec) -> Generator[Step, None, bool]:
             continue
         yield (mark.fraction - position) * seconds
         position = mark.fraction
+        progress.reach(position * seconds / 3600)
         step = base_step + round(mark.fraction * spec.steps)
         loss = _loss_at(spec, mark.fraction)
         if mark.kind == "segment":
@@ -268,15 +305,17 @@ def _train(rec: RunRecord, spec: StageSpec) -> Generator[Step, None, bool]:
             yield Signal.STALL
         elif isinstance(mark.item, InterruptionSpec):
             done.add(index)
-            yield from _interruption(rec, spec.name, mark.item)
+            yield from _interruption(rec, spec.name, mark.item, progress)
         elif isinstance(mark.item, SpikeSpec):
             done.add(index)
             restart = yield from _spike(rec, spec.name, step, loss * mark.item.loss_factor, loss)
             if restart:
                 position = saved[-1][0] if saved else 0.0
+                progress.reach(position * seconds / 3600)
                 index = sum(1 for m in marks if m.fraction <= position)
                 rec.record_loss(base_step + round(position * spec.steps), _loss_at(spec, position))
                 rec.emit(EventType.RESUMED, "restarted from checkpoint", spec.name)
+    progress.complete(seconds / 3600)
     return _judge(rec, spec)
 
 
@@ -300,17 +339,19 @@ def _checkpoint(rec: RunRecord, stage: str, step: int) -> Checkpoint:
 
 
 def _interruption(
-    rec: RunRecord, stage: str, spec: InterruptionSpec
+    rec: RunRecord, stage: str, spec: InterruptionSpec, progress: _Progress
 ) -> Generator[Step, None, None]:
     rec.recovering = True
     failed_at = rec.at()
     yield spec.detect_seconds
+    progress.outage(spec.detect_seconds)
     index = len(rec.interruptions)
     rec.interruptions.append(
         Interruption(stage=stage, at=failed_at, detect_seconds=spec.detect_seconds)
     )
     rec.emit(EventType.INTERRUPTION_DETECTED, "node failure detected", stage)
     yield spec.resume_seconds
+    progress.outage(spec.resume_seconds)
     rec.interruptions[index] = rec.interruptions[index].model_copy(
         update={"resume_seconds": spec.resume_seconds}
     )

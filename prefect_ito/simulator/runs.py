@@ -45,6 +45,8 @@ class Counters:
     down_seconds: float = 0.0
     step: int = 0
     loss: float | None = None
+    progress: float = 0.0
+    """The share of the planned hours behind the run (see ``pipeline``)."""
 
 
 @dataclass
@@ -176,6 +178,7 @@ class RunRecord:
             step=counters.step,
             loss=counters.loss,
             loss_history=list(self.loss_history),
+            progress=round(counters.progress, 6),
         )
 
     def snapshot(self) -> TrainingRun:

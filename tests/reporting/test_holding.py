@@ -67,3 +67,45 @@ def test_the_module_imports_no_prefect():
     code = "import sys, prefect_ito.reporting.holding; print('prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_cards_of_a_held_run_say_what_the_hold_costs(desk_for_held_run):
+    from prefect_ito.reporting.cards import decisions_markdown, hold_cost, telemetry_markdown
+
+    run = desk_for_held_run
+    line = hold_cost(run, now=run.pending_action.held_since + timedelta(hours=2, minutes=14))
+
+    assert line is not None
+    assert line.startswith("held 2 h 14 min: about $125 of GPU time as of ")
+    assert "($56 an hour while nobody decides)" in line
+    assert "of GPU time as of" in decisions_markdown(run)
+    assert "of GPU time as of" in telemetry_markdown(run)
+
+
+def test_no_hold_cost_from_a_backend_that_does_not_say(desk_for_held_run):
+    from prefect_ito.reporting.cards import hold_cost
+
+    action = desk_for_held_run.pending_action.model_copy(update={"held_since": None})
+
+    assert hold_cost(desk_for_held_run.model_copy(update={"pending_action": action})) is None
+
+
+@pytest.fixture
+def desk_for_held_run():
+    from spend_helpers import confirmed_on
+
+    from prefect_ito.contract import TrainingRequest
+    from prefect_ito.simulator import builtin_scenario
+    from prefect_ito.simulator.engine import Engine
+
+    clock = [1_000.0]
+    engine = Engine(builtin_scenario("loss-spike"), clock=lambda: clock[0])
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://ito/web"],
+        target="chat", budget_usd=250_000.0,
+    ).to_submission()  # fmt: skip
+    run = engine.submit("acct", "key-1", confirmed_on(engine, "acct", request)).run
+    clock[0] += 10
+    held = engine.record("acct", run.run_id).snapshot()
+    assert held.pending_action is not None
+    return held
