@@ -164,25 +164,59 @@ async def _missed_beats(runs: list[FlowRun]) -> list[FlowRun]:
     A run's interval is the flow process's setting, which the watcher's own environment need not
     share: it is read from the run's latest heartbeats (:func:`heartbeat_interval`). None is
     shorter than Prefect's least (30 s), so no run is asked about before it ran for three of those.
+
+    One beat tells no interval, and Prefect's default (180 s) would leave a run lost in its first
+    minutes unsupervised for nine. So a run whose worker is gone (:func:`_gone_takers`) counts
+    the least interval instead: its flow process lived under that worker, and either went with
+    its machine or ends ``Crashed`` by itself once its worker's end breaks its output. Re-entering
+    never submits, so a run that was only slow costs a second process, never a second backend run.
     """
     now = datetime.now(UTC)
     young = now - timedelta(seconds=_BEATS_MISSED * _LEAST_HEARTBEAT_SECONDS)
+    began = {run.id: _running_since(run) for run in runs}
+    old_enough = [run for run in runs if (since := began[run.id]) is not None and since < young]
+    orphaned = await _gone_takers(old_enough)
     lost = []
     async with get_client() as client:
-        for run in runs:
-            began = run.state.timestamp if run.state else None
-            if began is not None and began < young and await _beats_missed(client, run.id, began):
+        for run in old_enough:
+            since = began[run.id]
+            if since and await _beats_missed(client, run.id, since, run.id in orphaned):
                 lost.append(run)
     return lost
 
 
-async def _beats_missed(client: PrefectClient, run_id: UUID, began: datetime) -> bool:
-    """Tell whether a run running since ``began`` missed three of its own heartbeats by now."""
+def _running_since(run: FlowRun) -> datetime | None:
+    return run.state.timestamp if run.state else None
+
+
+async def _gone_takers(runs: list[FlowRun]) -> set[UUID]:
+    """Return those of the running ``runs`` whose worker is gone since it started them: silent
+    for three of its heartbeats, unknown to Prefect, or started again under the same name."""
+    takers = {run.id: taker for run in runs if (taker := _taker(run)) is not None}
+    silent = await _silent_workers(set(takers.values()), 0.0)
+    gone = set()
+    for run in runs:
+        taker, began = takers.get(run.id), _running_since(run)
+        if taker is None or began is None:
+            continue
+        if taker in silent or await worker_started_since(taker.type, taker.name, began):
+            gone.add(run.id)
+    return gone
+
+
+async def _beats_missed(
+    client: PrefectClient, run_id: UUID, began: datetime, orphaned: bool = False
+) -> bool:
+    """Tell whether a run running since ``began`` missed three of its own heartbeats by now
+    (of the least interval, when its worker is gone and its beats tell none)."""
     # The slack: the state's time and the beats' come from clocks that need not agree.
     beats = await _latest_beats(client, run_id, began - _CLOCK_SLACK)
     last = beats[0] if beats else began
     silent_for = (datetime.now(UTC) - last).total_seconds()
-    return silent_for > _BEATS_MISSED * heartbeat_interval(beats)
+    interval = heartbeat_interval(beats)
+    if orphaned and len(beats) < 2:
+        interval = _LEAST_HEARTBEAT_SECONDS
+    return silent_for > _BEATS_MISSED * interval
 
 
 def heartbeat_interval(beats: list[datetime]) -> float:

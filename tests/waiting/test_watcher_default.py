@@ -91,6 +91,40 @@ async def test_a_running_run_is_lost_after_three_of_its_own_intervals(prefect_se
     assert await _missed_beats([fast, slow, young]) == [fast]
 
 
+def _taken_by(run: FlowRun, pool: str, worker: str) -> FlowRun:
+    labels = {
+        "prefect.worker.name": worker,
+        "prefect.worker.type": "process",
+        "prefect.work-pool.name": pool,
+    }
+    return run.model_copy(update={"labels": labels})
+
+
+async def test_a_run_with_one_beat_whose_worker_is_gone_is_lost_after_three_of_the_least(
+    prefect_server,
+):
+    # Found on the shipped defaults: a machine lost in a run's first seconds of running left it
+    # unsupervised for nine minutes, since one beat tells no interval and Prefect's default is
+    # 180 s. Its worker's silence says the process is gone with it.
+    pool = "watcher-default-orphans"
+    await training_deployment(pool)  # the pool, with a deployment in it
+    async with get_client() as client:
+        await client.send_worker_heartbeat(pool, "alive", heartbeat_interval_seconds=30)
+    orphan = _taken_by(_running_since(120), pool, "gone-with-its-machine")
+    kept = _taken_by(_running_since(120), pool, "alive")
+    unnamed = _running_since(120)
+    for run in (orphan, kept, unnamed):
+        await _beat(run.id, 115)  # the beat as it starts running, then silence
+    await asyncio.to_thread(EventsWorker.drain_all)
+    async with asyncio.timeout(60), get_client() as client:
+        since = datetime.now(UTC) - timedelta(seconds=500)
+        for run in (orphan, kept, unnamed):
+            while not await _latest_beats(client, run.id, since):
+                await asyncio.sleep(0.5)  # events are stored a moment after they arrive
+
+    assert await _missed_beats([orphan, kept, unnamed]) == [orphan]
+
+
 @pytest.mark.parametrize("named", [True, False], ids=["named", "not-named-yet"])
 async def test_a_run_left_starting_by_a_worker_started_again_is_lost_at_once(
     prefect_server, named: bool
