@@ -253,6 +253,13 @@ def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False)
         )
 
 
+def _elsewhere() -> str:
+    """Say where else a person can answer: only a real server lets anyone else reach the run."""
+    if has_real_server():
+        return "(the Prefect UI, or `prefect-ito decide`)"
+    return "(no Prefect server: nobody else can reach this flow run; it stops at its deadline)"
+
+
 async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
     """Ask the person at this terminal; the answer is relayed exactly as the UI would.
 
@@ -266,8 +273,7 @@ async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecisio
     decision = await _read_choice(console, "Approve or reject the restart?", _CHOICES)
     if decision is None:
         console.print(
-            "[yellow]No answer: the restart still waits for a decision (the Prefect UI, or "
-            "`prefect-ito decide`).[/]"
+            f"[yellow]No answer: the restart still waits for a decision {_elsewhere()}.[/]"
         )
         return None
     name = await _read_name(console, await login_principal())

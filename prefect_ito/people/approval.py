@@ -10,7 +10,6 @@ pauses in its process.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from prefect import get_run_logger
@@ -30,7 +29,7 @@ from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
 from prefect_ito.settings import current_settings
-from prefect_ito.waiting.keys import RESTART_PREFIX
+from prefect_ito.waiting.keys import restart_pause_key
 
 Choice = Literal["approve", "reject"]
 
@@ -78,7 +77,7 @@ class RestartDecision(RunInput):
 
 def pause_key(action: PendingAction) -> str:
     """Return the pause key for an action: stable across re-entries, letters digits and dashes."""
-    return RESTART_PREFIX + re.sub(r"[^a-zA-Z0-9-]+", "-", action.action_id).strip("-").lower()
+    return restart_pause_key(action.action_id)
 
 
 def _spike(action: PendingAction) -> tuple[float, float, CheckpointRef]:
@@ -154,7 +153,8 @@ async def ask_person(
     def waiting() -> None:
         get_run_logger().warning(
             "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the "
-            "run. Waiting for a person to approve or reject it (in the Prefect UI: Resume).",
+            "run. Waiting for a person to approve or reject it (the form under Resume on this flow "
+            "run, or prefect-ito decide).",
             action.stage,
             action.step,
             _spike(action)[2].checkpoint_id,
@@ -173,6 +173,7 @@ async def ask_person(
         RestartDecision,
         key=pause_key(action),
         description=describe(run, action),
+        asks=f"approve or reject a restart from {_spike(action)[2].checkpoint_id}",
         timeout=timeout,
         poll_interval=poll_interval,
         waiting=waiting,

@@ -37,7 +37,11 @@ from pydantic import BaseModel, Field
 from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRun
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
-from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX
+from prefect_ito.waiting.keys import (
+    QUESTION_RECORD_PREFIX,
+    restart_pause_key,
+    spend_pause_key,
+)
 
 __all__ = [
     "PERSON_ANSWERED",
@@ -270,12 +274,8 @@ def _link(flow_run_id: UUID) -> str | None:
 
 
 def _spend_key(quote: TrainingQuote) -> str:
-    from prefect_ito.people.spend import pause_key  # spend imports this module
-
-    return pause_key(quote.manifest_digest)
+    return spend_pause_key(quote.manifest_digest)
 
 
 def _restart_key(action: PendingAction) -> str:
-    from prefect_ito.people.approval import pause_key  # approval imports this module
-
-    return pause_key(action)
+    return restart_pause_key(action.action_id)

@@ -66,7 +66,7 @@ from prefect_ito.people import asking, notices
 from prefect_ito.reporting.publishing import Card
 from prefect_ito.reporting.quote_card import describe, estimate, spend_question
 from prefect_ito.reporting.report import PUBLISHER, artifact_key
-from prefect_ito.waiting.keys import SPEND_PREFIX
+from prefect_ito.waiting.keys import spend_pause_key as pause_key
 from prefect_ito.waiting.quote_wait import recheck_answer
 
 __all__ = [
@@ -134,11 +134,6 @@ def recheck(why: str) -> SpendDecision:
     """Return the answer that resumes a spend question settled at the backend (see
     :func:`~prefect_ito.waiting.quote_wait.recheck_answer`)."""
     return SpendDecision.model_validate(recheck_answer(why))
-
-
-def pause_key(manifest_digest: str) -> str:
-    """Return the pause key for confirming a manifest: stable across re-entries of a flow run."""
-    return SPEND_PREFIX + manifest_digest.removeprefix("sha256:")[:16]
 
 
 async def publish_quote(quote: TrainingQuote, request: TrainingRequest) -> None:

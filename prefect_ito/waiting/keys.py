@@ -9,6 +9,8 @@ so nobody can answer one.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "BACKEND_RUN_KEY",
     "DEFER_PREFIX",
@@ -18,6 +20,8 @@ __all__ = [
     "RESTART_PREFIX",
     "RESUME_PREFIX",
     "SPEND_PREFIX",
+    "restart_pause_key",
+    "spend_pause_key",
 ]
 
 DEFER_PREFIX = "defer-"
@@ -29,6 +33,18 @@ SPEND_PREFIX = "spend-"
 
 RESTART_PREFIX = "restart-"
 """Pause keys of restart decisions start with this."""
+
+
+def spend_pause_key(manifest_digest: str) -> str:
+    """Return the pause key for confirming a manifest: stable across re-entries of a flow run."""
+    return SPEND_PREFIX + manifest_digest.removeprefix("sha256:")[:16]
+
+
+def restart_pause_key(action_id: str) -> str:
+    """Return the pause key for a restart decision: stable across re-entries, letters, digits
+    and dashes."""
+    return RESTART_PREFIX + re.sub(r"[^a-zA-Z0-9-]+", "-", action_id).strip("-").lower()
+
 
 BACKEND_RUN_KEY = "ito-backend-run"
 """The flow-run input that records the backend run a flow run supervises, once it has one."""

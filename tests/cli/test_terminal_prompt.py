@@ -67,10 +67,18 @@ async def test_a_blank_name_is_refused_and_asked_again(typed, monkeypatch, capsy
     assert capsys.readouterr().out.count("A name is required") == 2
 
 
-async def test_the_end_of_input_leaves_the_decision_to_someone_else(typed):
+@pytest.mark.parametrize("real_server", [True, False], ids=["server", "ephemeral"])
+async def test_the_end_of_input_leaves_the_decision_to_someone_else(
+    typed, monkeypatch, capsys, real_server
+):
+    # Before, the ephemeral mode, whose flow run nobody else can reach, pointed at a Prefect UI.
+    monkeypatch.setattr(terminal, "has_real_server", lambda: real_server)
     typed += [None]
 
     assert await terminal.ask_at_terminal(None, "### Loss spike") is None  # type: ignore[arg-type]
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("Prefect UI" in said) is real_server, said
+    assert ("nobody else can reach" in said) is not real_server, said
 
 
 @pytest.fixture

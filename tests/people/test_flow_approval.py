@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, date, datetime
 from typing import Any
 
+import pytest
 from flow_helpers import Person, answered_suspension, parameters, spiked_run, wait_for_pause
 from prefect import flow, get_client
 from rich.console import Console
@@ -182,3 +183,39 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
 
     assert decision is not None and decision.decision == "approve"
     assert decision.to_request().decided_by == "Grace"
+
+
+async def test_a_restart_wait_says_what_it_asks_and_names_the_checkpoint(
+    monkeypatch, prefect_server
+):
+    # Before, a run suspended for a restart decision said only "answer the form under Resume":
+    # in the runs list it told nobody what was asked.
+    from prefect_ito.people import approval, asking
+
+    said: list[str] = []
+
+    class Suspended(Exception):
+        pass
+
+    async def suspend(key: str, *, message: str, **_: Any) -> None:
+        said.append(message)
+        raise Suspended  # the end of the process, as under a worker
+
+    monkeypatch.setattr(asking, "can_suspend", lambda: True)
+    monkeypatch.setattr(asking, "suspend", suspend)
+    run = spiked_run()
+
+    @flow
+    async def asked() -> None:
+        await approval.ask_person(run, timeout=3_600, poll_interval=1)
+
+    with pytest.raises(Suspended):
+        await asked()
+
+    checkpoint = run.pending_action.proposed_checkpoint.checkpoint_id
+    assert len(said) == 1
+    assert re.fullmatch(
+        rf"Waiting for a person: approve or reject a restart from {re.escape(checkpoint)} "
+        r"by \d{4}-\d\d-\d\d \d\d:\d\d UTC",
+        said[0],
+    ), said
