@@ -58,6 +58,7 @@ from prefect_ito.reporting.cards import (
 )
 from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.publishing import Card, Publisher
+from prefect_ito.waiting.deferral import PARKED
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 _EVENT_NAMESPACE = uuid.UUID("0f6a3c2e-2b7d-4a51-9a43-6c1d2f7e8b90")
@@ -74,6 +75,8 @@ EVENT_NAMES: dict[EventType, str] = {
 """The backend events prefect-ito relays to Prefect, and the Prefect event names they get."""
 BUDGET_AT_RISK = "ito.training.budget.at_risk"
 """The event prefect-ito emits, once per backend run, when the forecast passes the ceiling."""
+PARKED_LINE = f"Parked: {PARKED[:1].lower()}{PARKED[1:]}"
+"""The progress card's first words while its flow run is parked for the watcher."""
 
 
 class StageSummary(BaseModel):
@@ -215,14 +218,19 @@ def stage_changes(before: TrainingRun | None, after: TrainingRun) -> list[str]:
     return lines
 
 
-def cards(run: TrainingRun, actions: Actions | None = None) -> list[Card]:
-    """Return the run's cards: progress, gates (once a gate has results), telemetry, decisions."""
+def cards(run: TrainingRun, actions: Actions | None = None, *, parked: bool = False) -> list[Card]:
+    """Return the run's cards: progress, gates (once a gate has results), telemetry, decisions.
+
+    With ``parked``, the progress card opens on :data:`PARKED_LINE`: the flow run is about to
+    suspend for the watcher, and whoever looks has nothing to do.
+    """
+    where = progress_description(run)
     result = [
         Card(
             key=artifact_key(run.run_id, "progress"),
             type="progress",
             data=progress_percent(run),
-            description=progress_description(run),
+            description=f"{PARKED_LINE} {where}" if parked else where,
             metadata=status_facts(run),
         )
     ]
@@ -297,12 +305,15 @@ async def read_status(flow_run_id: UUID) -> dict[str, str] | None:
     return dict(progress[0].metadata_ or {}) if progress else None
 
 
-async def publish(run: TrainingRun) -> None:
+async def publish(run: TrainingRun, *, parked: bool = False) -> None:
     """Publish the run's cards on the current flow run (see
-    :mod:`prefect_ito.reporting.publishing`)."""
+    :mod:`prefect_ito.reporting.publishing`); ``parked`` as in :func:`cards`.
+
+    The next publish without ``parked`` (the resumed flow's first report) replaces the line.
+    """
     SEEN.note(run)
     warn_if_at_risk(run)
-    await PUBLISHER.publish(cards(run, SEEN.actions(run.run_id)))
+    await PUBLISHER.publish(cards(run, SEEN.actions(run.run_id), parked=parked))
 
 
 _warned: OrderedDict[str, None] = OrderedDict()

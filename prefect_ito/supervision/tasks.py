@@ -183,8 +183,11 @@ class TaskSteps(Steps):
             if gates.gate_settled(run, stage):
                 return run
             record = self._deferral(run, watchdog, events_seen)
-            # Ends this process; returns only when resumed although this version did not move.
+            # The cards were published before the flow knew it would park: say it now.
+            await reporting.publish(run, parked=True)
+            # Ends this process; returns only when Prefect refused the suspension.
             await deferral.suspend_until_changed(self.flow_run_id, run, record)
+            await reporting.publish(run)  # it waits here after all: not parked
         return await self._gate(run, watchdog)
 
     async def _gate(

@@ -148,3 +148,14 @@ def test_text_from_people_and_the_backend_is_printed_as_text_at_the_terminal():
     assert "evil.example" not in "".join(
         str(segment.style.link) for segment in console._record_buffer if segment.style
     )
+
+
+def test_a_parked_progress_card_opens_on_nothing_to_do_and_the_next_report_drops_it():
+    run, _ = play("default")
+    parked, *others = reporting.cards(run, parked=True)
+    plain, *same = reporting.cards(run)
+
+    assert parked.description == f"{reporting.PARKED_LINE} {plain.description}"
+    assert "Parked" not in plain.description
+    assert parked.fingerprint() != plain.fingerprint()  # so the next publish replaces it
+    assert others == same  # only the progress card says it

@@ -1,6 +1,6 @@
 """A flow run parked for the watcher says so, on the session's Prefect server: its Suspended
-state's message, an INFO line in its log, no ERROR line at the end of its process; and a Resume
-by hand while nothing changed parks it again, saying why.
+state's message, its progress card, an INFO line in its log, no ERROR line at the end of its
+process; and a Resume by hand while nothing changed parks it again, saying why.
 
 The flow runs come from a deployment (only those may suspend) and run in this process, as a
 worker would run them: the suspension ends the run's process here with Prefect's own signal.
@@ -14,11 +14,18 @@ from typing import Any
 
 from flow_helpers import parameters, training_deployment
 from prefect import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterType,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.exceptions import Pause
 from prefect.flow_engine import run_flow_async
 
 from prefect_ito.flows import ito_training
+from prefect_ito.reporting.report import PARKED_LINE
 from prefect_ito.waiting.deferral import PARKED
 from prefect_ito.waiting.flow_run import _SuspensionIsNoError
 
@@ -47,6 +54,17 @@ async def logs_until(flow_run_id: Any, text: str, timeout: float = 30) -> list[A
             await asyncio.sleep(1)
 
 
+async def progress_card_descriptions(flow_run_id: Any) -> list[str]:
+    """Return the descriptions of the flow run's progress cards, as the Artifacts tab shows."""
+    only_progress = ArtifactFilter(
+        flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+        type=ArtifactFilterType(any_=["progress"]),
+    )
+    async with get_client() as client:
+        found = await client.read_artifacts(artifact_filter=only_progress)
+    return [artifact.description or "" for artifact in found]
+
+
 async def parked_flow_run(start_simulator: Any) -> tuple[Any, dict[str, Any]]:
     simulator = start_simulator("default", time_scale=SLOW)
     params = parameters(simulator, mode="deferred", defer_after=0.5)
@@ -71,6 +89,12 @@ async def test_a_parked_run_says_it_waits_for_the_backend_and_ends_without_an_er
     assert state.message.startswith("Parked: waiting for the backend (run ")
     assert "prefect-ito watch resumes this run" in state.message
     assert "nothing to do" in state.message
+    (card,) = await progress_card_descriptions(flow_run.id)
+    assert PARKED_LINE == (
+        "Parked: waiting for the backend; prefect-ito watch resumes this run when its backend "
+        "run changes; nothing to do."
+    )
+    assert card.startswith(f"{PARKED_LINE} Now ")  # then where the run is, as before
     logs = await logs_until(flow_run.id, "Finished in state Suspended")
     assert [log.level for log in logs if log.message == PARKED] == [logging.INFO]
     assert [log.message for log in logs if log.level >= logging.ERROR] == []
