@@ -73,6 +73,7 @@ from typing import Any  # noqa: E402
 
 import httpx  # noqa: E402
 import pytest  # noqa: E402
+import trial_counts  # noqa: E402
 from ledger import Ledger, Provenance, read_figures, render, write_figures  # noqa: E402
 
 
@@ -240,6 +241,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    trial_counts.FULL = bool(config.getoption("reliability_report", default=None))
     if config.getoption("reliability_report", default=None) and _workers(config):
         raise pytest.UsageError(
             "--reliability-report gathers the figures of one process: add -n 0 to run the "

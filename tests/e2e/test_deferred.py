@@ -8,6 +8,7 @@ exactly one backend run. Lost flow processes and lost machines are the crash tri
 
 from __future__ import annotations
 
+import pytest
 from e2e_stack import (
     DEFER_BOOKING,
     Stack,
@@ -25,6 +26,14 @@ from prefect import get_client
 from prefect_ito.contract import DecisionChoice, RunState
 
 SUBMIT = ("POST", "/v0/training-runs")
+
+
+# SQLite only: a deferral's records and resumes are suspensions and flow-run inputs, which
+# test_deployments.py runs on PostgreSQL too.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True),
+]
 
 
 def deferred(flow_run) -> bool:

@@ -15,31 +15,20 @@ from typing import Any
 import pytest
 import yaml
 from e2e_stack import (
-    AUTHORIZATION_BLOCK,
     CHECKOUT,
     INSTALLED_YAML,
     PROCESS_TEMPLATE,
     SHIPPED_YAML,
-    Stack,
-    deploy,
-    environment,
-    named,
-    wait_for_flow_run,
 )
-from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.objects import Flow as APIFlow
 from prefect.client.schemas.objects import FlowRun, WorkPool
 from prefect.client.schemas.responses import DeploymentResponse
-from prefect.deployments import run_deployment
 from prefect.flows import Flow, load_flow_from_entrypoint
-from prefect.states import Cancelled
 from prefect.utilities.processutils import command_to_string, get_sys_executable
 from prefect.workers.base import BaseJobConfiguration
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker
 from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
-
-from prefect_ito.blocks import ItoSpendAuthorization
 
 DEPLOYMENTS = CHECKOUT / "deployments"
 K8S_TEMPLATE = DEPLOYMENTS / "kubernetes-base-job-template.json"
@@ -249,43 +238,6 @@ def test_every_work_pool_the_files_create_uses_a_shipped_template(text: Path):
         pool_type = re.search(r"--type (\w+)", command)
         template = f"{pool_type[1] if pool_type else '(process|kubernetes)'}-base-job-template"
         assert re.search(rf"--base-job-template \S*{template}\.json", command), command
-
-
-@pytest.mark.e2e
-async def test_a_shipped_training_deployment_without_a_spend_block_asks_a_person(
-    stack: Stack, tmp_path: Path
-):
-    """docs/deployments.md: leave the standing authorization out to confirm every run yourself.
-
-    Before, both files named the block `ito-spend`, and without it every run failed
-    InvalidParameters. Deployed as shipped (only the code's path, a name of its own and the
-    schedule off), with no such block saved, a run reaches the spend question.
-    """
-    config = yaml.safe_load(SHIPPED_YAML.read_text())
-    config["pull"] = [
-        {"prefect.deployments.steps.set_working_directory": {"directory": str(CHECKOUT)}}
-    ]
-    nightly = next(d for d in config["deployments"] if d["name"] == "nightly")
-    nightly["name"], nightly["schedules"][0]["active"] = "nightly-as-shipped", False
-    config["deployments"] = [nightly]
-    shipped = tmp_path / "prefect.yaml"
-    shipped.write_text(yaml.safe_dump(config, sort_keys=False))
-    deploy(shipped, environment(stack.api_url, tmp_path / "deployer"), tmp_path / "deploy.log")
-
-    saved = await ItoSpendAuthorization.aload(AUTHORIZATION_BLOCK)
-    async with get_client() as client:
-        await client.delete_block_document(saved._block_document_id)
-    try:
-        flow_run = await run_deployment("ito-training/nightly-as-shipped", timeout=0)
-        waiting = await wait_for_flow_run(flow_run.id, named("Suspended"))
-    finally:
-        await saved.asave(AUTHORIZATION_BLOCK, overwrite=True)
-
-    assert waiting.parameters.get("authorization") is None
-    assert waiting.state is not None
-    assert (waiting.state.state_details.pause_key or "").startswith("spend-")
-    async with get_client() as client:
-        await client.set_flow_run_state(flow_run.id, Cancelled(), force=True)
 
 
 class _FlowReader:

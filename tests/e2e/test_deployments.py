@@ -12,14 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from capture_server import CaptureServer
 from e2e_stack import (
     ACCOUNT,
     AFTER_BOOKING,
     APPROVE_BOOKING,
+    AUTHORIZATION_BLOCK,
     BOOKING_BLOCK,
     CANCEL_BOOKING,
     CANCEL_ON_CANCELLED,
+    CHECKOUT,
     CONFIRM_BOOKING,
     CREDENTIALS_BLOCK,
     NIGHTLY,
@@ -30,6 +33,8 @@ from e2e_stack import (
     Stack,
     backend_runs,
     completed,
+    deploy,
+    environment,
     flow_run_log_messages,
     flow_run_processes,
     named,
@@ -43,17 +48,23 @@ from e2e_stack import (
     wait_for_flow_run,
 )
 from prefect import get_client
+from prefect.deployments import run_deployment
 from prefect.exceptions import PrefectHTTPStatusError
-from prefect.states import Cancelling, Running, Suspended
+from prefect.states import Cancelled, Cancelling, Running, Suspended
 from spend_helpers import PERSON, confirm_at_backend
 
-from prefect_ito.blocks import ItoBooking
+from prefect_ito.blocks import ItoBooking, ItoSpendAuthorization
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.parameters import BookingClaim, TrainingParameters
 from prefect_ito.reporting.chaining import emit_booking_completed
 from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 pytestmark = pytest.mark.e2e
+
+SQLITE_ONLY = pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True)
+"""For what the database cannot change: events, cancellation, templates and secrets are the same
+on both. What a database holds across processes — schedules, suspensions and their inputs,
+resumes, the spend wait — runs on PostgreSQL too."""
 
 
 async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
@@ -70,6 +81,7 @@ async def test_a_scheduled_deployment_runs_to_completion(stack: Stack):
     assert run.state is RunState.SUCCEEDED
 
 
+@SQLITE_ONLY
 async def test_a_booking_event_triggers_a_training_run(stack: Stack):
     booking = ItoBooking(
         booking_id=PLAIN_BOOKING, gpu_sku="H200", node_count=2, gpus_per_node=8,
@@ -135,6 +147,7 @@ async def test_cancelling_a_suspended_run_cancels_the_backend_workload(stack: St
     assert run.decisions == []
 
 
+@SQLITE_ONLY
 async def test_cancelling_a_running_deployment_run_cancels_the_backend_workload(stack: Stack):
     flow_run = await train_until_stalled(stack)
 
@@ -148,6 +161,7 @@ async def test_cancelling_a_running_deployment_run_cancels_the_backend_workload(
     assert len(backend_runs(stack, STALLED_BOOKING)) == 1
 
 
+@SQLITE_ONLY
 async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
     canary = stack.token.get_secret_value()
     async with get_client() as client:
@@ -163,6 +177,7 @@ async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
     assert not [row for row in rows if canary in row]
 
 
+@SQLITE_ONLY
 async def test_a_flow_run_cannot_choose_the_command_its_worker_runs(stack: Stack, tmp_path: Path):
     """Anyone who can reach the Prefect API can give a flow run job variables.
 
@@ -194,6 +209,7 @@ async def test_a_flow_run_cannot_choose_the_command_its_worker_runs(stack: Stack
     assert not stolen.exists()
 
 
+@SQLITE_ONLY
 async def test_a_prefect_user_cannot_send_the_workers_token_anywhere(stack: Stack):
     """The canary sweep of a full deployment run: server, worker and watcher.
 
@@ -310,3 +326,40 @@ async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(sta
     # Resumed by the watcher, the flow run takes up the quote it recorded, as the backend states it.
     assert f"Resumed: the quote {record.quote_id} is confirmed at the backend." in logs, logs
     assert any(m.endswith(f"confirmed at the backend by {PERSON}.") for m in logs), logs
+
+
+@SQLITE_ONLY
+async def test_a_shipped_training_deployment_without_a_spend_block_asks_a_person(
+    stack: Stack, tmp_path: Path
+):
+    """docs/deployments.md: leave the standing authorization out to confirm every run yourself.
+
+    Before, both files named the block `ito-spend`, and without it every run failed
+    InvalidParameters. Deployed as shipped (only the code's path, a name of its own and the
+    schedule off), with no such block saved, a run reaches the spend question.
+    """
+    config = yaml.safe_load(SHIPPED_YAML.read_text())
+    config["pull"] = [
+        {"prefect.deployments.steps.set_working_directory": {"directory": str(CHECKOUT)}}
+    ]
+    nightly = next(d for d in config["deployments"] if d["name"] == "nightly")
+    nightly["name"], nightly["schedules"][0]["active"] = "nightly-as-shipped", False
+    config["deployments"] = [nightly]
+    shipped = tmp_path / "prefect.yaml"
+    shipped.write_text(yaml.safe_dump(config, sort_keys=False))
+    deploy(shipped, environment(stack.api_url, tmp_path / "deployer"), tmp_path / "deploy.log")
+
+    saved = await ItoSpendAuthorization.aload(AUTHORIZATION_BLOCK)
+    async with get_client() as client:
+        await client.delete_block_document(saved._block_document_id)
+    try:
+        flow_run = await run_deployment("ito-training/nightly-as-shipped", timeout=0)
+        waiting = await wait_for_flow_run(flow_run.id, named("Suspended"))
+    finally:
+        await saved.asave(AUTHORIZATION_BLOCK, overwrite=True)
+
+    assert waiting.parameters.get("authorization") is None
+    assert waiting.state is not None
+    assert (waiting.state.state_details.pause_key or "").startswith("spend-")
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run.id, Cancelled(), force=True)

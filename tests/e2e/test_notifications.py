@@ -41,6 +41,13 @@ MESSAGE_WAIT = 30.0
 """How long a message may take after the pause: the brief's promise to a person."""
 
 
+# SQLite only: events and Automations are the same on either database.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True),
+]
+
+
 class Receiver:
     """A webhook receiver on loopback that records every POST body."""
 

@@ -43,6 +43,7 @@ from prefect.flow_engine import run_flow_async
 from prefect.input import create_flow_run_input
 from reliability_kit import Backend, completed_bookings, training_fields
 from spend_helpers import PERSON, confirm_at_backend
+from trial_counts import count
 
 from prefect_ito.backend.auth import store_token
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
@@ -59,9 +60,9 @@ from prefect_ito.people import answers, spend
 from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 SEED = 20_260_504
-HTTP_ATTEMPTS = 240
-HTTP_CONTROLS = 24
-FLOW_ATTEMPTS = 24
+HTTP_ATTEMPTS = count(full=240, everyday=112)
+HTTP_CONTROLS = count(full=24, everyday=12)
+FLOW_ATTEMPTS = count(full=24, everyday=12)
 FLOW_CONTROLS = 3
 FLOW_AT_ONCE = 8
 ACCOUNT = "reliability"
@@ -595,7 +596,8 @@ class FlowRoutes:
             assert record is not None
             confirm_at_backend(self.sim, record.quote_id, ACCOUNT)
 
-        return await _drive(self.parameters(booking, approval_timeout=60), at_pause=confirm)
+        # Generous: a control waits only until its confirmation is seen, and a busy machine is slow.
+        return await _drive(self.parameters(booking, approval_timeout=180), at_pause=confirm)
 
     def _form(self, answer: str | None) -> OnPause:
         """Answer the Prefect form only (never the backend): the UI's resume with input."""
