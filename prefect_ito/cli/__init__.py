@@ -83,7 +83,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Approve or reject the restart a paused training flow run waits for.",
     ),
     "status": (
-        "prefect_ito.cli.training:status",
+        "prefect_ito.cli.flow_runs:status",
         "Show a training flow run: its state, backend run, stage, spend and any pending decision.",
     ),
     "inbox": (
@@ -91,7 +91,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show every flow run that waits for a person, oldest first, and how to answer each.",
     ),
     "cancel": (
-        "prefect_ito.cli.training:cancel",
+        "prefect_ito.cli.flow_runs:cancel",
         "Cancel a training flow run and its backend workload (never the booking).",
     ),
     "watch": (

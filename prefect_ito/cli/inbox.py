@@ -11,7 +11,7 @@ the link to the form is built here from the flow run's id, and text is printed a
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -28,6 +28,7 @@ from prefect.utilities.urls import url_for
 from pydantic import ValidationError
 from rich.console import Console
 
+from prefect_ito.cli import views
 from prefect_ito.cli.errors import respond
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.temporary_prefect import has_real_server
@@ -69,7 +70,8 @@ async def _read_inbox() -> list[dict[str, Any]]:
         )
     async with get_client() as client:
         waiting = [run for run in await _paused_runs(client) if _waits_for_person(run)]
-        entries = [_entry(run, await _question(client, run)) for run in waiting]
+        now = datetime.now(UTC)  # one moment for every cost held, said with it
+        entries = [_entry(run, await _question(client, run), now) for run in waiting]
     return sorted(entries, key=lambda entry: entry["since"] or "")
 
 
@@ -113,12 +115,20 @@ async def _question(client: PrefectClient, flow_run: FlowRun) -> Question | None
     return None
 
 
-def _entry(flow_run: FlowRun, question: Question | None) -> dict[str, Any]:
-    """Return what the inbox shows of one waiting flow run; numbers as numbers."""
+def _entry(flow_run: FlowRun, question: Question | None, now: datetime) -> dict[str, Any]:
+    """Return what the inbox shows of one waiting flow run; numbers as numbers.
+
+    The cost held is counted from the record's ``held_since`` and hourly rate to ``now``, not
+    taken from what the record said when it was written: the wait costs more every hour.
+    """
     state = flow_run.state
     details = state.state_details if state else None
     pause_key = (details.pause_key if details else None) or ""
-    cost = question.held_now() if question else None
+    cost = (
+        views.held_numbers(question.held_since, question.held_usd_per_hour, now)
+        if question
+        else None
+    )
     return {
         "flow_run_id": str(flow_run.id),
         "flow_run_name": flow_run.name,
@@ -128,9 +138,11 @@ def _entry(flow_run: FlowRun, question: Question | None) -> dict[str, Any]:
         "evidence": question.evidence if question else None,
         "since": _iso(state.timestamp if state else None),
         "deadline": _iso(details.pause_timeout if details else None),
-        "held": cost.sentence() if cost else None,
-        "held_usd": round(cost.usd, 2) if cost else None,
-        "held_seconds": round(cost.seconds) if cost else None,
+        "held": views.held_text(cost) if cost else None,
+        "held_usd": cost["usd"] if cost else None,
+        "held_seconds": cost["seconds"] if cost else None,
+        "held_usd_per_hour": cost["usd_per_hour"] if cost else None,
+        "held_as_of": cost["as_of"] if cost else None,
         "link": url_for("flow-run", obj_id=flow_run.id),
         "command": _command(flow_run.id, pause_key, question),
     }

@@ -1,4 +1,4 @@
-"""``prefect-ito train | attach | demo | decide | status | cancel``.
+"""``prefect-ito train | attach | demo | decide``.
 
 ``train``'s options are the fields of :class:`~prefect_ito.parameters.TrainingParameters`, and
 ``attach``'s those of :class:`~prefect_ito.parameters.SupervisionParameters`. Every expected
@@ -12,28 +12,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
 from cyclopts import Parameter
-from prefect import Flow, State, get_client
-from prefect.client.schemas.filters import (
-    ArtifactFilter,
-    ArtifactFilterFlowRunId,
-    ArtifactFilterType,
-)
-from prefect.client.schemas.objects import FlowRun
-from prefect.client.schemas.sorting import ArtifactSort
-from prefect.exceptions import ObjectNotFound
-from prefect.states import Cancelling
+from prefect import Flow, State
 from rich.console import Console
 
 from prefect_ito.backend import provenance
-from prefect_ito.backend.client import ItoClient
-from prefect_ito.blocks import resolve_credentials
 from prefect_ito.cli import output, terminal, views
 from prefect_ito.cli.errors import exit_with, respond, run_command
+from prefect_ito.cli.flow_runs import read_flow_run, require_server
 from prefect_ito.cli.options import (
     CommandLineTraining,
     DataFile,
@@ -50,15 +39,12 @@ from prefect_ito.cli.train_checks import (
     nobody_to_confirm,
     spend_confirmer,
 )
-from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import (
     AnsweredByAnother,
     ExitCode,
-    FlowRunNotFound,
     InvalidParameters,
     ItoError,
     NothingToDecide,
-    PrefectServerRequired,
 )
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.parameters import (
@@ -67,11 +53,9 @@ from prefect_ito.parameters import (
 )
 from prefect_ito.people import answers
 from prefect_ito.people.approval import RestartDecision
-from prefect_ito.reporting.report import status_facts
 from prefect_ito.supervision.outcomes import exit_code, outcome_error
-from prefect_ito.waiting.cancellation import cancel_supervised_run, supervised_run
 
-__all__ = ["attach", "cancel", "decide", "demo", "status", "train"]
+__all__ = ["attach", "decide", "demo", "train"]
 
 _console = Console()
 
@@ -271,7 +255,7 @@ def decide(
 async def _decide(
     flow_run_id: UUID, *, approve: bool, reject: bool, reason: str, name: str
 ) -> dict[str, Any]:
-    _require_server("decide")
+    require_server("decide")
     if approve == reject:
         raise InvalidParameters("give exactly one of --approve and --reject")
     decision = RestartDecision(
@@ -292,7 +276,7 @@ async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
         NothingToDecide: the flow run waits for no decision, or stopped waiting meanwhile.
         AnsweredByAnother: another answer to the question was taken first.
     """
-    flow_run = await _read_flow_run(flow_run_id)
+    flow_run = await read_flow_run(flow_run_id)
     state = flow_run.state
     if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
         raise NothingToDecide(
@@ -307,201 +291,6 @@ async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
         raise NothingToDecide(f"flow run {flow_run_id} stopped waiting before this answer came")
     if not kept.ours:
         raise AnsweredByAnother(f"another answer was taken first: {kept.describe()}")
-
-
-def status(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
-    """Show a training flow run: its state, backend run, stage, spend and any pending decision.
-
-    The backend run is read from the backend when this machine can (a token for the flow run's
-    backend, whose origin this process allows); otherwise it is the flow run's last progress
-    card in Prefect, shown with its time, as possibly stale, and why the backend was not asked.
-
-    Args:
-        flow_run_id: The ito-training (or ito-attach-training) flow run.
-    """
-    respond(
-        json_output, _read_status(flow_run_id), lambda shown: views.print_status(_console, shown)
-    )
-
-
-async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
-    _require_server("status")
-    flow_run = await _read_flow_run(flow_run_id)
-    state = flow_run.state
-    try:
-        async with await _backend_client(flow_run) as client:
-            backend_run = _run_facts(await supervised_run(client, flow_run))
-    except ItoError as error:  # not logged in, origin not allowed, backend down, …
-        backend_run = await _card_facts(flow_run_id, stale_because=str(error))
-    return {
-        "flow_run_id": str(flow_run_id),
-        "flow_run_name": flow_run.name,
-        "state_name": state.name if state else None,
-        "state_message": state.message if state else None,
-        "backend_run": backend_run,
-    }
-
-
-async def _backend_client(flow_run: FlowRun) -> ItoClient:
-    """Return a client for the flow run's backend, if this process may send it a token.
-
-    Raises:
-        ItoError: No token here, an origin this process does not allow, no backend named.
-    """
-    credentials = dict(flow_run.parameters or {}).get("credentials")
-    return (await resolve_credentials(credentials)).get_client()
-
-
-def _run_facts(run: TrainingRun | None) -> dict[str, Any] | None:
-    """Return what status shows of a backend run read from the backend just now; numbers as
-    numbers."""
-    if run is None:
-        return None
-    t = run.telemetry
-    # The cost forecast and the held cost (reporting/forecast.py; PendingAction.held_since and
-    # hold_usd_per_hour) belong here as numbers, and as text in views.print_status.
-    return {
-        "source": "backend",
-        "as_of": datetime.now(UTC).isoformat(),
-        "stale_because": None,
-        "run_id": run.run_id,
-        "state": run.state.value,
-        "stage": run.current_stage or None,
-        **views.spend_numbers(t.spend_usd, t.budget_usd),
-        "pending_decision": status_facts(run)["pending_decision"] or None,
-    }
-
-
-async def _card_facts(flow_run_id: UUID, *, stale_because: str) -> dict[str, Any] | None:
-    """Return what the flow run's last progress card said, with its time and why only it."""
-    async with get_client() as client:
-        found = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
-                type=ArtifactFilterType(any_=["progress"]),
-            ),
-            sort=ArtifactSort.UPDATED_DESC,
-        )
-    cards = [a for a in found if (a.key or "").startswith("ito-progress-") and a.metadata_]
-    if not cards:
-        return None
-    facts, updated = dict(cards[0].metadata_ or {}), cards[0].updated
-    return {
-        "source": "card",
-        "as_of": updated.isoformat() if updated else None,
-        "stale_because": stale_because,
-        "run_id": facts.get("run_id"),
-        "state": facts.get("state"),
-        "stage": facts.get("stage") or None,
-        **views.spend_numbers(*views.parse_spend(facts.get("spend", ""))),
-        "pending_decision": facts.get("pending_decision") or None,
-    }
-
-
-def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
-    """Cancel a training flow run and its backend workload (never the booking).
-
-    Says what it did and what it left to others: the backend run is cancelled from here when
-    no process runs the flow (suspended, or already ended) and this machine holds a token for
-    its backend; otherwise the flow's worker (its on_cancellation hook) or the cancel-on-cancelled
-    Automation does it. Then it names the backend run and its state.
-
-    Args:
-        flow_run_id: The ito-training flow run.
-    """
-    respond(
-        json_output, _request_cancel(flow_run_id), lambda sent: views.print_cancel(_console, sent)
-    )
-
-
-async def _request_cancel(flow_run_id: UUID) -> dict[str, Any]:
-    _require_server("cancel")
-    flow_run = await _read_flow_run(flow_run_id)
-    state = flow_run.state
-    ended = state is not None and state.is_final()
-    try:
-        client = await _backend_client(flow_run)  # checked before anything is touched
-    except ItoError as error:
-        if ended:  # nothing would be done at all: say why, and change nothing
-            raise
-        await _set_cancelling(flow_run_id)
-        backend_run = await _card_facts(flow_run_id, stale_because=str(error))
-        return _cancelled(flow_run, requested=True, here=False, backend_run=backend_run)
-    async with client:
-        if not ended:
-            await _set_cancelling(flow_run_id)
-        return await _cancel_at_backend(client, flow_run, requested=not ended)
-
-
-async def _cancel_at_backend(
-    client: ItoClient, flow_run: FlowRun, *, requested: bool
-) -> dict[str, Any]:
-    state = flow_run.state
-    no_process = state is None or state.is_final() or bool(state.state_details.pause_reschedule)
-    try:
-        if not no_process:  # the flow's own process cancels it as it stops
-            run = await supervised_run(client, flow_run)
-            return _cancelled(
-                flow_run, requested=requested, here=False, backend_run=_run_facts(run)
-            )
-        outcome = await cancel_supervised_run(client, flow_run)
-    except ItoError as error:
-        backend_run = await _card_facts(flow_run.id, stale_because=str(error))
-        return _cancelled(flow_run, requested=requested, here=False, backend_run=backend_run)
-    return _cancelled(
-        flow_run,
-        requested=requested,
-        here=outcome.cancelled_now,
-        backend_run=_run_facts(outcome.run),
-    )
-
-
-def _cancelled(
-    flow_run: FlowRun, *, requested: bool, here: bool, backend_run: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Return what cancel did, what it left to others (and to whom), and the backend run."""
-    state = flow_run.state
-    suspended = state is not None and bool(state.state_details.pause_reschedule)
-    finished = (
-        backend_run is not None
-        and backend_run["source"] == "backend"
-        and (backend_run["state"] in _FINISHED)
-    )
-    left_to = None
-    if not here and not finished and requested:
-        left_to = "automation" if suspended else "flow_process"
-    return {
-        "flow_run_id": str(flow_run.id),
-        "flow_run_state_before": state.name if state else None,
-        "cancel_requested_in_prefect": requested,
-        "backend_cancelled_here": here,
-        "left_to": left_to,
-        "backend_run": backend_run,
-    }
-
-
-_FINISHED = frozenset(s.value for s in RunState if s.terminal)
-
-
-async def _set_cancelling(flow_run_id: UUID) -> None:
-    async with get_client() as client:
-        await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
-
-
-async def _read_flow_run(flow_run_id: UUID) -> Any:
-    async with get_client() as client:
-        try:
-            return await client.read_flow_run(flow_run_id)
-        except ObjectNotFound:
-            raise FlowRunNotFound(f"Prefect knows no flow run {flow_run_id}") from None
-
-
-def _require_server(command: str) -> None:
-    if not terminal.has_real_server():
-        raise PrefectServerRequired(
-            f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
-            "In ephemeral mode only the terminal that started the flow can reach it."
-        )
 
 
 def _fail(error: ItoError) -> NoReturn:

@@ -18,6 +18,8 @@ import copy
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from prefect import State
@@ -29,7 +31,8 @@ from rich.table import Table
 from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.contract import Telemetry
 from prefect_ito.exceptions import ItoError
-from prefect_ito.reporting import cards
+from prefect_ito.reporting import cards, holding
+from prefect_ito.reporting.forecast import Forecast
 from prefect_ito.reporting.report import SEEN, TrainingSummary
 from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL
 
@@ -38,7 +41,9 @@ __all__ = [
     "OutcomeFormatter",
     "TaskChatterFilter",
     "final_summary",
-    "parse_spend",
+    "forecast_numbers",
+    "held_numbers",
+    "held_text",
     "print_cancel",
     "print_detached",
     "print_outcome",
@@ -263,22 +268,47 @@ def spend_numbers(spend_usd: float | None, budget_usd: float | None) -> dict[str
     return {"spend_usd": spend_usd, "budget_usd": budget_usd, "spend_fraction": ratio}
 
 
-def parse_spend(text: str) -> tuple[float | None, float | None]:
-    """Return the spend and the ceiling that a progress card states as text
-    (:func:`prefect_ito.reporting.cards.spend`); Nones when the text says otherwise."""
-    found = _SPEND_TEXT.match(text)
+def forecast_numbers(found: Forecast | None) -> dict[str, Any] | None:
+    """Return a forecast's fields and whether it is at risk, as numbers, for ``--json``."""
     if found is None:
-        return None, None
-    spent, budget = (float(group.replace(",", "")) for group in found.groups())
-    return spent, budget
+        return None
+    return {**asdict(found), "at_risk": found.at_risk}
 
 
-_SPEND_TEXT = re.compile(r"^\$([\d,]+(?:\.\d+)?) of \$([\d,]+(?:\.\d+)?) ")
+def held_numbers(
+    since: datetime | None, usd_per_hour: float | None, now: datetime
+) -> dict[str, Any] | None:
+    """Return what holding a run has cost from ``since`` to ``now`` at the hourly rate, as
+    numbers (and the moments as ISO text); None unless both are known.
+
+    Counted when it is shown, not when the backend or a record said it: the cost grows.
+    """
+    if since is None or usd_per_hour is None:
+        return None
+    cost = holding.held(since, usd_per_hour, now)
+    return {
+        "since": since.isoformat(),
+        "seconds": round(cost.seconds),
+        "usd": round(cost.usd, 2),
+        "usd_per_hour": usd_per_hour,
+        "as_of": now.isoformat(),
+    }
+
+
+def held_text(numbers: dict[str, Any]) -> str:
+    """Return e.g. "held 2 h 14 min: about $1,350 of GPU time as of 2026-11-30 11:14 UTC ($600
+    an hour while nobody decides)", from :func:`held_numbers`."""
+    cost = holding.Held(seconds=numbers["seconds"], usd=numbers["usd"])
+    as_of = cards.when(datetime.fromisoformat(numbers["as_of"]))
+    return (
+        f"{cost.sentence()} as of {as_of} "
+        f"(${numbers['usd_per_hour']:,.0f} an hour while nobody decides)"
+    )
 
 
 def _spend_text(facts: dict[str, Any]) -> str:
     if facts["spend_usd"] is None or not facts["budget_usd"]:
-        return "?"
+        return _card_said(facts, "spend") or "?"
     # The card's own wording, from the two numbers it needs.
     numbers = {"spend_usd": facts["spend_usd"], "budget_usd": facts["budget_usd"]}
     return cards.spend(Telemetry.model_construct(**numbers))
@@ -298,6 +328,7 @@ def print_status(console: Console, shown: dict[str, Any]) -> None:
     _print_backend_run(console, facts)
     console.print(f"Stage: {facts['stage'] or '—'}", markup=False)
     console.print(f"Spend: {_spend_text(facts)}", markup=False)
+    _print_costs(console, facts)
     pending = facts["pending_decision"]
     if not pending:
         console.print("Pending decision: none")
@@ -308,6 +339,28 @@ def print_status(console: Console, shown: dict[str, Any]) -> None:
         "--name NAME",
         soft_wrap=True,  # a command to copy: never broken across lines
     )
+
+
+def _print_costs(console: Console, facts: dict[str, Any]) -> None:
+    """Print the forecast and the cost held, each if known: from the numbers, else in the
+    words of a card older than them."""
+    found = facts["forecast"]
+    if found is not None:
+        fields = {name: found[name] for name in Forecast.__dataclass_fields__}
+        console.print(f"Forecast: {Forecast(**fields).sentence()}", markup=False, soft_wrap=True)
+    elif said := _card_said(facts, "forecast"):
+        console.print(f"Forecast: {said}", markup=False, soft_wrap=True)
+    if facts["held"] is not None:
+        still = ", if still held" if facts["source"] == "card" else ""
+        console.print(f"Held: {held_text(facts['held'])}{still}", markup=False, soft_wrap=True)
+    elif said := _card_said(facts, "held"):
+        console.print(f"Held: {said}", markup=False, soft_wrap=True)
+
+
+def _card_said(facts: dict[str, Any], key: str) -> str | None:
+    """Return what a card said of ``key`` in words (text from Prefect: printed as text)."""
+    said = facts.get("card_text") or {}
+    return str(said[key]) if said.get(key) else None
 
 
 def _print_backend_run(console: Console, facts: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import OrderedDict
+from dataclasses import asdict
 from typing import Any
 from uuid import UUID
 
@@ -264,7 +265,11 @@ def cards(run: TrainingRun, actions: Actions | None = None, *, parked: bool = Fa
 
 
 def status_facts(run: TrainingRun) -> dict[str, str]:
-    """Return what ``prefect-ito status`` shows, as the progress card's metadata."""
+    """Return what ``prefect-ito status`` shows, as the progress card's metadata.
+
+    Prefect keeps metadata as strings: the text a person reads in the UI, and beside it the
+    numbers as plain numeric strings (:func:`status_numbers`), so that no reader parses the text.
+    """
     t = run.telemetry
     facts = {
         "run_id": run.run_id,
@@ -274,6 +279,7 @@ def status_facts(run: TrainingRun) -> dict[str, str]:
         "pending_decision": "",
         "forecast": forecast_line(run) or "",
         "held": hold_cost(run) or "",
+        **status_numbers(run),
     }
     action = run.pending_action
     if action is not None and not gates.decidable(action):
@@ -285,6 +291,30 @@ def status_facts(run: TrainingRun) -> dict[str, str]:
             f"{action.proposed_checkpoint.step:,}) proposed {when(action.proposed_at)}"
         )
     return facts
+
+
+FORECAST_PREFIX = "forecast_"
+"""The progress card's metadata key of each :class:`~prefect_ito.reporting.forecast.Forecast`
+field is this prefix and the field's name (but ``spend_usd`` and ``budget_usd``, kept once)."""
+
+
+def status_numbers(run: TrainingRun) -> dict[str, str]:
+    """Return the numbers behind the progress card's text, each a plain numeric string ("" for
+    none): spend, ceiling, the forecast's fields, and since when and at what hourly rate the run
+    is held for a decision (what it cost so far grows with time, so a reader counts it)."""
+    t = run.telemetry
+    numbers = {"spend_usd": str(t.spend_usd), "budget_usd": str(t.budget_usd)}
+    found = forecast(run)
+    for name, value in asdict(found).items() if found is not None else ():
+        if name not in numbers:
+            numbers[FORECAST_PREFIX + name] = str(value)
+    action = run.pending_action
+    since = action.held_since if action is not None else None
+    rate = action.hold_usd_per_hour if action is not None else None
+    held = since is not None and rate is not None  # an older backend says neither
+    numbers["held_since"] = since.isoformat() if held and since else ""
+    numbers["hold_usd_per_hour"] = str(rate) if held else ""
+    return numbers
 
 
 async def read_status(flow_run_id: UUID) -> dict[str, str] | None:

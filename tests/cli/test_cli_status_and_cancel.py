@@ -12,9 +12,8 @@ from cli_helpers import prefect_ito, read_flow_run_id, start_train, worker_env
 from prefect.utilities.asyncutils import run_coro_as_sync
 
 from prefect_ito.cli import views
-from prefect_ito.contract import RunState, Telemetry
+from prefect_ito.contract import RunState
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.reporting import cards
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 
@@ -88,14 +87,6 @@ def _state_name(flow_run_id: str) -> str | None:
         return state.name if state else None
 
     return run_coro_as_sync(read())
-
-
-def test_the_spend_a_card_states_reads_back_as_numbers():
-    """A card only has text; status --json gives its numbers, never the text."""
-    telemetry = Telemetry.model_construct(spend_usd=23_456.5, budget_usd=250_000.0)
-
-    assert views.parse_spend(cards.spend(telemetry)) == (23_456.5, 250_000.0)
-    assert views.parse_spend("not a spend") == (None, None)
 
 
 def test_without_a_prefect_server_no_ui_is_named_for_the_chart():

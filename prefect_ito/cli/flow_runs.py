@@ -1,0 +1,298 @@
+"""``prefect-ito status | cancel``: what became of a training flow run, and stopping it.
+
+Both name a flow run by its id and say where each fact comes from: the backend, read just now
+with this machine's token, or else the flow run's last progress card in Prefect, with its time,
+as possibly stale. A card's numbers are read from its metadata's numeric strings
+(:func:`prefect_ito.reporting.report.status_numbers`), never parsed out of its text; an older
+card without them shows its text, its numbers null.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterType,
+)
+from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.sorting import ArtifactSort
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Cancelling
+from rich.console import Console
+
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.blocks import resolve_credentials
+from prefect_ito.cli import terminal, views
+from prefect_ito.cli.errors import respond
+from prefect_ito.cli.output import JsonOption
+from prefect_ito.contract import RunState, TrainingRun
+from prefect_ito.exceptions import FlowRunNotFound, ItoError, PrefectServerRequired
+from prefect_ito.reporting.forecast import Forecast, forecast
+from prefect_ito.reporting.report import FORECAST_PREFIX, status_facts
+from prefect_ito.waiting.cancellation import cancel_supervised_run, supervised_run
+
+__all__ = ["cancel", "read_flow_run", "require_server", "status"]
+
+_console = Console()
+
+
+def status(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
+    """Show a training flow run: its state, backend run, stage, spend and any pending decision.
+
+    Also the forecast of spend at completion and time to finish while the run goes on, and what
+    holding it has cost while a decision holds it (counted to now). The backend run is read from
+    the backend when this machine can (a token for the flow run's backend, whose origin this
+    process allows); otherwise it is the flow run's last progress card in Prefect, shown with
+    its time, as possibly stale, and why the backend was not asked.
+
+    Args:
+        flow_run_id: The ito-training (or ito-attach-training) flow run.
+    """
+    respond(
+        json_output, _read_status(flow_run_id), lambda shown: views.print_status(_console, shown)
+    )
+
+
+async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
+    require_server("status")
+    flow_run = await read_flow_run(flow_run_id)
+    state = flow_run.state
+    try:
+        async with await _backend_client(flow_run) as client:
+            backend_run = _run_facts(await supervised_run(client, flow_run))
+    except ItoError as error:  # not logged in, origin not allowed, backend down, …
+        backend_run = await _card_facts(flow_run_id, stale_because=str(error))
+    return {
+        "flow_run_id": str(flow_run_id),
+        "flow_run_name": flow_run.name,
+        "state_name": state.name if state else None,
+        "state_message": state.message if state else None,
+        "backend_run": backend_run,
+    }
+
+
+async def _backend_client(flow_run: FlowRun) -> ItoClient:
+    """Return a client for the flow run's backend, if this process may send it a token.
+
+    Raises:
+        ItoError: No token here, an origin this process does not allow, no backend named.
+    """
+    credentials = dict(flow_run.parameters or {}).get("credentials")
+    return (await resolve_credentials(credentials)).get_client()
+
+
+def _run_facts(run: TrainingRun | None) -> dict[str, Any] | None:
+    """Return what status shows of a backend run read from the backend just now; numbers as
+    numbers."""
+    if run is None:
+        return None
+    t, action, now = run.telemetry, run.pending_action, datetime.now(UTC)
+    return {
+        "source": "backend",
+        "as_of": now.isoformat(),
+        "stale_because": None,
+        "run_id": run.run_id,
+        "state": run.state.value,
+        "stage": run.current_stage or None,
+        **views.spend_numbers(t.spend_usd, t.budget_usd),
+        "forecast": views.forecast_numbers(forecast(run)),
+        "held": views.held_numbers(
+            action.held_since if action else None,
+            action.hold_usd_per_hour if action else None,
+            now,
+        ),
+        "pending_decision": status_facts(run)["pending_decision"] or None,
+        "card_text": None,
+    }
+
+
+async def _card_facts(flow_run_id: UUID, *, stale_because: str) -> dict[str, Any] | None:
+    """Return what the flow run's last progress card said, with its time and why only it."""
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+                type=ArtifactFilterType(any_=["progress"]),
+            ),
+            sort=ArtifactSort.UPDATED_DESC,
+        )
+    cards = [a for a in found if (a.key or "").startswith("ito-progress-") and a.metadata_]
+    if not cards:
+        return None
+    facts, updated = dict(cards[0].metadata_ or {}), cards[0].updated
+    spent, budget = _number(facts, "spend_usd"), _number(facts, "budget_usd")
+    return {
+        "source": "card",
+        "as_of": updated.isoformat() if updated else None,
+        "stale_because": stale_because,
+        "run_id": facts.get("run_id"),
+        "state": facts.get("state"),
+        "stage": facts.get("stage") or None,
+        **views.spend_numbers(spent, budget),
+        "forecast": views.forecast_numbers(_card_forecast(facts, spent, budget)),
+        # Counted to now: a held run does not change, so its card is not written again.
+        "held": views.held_numbers(
+            _moment(facts.get("held_since")),
+            _number(facts, "hold_usd_per_hour"),
+            datetime.now(UTC),
+        ),
+        "pending_decision": facts.get("pending_decision") or None,
+        # The card's own words, shown where its numbers are missing (a card older than them).
+        "card_text": {key: facts.get(key) or None for key in ("spend", "forecast", "held")},
+    }
+
+
+def _card_forecast(
+    facts: dict[str, str], spend_usd: float | None, budget_usd: float | None
+) -> Forecast | None:
+    """Return the forecast a progress card's metadata states; None if it states none."""
+    known = {"spend_usd": spend_usd, "budget_usd": budget_usd}
+    numbers = {
+        name: known[name] if name in known else _number(facts, FORECAST_PREFIX + name)
+        for name in Forecast.__dataclass_fields__
+    }
+    if any(value is None for value in numbers.values()):
+        return None
+    return Forecast(**numbers)  # type: ignore[arg-type]  # no None left
+
+
+def _number(facts: dict[str, str], key: str) -> float | None:
+    """Return the metadata value as a finite number; None if absent or not a number (anyone
+    with Prefect API access may write a card: its numbers are only shown)."""
+    try:
+        value = float(facts.get(key) or "nan")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _moment(text: str | None) -> datetime | None:
+    """Return the metadata value as an aware moment; None if absent or not one."""
+    try:
+        moment = datetime.fromisoformat(text or "")
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
+    """Cancel a training flow run and its backend workload (never the booking).
+
+    Says what it did and what it left to others: the backend run is cancelled from here when
+    no process runs the flow (suspended, or already ended) and this machine holds a token for
+    its backend; otherwise the flow's worker (its on_cancellation hook) or the cancel-on-cancelled
+    Automation does it. Then it names the backend run and its state.
+
+    Args:
+        flow_run_id: The ito-training flow run.
+    """
+    respond(
+        json_output, _request_cancel(flow_run_id), lambda sent: views.print_cancel(_console, sent)
+    )
+
+
+async def _request_cancel(flow_run_id: UUID) -> dict[str, Any]:
+    require_server("cancel")
+    flow_run = await read_flow_run(flow_run_id)
+    state = flow_run.state
+    ended = state is not None and state.is_final()
+    try:
+        client = await _backend_client(flow_run)  # checked before anything is touched
+    except ItoError as error:
+        if ended:  # nothing would be done at all: say why, and change nothing
+            raise
+        await _set_cancelling(flow_run_id)
+        backend_run = await _card_facts(flow_run_id, stale_because=str(error))
+        return _cancelled(flow_run, requested=True, here=False, backend_run=backend_run)
+    async with client:
+        if not ended:
+            await _set_cancelling(flow_run_id)
+        return await _cancel_at_backend(client, flow_run, requested=not ended)
+
+
+async def _cancel_at_backend(
+    client: ItoClient, flow_run: FlowRun, *, requested: bool
+) -> dict[str, Any]:
+    state = flow_run.state
+    no_process = state is None or state.is_final() or bool(state.state_details.pause_reschedule)
+    try:
+        if not no_process:  # the flow's own process cancels it as it stops
+            run = await supervised_run(client, flow_run)
+            return _cancelled(
+                flow_run, requested=requested, here=False, backend_run=_run_facts(run)
+            )
+        outcome = await cancel_supervised_run(client, flow_run)
+    except ItoError as error:
+        backend_run = await _card_facts(flow_run.id, stale_because=str(error))
+        return _cancelled(flow_run, requested=requested, here=False, backend_run=backend_run)
+    return _cancelled(
+        flow_run,
+        requested=requested,
+        here=outcome.cancelled_now,
+        backend_run=_run_facts(outcome.run),
+    )
+
+
+def _cancelled(
+    flow_run: FlowRun, *, requested: bool, here: bool, backend_run: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Return what cancel did, what it left to others (and to whom), and the backend run."""
+    state = flow_run.state
+    suspended = state is not None and bool(state.state_details.pause_reschedule)
+    finished = (
+        backend_run is not None
+        and backend_run["source"] == "backend"
+        and (backend_run["state"] in _FINISHED)
+    )
+    left_to = None
+    if not here and not finished and requested:
+        left_to = "automation" if suspended else "flow_process"
+    return {
+        "flow_run_id": str(flow_run.id),
+        "flow_run_state_before": state.name if state else None,
+        "cancel_requested_in_prefect": requested,
+        "backend_cancelled_here": here,
+        "left_to": left_to,
+        "backend_run": backend_run,
+    }
+
+
+_FINISHED = frozenset(s.value for s in RunState if s.terminal)
+
+
+async def _set_cancelling(flow_run_id: UUID) -> None:
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+
+
+async def read_flow_run(flow_run_id: UUID) -> FlowRun:
+    """Return the flow run as Prefect has it.
+
+    Raises:
+        FlowRunNotFound: Prefect knows no such flow run.
+    """
+    async with get_client() as client:
+        try:
+            return await client.read_flow_run(flow_run_id)
+        except ObjectNotFound:
+            raise FlowRunNotFound(f"Prefect knows no flow run {flow_run_id}") from None
+
+
+def require_server(command: str) -> None:
+    """End ``prefect-ito <command>`` unless a real Prefect server is configured.
+
+    Raises:
+        PrefectServerRequired: Only an ephemeral API, which only the terminal that started
+            the flow can reach.
+    """
+    if not terminal.has_real_server():
+        raise PrefectServerRequired(
+            f"`prefect-ito {command}` needs a real Prefect server: set PREFECT_API_URL. "
+            "In ephemeral mode only the terminal that started the flow can reach it."
+        )
