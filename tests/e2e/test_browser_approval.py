@@ -6,10 +6,13 @@ Headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) opens t
 chart, fills the form Prefect generates from the
 :class:`~prefect_ito.people.approval.RestartDecision`
 schema, is refused without a choice, approves and submits; then it looks at the flow run's
-Artifacts tab, the telemetry card and the decisions card. For a spend (contract v0.4) it signs in
-on the simulator's confirm page (the quote's ``confirm_url``) and confirms there, and it declines
-another in the Resume form, which can only decline or recheck. Screenshots of each are kept in
-``test-output/browser/`` (or ``$PREFECT_ITO_TEST_OUTPUT/browser/``). SQLite only: the UI is the
+Artifacts tab, the telemetry card and the decisions card. Beside that run, another one parks for
+the watcher: each run's page says in its state message which one waits for a person. For a
+spend (contract v0.4) it signs in on the simulator's confirm page (the quote's ``confirm_url``)
+and confirms there, and it declines another in the Resume form, which opens on the cost and can
+only decline or recheck. Screenshots of each are kept in
+``test-output/browser/`` (or ``$PREFECT_ITO_TEST_OUTPUT/browser/``); those in ``docs/img/`` are
+copies of some, looked at by a person. SQLite only: the UI is the
 same for every database. Without Chromium or Playwright the test is skipped, unless
 ``PREFECT_ITO_REQUIRE_BROWSER=1`` (set by ``.ci/run``) turns the skip into a failure.
 """
@@ -34,6 +37,7 @@ from e2e_stack import (
     BROWSER_CONFIRM_BOOKING,
     BROWSER_DECLINE_BOOKING,
     CHECKOUT,
+    STALLED_BOOKING,
     WORKLOAD,
     Stack,
     backend_runs,
@@ -48,10 +52,12 @@ from e2e_stack import (
 )
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
+from prefect.states import Cancelled
 
 from prefect_ito.contract import DecisionChoice, QuoteState, RunState, TrainingQuote
+from prefect_ito.reporting.quote_card import estimate
 from prefect_ito.reporting.report import artifact_key
-from prefect_ito.waiting.keys import SPEND_PREFIX
+from prefect_ito.waiting.keys import DEFER_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.quote_wait import latest_quote_wait
 
 if TYPE_CHECKING:
@@ -156,6 +162,18 @@ async def open_resume_form(page: Page, flow_run_url: str) -> Locator:
     return page.get_by_role("dialog").filter(has_text="Resume Flow Run")
 
 
+async def show_state_message(page: Page, flow_run_url: str, starting: str) -> None:
+    """Open a flow run's Details tab, where Prefect's UI shows the state's message."""
+    from playwright.async_api import expect
+
+    await page.goto(flow_run_url)
+    await page.locator(".p-tab", has_text="Details").click()
+    details = page.locator(".flow-run-details")
+    await expect(details).to_contain_text(starting)
+    await details.get_by_text("See More").click()  # the whole message, not its first line
+    await expect(page.get_by_text("Deployment", exact=True)).to_be_visible()  # loaded
+
+
 async def choose(page: Page, field: Locator, option: str, among: list[str] | None = None) -> None:
     """Pick ``option`` in one of the generated form's drop-downs, from the keyboard.
 
@@ -185,6 +203,25 @@ async def snapshot(page: Page, part: Locator, path: Path) -> None:
         await page.set_viewport_size(size)
 
 
+async def seen_without_scrolling(part: Locator) -> bool:
+    """Tell whether ``part`` shows whole in its scrolling box, scrolled to the top, as opened."""
+    return bool(
+        await part.evaluate(
+            """element => {
+                const box = element.getBoundingClientRect();
+                for (let up = element.parentElement; up; up = up.parentElement) {
+                    if (/(auto|scroll)/.test(getComputedStyle(up).overflowY)) {
+                        const frame = up.getBoundingClientRect();
+                        return up.scrollTop === 0 && box.top >= frame.top
+                            && box.bottom <= frame.bottom;
+                    }
+                }
+                return box.bottom <= window.innerHeight;
+            }"""
+        )
+    )
+
+
 async def rendered_images(scope: Locator) -> list[int]:
     """Return the natural width of every SVG data-URI image in ``scope`` the browser decoded."""
     images = scope.locator('img[src^="data:image/svg+xml;base64,"]')
@@ -204,11 +241,23 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
     """
     from playwright.async_api import expect
 
+    # Its backend run stalls, so the watcher leaves it parked (stall_timeout is an hour).
+    parked = await start_training(on_booking(STALLED_BOOKING, defer_after=1))
     suspended = await suspend_on_spike(BROWSER_BOOKING)
     ui_url = stack.api_url.removesuffix("/api")
     shots = screenshot_dir()
 
     async with screenshot_on_failure(page, shots / "failure.png"):
+        await wait_for_flow_run(parked.id, parked_for_the_watcher)
+        parked_says = "Parked: waiting for the backend (run "
+        await show_state_message(page, f"{ui_url}/runs/flow-run/{parked.id}", parked_says)
+        await expect(page.get_by_text("its backend run changes; nothing to do.")).to_be_visible()
+        await page.screenshot(path=shots / "parked-run.png", animations="disabled")
+        asking = "Waiting for a person: approve or reject a restart from ckpt-pretrain-"
+        await show_state_message(page, f"{ui_url}/runs/flow-run/{suspended.id}", asking)
+        await page.screenshot(path=shots / "restart-wait-run.png", animations="disabled")
+        await stop_parked(parked.id)
+
         dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{suspended.id}")
         # The spike's evidence is rendered above the form, so the person knows what they decide.
         await expect(dialog).to_contain_text("Loss spike in")
@@ -307,8 +356,15 @@ async def test_a_person_confirms_a_spend_at_the_backend_and_declines_one_in_the_
 
         quote_b = await suspended_for_spend(stack, declining.id)
         dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{declining.id}")
-        high = f"${quote_b.plan.cost_usd.high:,.0f}"
-        await expect(dialog).to_contain_text(f"{BROWSER_DECLINE_BOOKING}: up to {high} estimated")
+        # Cost first: the estimate, the ceiling and the term show as the form opens.
+        ceiling = f"${quote_b.budget_usd:,.0f} at most"
+        opening = dialog.get_by_role("heading", name=re.compile("^Spend on booking"))
+        await expect(opening).to_have_text(
+            f"Spend on booking {BROWSER_DECLINE_BOOKING}: {estimate(quote_b)} estimated, {ceiling}"
+        )
+        term = dialog.get_by_text("The booking's term ends")
+        assert await seen_without_scrolling(opening) and await seen_without_scrolling(term)
+        await page.screenshot(path=shots / "spend-form-as-opened.png", animations="disabled")
         link = dialog.get_by_role("link", name=re.compile("confirm page"))
         assert quote_b.confirm_url and quote_b.user_code
         await expect(link).to_have_attribute("href", quote_b.confirm_url)
@@ -339,6 +395,18 @@ async def test_a_person_confirms_a_spend_at_the_backend_and_declines_one_in_the_
     assert now.state is QuoteState.DECLINED
     assert now.confirmation is not None  # declined by the flow, with the worker's token
     assert (now.confirmation.principal, now.confirmation.note) == (WORKLOAD, DECLINE_REASON)
+
+
+def parked_for_the_watcher(flow_run: FlowRun) -> bool:
+    state = flow_run.state
+    key = (state.state_details.pause_key or "") if state else ""
+    return bool(state and state.is_paused() and key.startswith(DEFER_PREFIX))
+
+
+async def stop_parked(flow_run_id: UUID) -> None:
+    """Cancel a parked flow run, so that no later module's watcher finds it waiting."""
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelled(), force=True)
 
 
 def unauthorized(booking_id: str) -> dict[str, object]:
