@@ -18,13 +18,6 @@ from dataclasses import asdict
 from typing import Any
 from uuid import UUID
 
-from prefect import get_client
-from prefect.client.schemas.filters import (
-    ArtifactFilter,
-    ArtifactFilterFlowRunId,
-    ArtifactFilterType,
-)
-from prefect.client.schemas.sorting import ArtifactSort
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict
 
@@ -315,24 +308,6 @@ def status_numbers(run: TrainingRun) -> dict[str, str]:
     numbers["held_since"] = since.isoformat() if held and since else ""
     numbers["hold_usd_per_hour"] = str(rate) if held else ""
     return numbers
-
-
-async def read_status(flow_run_id: UUID) -> dict[str, str] | None:
-    """Return the facts of the latest progress card of a flow run (see :func:`status_facts`).
-
-    Only Prefect is asked, so no backend token is needed; None when the flow run has not
-    reported a backend run (yet).
-    """
-    async with get_client() as client:
-        found = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
-                type=ArtifactFilterType(any_=["progress"]),
-            ),
-            sort=ArtifactSort.UPDATED_DESC,
-        )
-    progress = [a for a in found if (a.key or "").startswith("ito-progress-") and a.metadata_]
-    return dict(progress[0].metadata_ or {}) if progress else None
 
 
 async def publish(run: TrainingRun, *, parked: bool = False) -> None:

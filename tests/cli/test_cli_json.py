@@ -310,10 +310,11 @@ def test_cancel_answers_in_json_and_the_cancelled_train_says_so(prefect_server):
                 train.kill()
                 train.wait(timeout=30)
 
-        assert one_document(cancel)["data"] == {
-            "flow_run_id": flow_run_id,
-            "cancellation_requested": True,
-        }
+        said = one_document(cancel)["data"]
+        assert said["flow_run_id"] == flow_run_id and said["cancel_requested_in_prefect"] is True
+        # A running flow process cancels its own backend run: cancel says so, and names it.
+        assert said["backend_cancelled_here"] is False and said["left_to"] == "flow_process"
+        assert said["backend_run"]["run_id"] == simulator.runs()[0].run.run_id
         finished = subprocess.CompletedProcess(train.args, train.returncode, stdout, stderr)
         document = one_document(finished, env["ITO_COMPUTE_TOKEN"])
         assert train.returncode == ExitCode.CANCELLED
