@@ -28,6 +28,7 @@ from prefect_ito.people import asking, notices
 from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
+from prefect_ito.reporting.holding import held_for
 from prefect_ito.settings import current_settings
 from prefect_ito.waiting.keys import restart_pause_key
 
@@ -117,7 +118,7 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             f"| baseline | loss {baseline:.2f}{times} |",
             f"| restart from | {md.code(checkpoint.checkpoint_id, cell=True)} |",
             f"| its step | {checkpoint.step:,} ({back:,} steps back) |",
-            f"| proposed at | {when(action.proposed_at)} |",
+            *_held_rows(action),
             f"| spent so far | ${t.spend_usd:,.0f} of ${t.budget_usd:,.0f} "
             f"({t.spend_usd / t.budget_usd:.0%}) |",
             "",
@@ -132,6 +133,23 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "restarting.",
         ]
     )
+
+
+def _held_rows(action: PendingAction) -> list[str]:
+    """Return the rows that say since when the backend holds the run, and what that costs.
+
+    The hold is dated by the wall clock; ``proposed_at`` is on the run's own timeline, which a
+    simulated run compresses (its weeks pass in minutes), so it is shown only when the backend
+    says nothing of the hold.
+    """
+    if action.held_since is None:
+        return [f"| proposed at | {when(action.proposed_at)} |"]
+    rows = [f"| held since | {when(action.held_since)} |"]
+    if (cost := held_for(action)) is not None and action.hold_usd_per_hour is not None:
+        rows.append(
+            f"| holding costs | ${action.hold_usd_per_hour:,.0f} an hour ({cost.sentence()}) |"
+        )
+    return rows
 
 
 async def ask_person(

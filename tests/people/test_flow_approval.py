@@ -151,11 +151,14 @@ async def test_the_form_shows_evidence_with_headers_the_chart_the_spend_and_the_
     assert re.search(r"\| spent so far \| \$[\d,]+ of \$250,000 \(\d+%\) \|", form)
     assert "- **approve**: the backend restarts from `ckpt-pretrain-" in form
     assert "- **reject**: the run goes on from step" in form
-    # Before, the simulated clock dated the proposal years ahead (2035 in one run).
-    proposed = re.search(r"\| proposed at \| (\d{4}-\d\d-\d\d) ", form)
-    assert proposed is not None
-    days_ahead = (date.fromisoformat(proposed.group(1)) - datetime.now(UTC).date()).days
-    assert 0 <= days_ahead <= 60
+    # Before, the run's simulated clock dated the proposal ahead (2035 in one run, eight days
+    # in another): the form now says since when the run is held, by the wall clock, and what
+    # holding it costs.
+    assert "proposed at" not in form
+    held = re.search(r"\| held since \| (\d{4}-\d\d-\d\d) ", form)
+    assert held is not None
+    assert abs((date.fromisoformat(held.group(1)) - datetime.now(UTC).date()).days) <= 1
+    assert re.search(r"\| holding costs \| \$[\d,]+ an hour \(held [^)]+ of GPU time\) \|", form)
 
 
 async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_again(
