@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "simulator": 2,
     "blocks": 3,
     "parameters": 3,
+    "request_fields": 3,
     "waiting": 4,
     "reporting": 5,
     "people": 6,

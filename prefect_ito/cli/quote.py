@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from cyclopts import Parameter
@@ -18,20 +19,16 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from prefect_ito.backend import desk
-from prefect_ito.blocks import ItoCredentials, resolve_credentials
-from prefect_ito.cli import output, terminal
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.desk import BookingClaim
+from prefect_ito.cli import output
 from prefect_ito.cli.errors import respond
-from prefect_ito.cli.options import (
-    CommandLineTraining,
-    DataFile,
-    command_credentials,
-    training_parameters,
-)
+from prefect_ito.cli.options import CommandLineTraining, DataFile, backend_url, training_fields
 from prefect_ito.cli.output import JsonOption
-from prefect_ito.cli.target import ApiUrl, CredentialsName
+from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 from prefect_ito.contract import TrainingQuote, TrainingRequest
-from prefect_ito.parameters import TrainingParameters, resolve_booking
 from prefect_ito.reporting.quote_card import describe
+from prefect_ito.request_fields import TrainingFields
 
 __all__ = ["quote"]
 
@@ -52,20 +49,29 @@ def quote(
     once, with the printed `prefect-ito train … --confirm QUOTE_ID` (or on the backend's page).
     """
     output.use_json(json_output)
-    parameters = training_parameters(training, data_file)
-    where = command_credentials(credentials, api_url)
-    reads_a_block = isinstance(where, str) or parameters.booking_block is not None
-    with terminal.prefect_api() if reads_a_block else contextlib.nullcontext():
-        respond(json_output, _quote(parameters, where), _show)
+    fields = training_fields(training, data_file)
+    url = backend_url(credentials, api_url)
+    reads_a_block = url is None or fields.booking_block is not None
+    with _prefect_api() if reads_a_block else contextlib.nullcontext():
+        respond(json_output, _quote(fields, url, credentials), _show)
+
+
+@contextlib.contextmanager
+def _prefect_api() -> Iterator[None]:
+    """Make Prefect's API ready: a saved block is read through it (Prefect is imported now)."""
+    from prefect_ito.cli.temporary_prefect import prefect_api
+
+    with prefect_api():
+        yield
 
 
 async def _quote(
-    parameters: TrainingParameters, credentials: ItoCredentials | str | None
+    fields: TrainingFields[str], url: str | None, credentials: str | None
 ) -> dict[str, Any]:
     """Return the quote, the request it prices, and the command that confirms its manifest."""
-    claim = await resolve_booking(parameters)
-    request = parameters.to_request(claim)
-    async with (await resolve_credentials(credentials)).get_client() as client:
+    claim = await _claim(fields)
+    request = fields.to_request(claim)
+    async with await _client(url, credentials) as client:
         await desk.verify_booking(client, claim)
         await desk.check_training_capability(client, request)
         found = await desk.quote_training_run(client, request)
@@ -74,6 +80,24 @@ async def _quote(
         "request": request.model_dump(mode="json"),
         "confirm_command": _train_command(found.quote_id),
     }
+
+
+async def _claim(fields: TrainingFields[str]) -> BookingClaim:
+    """Return the booking claim: the id given, or what the saved ItoBooking block says."""
+    if fields.booking is not None:
+        return BookingClaim(booking_id=fields.booking)
+    from prefect_ito.parameters import resolve_booking  # a saved block: only Prefect reads it
+
+    return await resolve_booking(fields)
+
+
+async def _client(url: str | None, credentials: str | None) -> ItoClient:
+    """Return a client for ``url``, or for the saved ItoCredentials block ``credentials``."""
+    if url is not None:
+        return await open_client(url, None)
+    from prefect_ito.blocks import resolve_credentials  # a saved block: only Prefect reads it
+
+    return (await resolve_credentials(credentials)).get_client()
 
 
 def _show(result: dict[str, Any]) -> None:

@@ -70,3 +70,17 @@ def test_a_profile_that_names_them_is_read_through_prefect(tmp_path):
     home = tmp_path / "home"
     env = {"HOME": str(home), "PREFECT_PROFILES_PATH": str(profiles)}
     assert python(code, tmp_path, **env) == "5"
+
+
+def test_the_request_fields_and_the_quote_command_import_no_prefect(tmp_path):
+    code = (
+        "import sys\n"
+        "from prefect_ito.request_fields import TrainingFields\n"
+        "from prefect_ito.cli import options, quote\n"
+        "fields = TrainingFields[str].parse({'booking': 'bk-1', 'model_size': '8B',\n"
+        "    'data': ['catalog://x'], 'target': 't', 'budget_usd': 1})\n"
+        "print(fields.booking, 'prefect' in sys.modules)\n"
+        "from prefect_ito.parameters import TrainingParameters\n"
+        "print(issubclass(TrainingParameters, TrainingFields), 'prefect' in sys.modules)\n"
+    )
+    assert python(code, tmp_path).splitlines() == ["bk-1 False", "True True"]
