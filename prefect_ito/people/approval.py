@@ -146,9 +146,9 @@ def _held_rows(action: PendingAction) -> list[str]:
         return [f"| proposed at | {when(action.proposed_at)} |"]
     rows = [f"| held since | {when(action.held_since)} |"]
     if (cost := held_for(action)) is not None and action.hold_usd_per_hour is not None:
-        rows.append(
-            f"| holding costs | ${action.hold_usd_per_hour:,.0f} an hour ({cost.sentence()}) |"
-        )
+        # Two short cells: the form's narrow column does not wrap them.
+        rows.append(f"| holding costs | ${action.hold_usd_per_hour:,.0f} an hour |")
+        rows.append(f"| held so far | {cost.duration()}: {cost.cost()} |")
     return rows
 
 
