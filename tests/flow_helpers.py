@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from prefect import Flow, State, get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.input import create_flow_run_input
@@ -153,3 +154,14 @@ async def sweep_watcher(caplog: Any, times: int = 3) -> Any:
     finally:
         await watcher.close()
     return watcher
+
+
+async def logs_until(flow_run_id: Any, text: str, timeout: float = 30) -> list[Any]:
+    """Return the flow run's logs as Prefect stores them, once one contains ``text``."""
+    flter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+    async with asyncio.timeout(timeout), get_client() as client:
+        while True:
+            logs = await client.read_logs(log_filter=flter)
+            if any(text in log.message for log in logs):
+                return logs
+            await asyncio.sleep(1)

@@ -153,3 +153,13 @@ def mock_client(
         retry_budget=budget,
         sleep=sleeps or Sleeps(),
     )
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now

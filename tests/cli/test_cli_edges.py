@@ -24,7 +24,6 @@ from cli_helpers import (
     prefect_ito,
     quote_for_train,
     read_flow_run_id,
-    start_train,
     stored_login,
     worker_env,
 )
@@ -180,38 +179,6 @@ def test_bad_options_name_the_option_and_send_nothing(simulator_default, prefect
         assert result.returncode == ExitCode.INVALID_INPUT, no_traceback(result)
         assert fragment in result.stderr, result.stderr
     assert simulator_default.requests() == []
-
-
-def test_ctrl_c_detaches_without_a_crash_and_names_the_run(prefect_server):
-    from prefect import get_client
-
-    scenario = builtin_scenario("stall")  # a backend run that never ends by itself
-    with SimulatorServer(scenario) as simulator:
-        env = worker_env(simulator, prefect_server)
-        train = start_train(env)
-        try:
-            flow_run_id = read_flow_run_id(train)
-            while not simulator.runs():
-                time.sleep(0.3)
-            os.kill(train.pid, signal.SIGINT)
-            output, _ = train.communicate(timeout=120)
-        finally:
-            if train.poll() is None:
-                train.kill()
-                train.wait(timeout=30)
-
-        run_id = simulator.runs()[0].run.run_id
-        assert train.returncode == ExitCode.DETACHED, output
-        assert "Traceback" not in output and "Crash detected" not in output, output
-        assert f"prefect-ito attach {run_id}" in output
-        assert simulator.runs()[0].run.state is RunState.RUNNING  # detaching cancels nothing
-
-        async def state_name() -> str | None:
-            async with get_client() as client:
-                state = (await client.read_flow_run(flow_run_id)).state
-            return state.name if state else None
-
-        assert asyncio.run(state_name()) == "Detached"
 
 
 def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_default):

@@ -37,6 +37,7 @@ def test_detach_status_and_cancel_say_what_they_did_and_where_facts_come_from(pr
         # Before: three ERROR lines for a deliberate detach, and a re-attach hint without the id.
         assert train.returncode == ExitCode.DETACHED, output
         assert "ERROR" not in output and "Traceback" not in output, output
+        assert "Crash detected" not in output, output
         detached = [line for line in output.splitlines() if line.startswith("Detached: ")]
         assert detached == [
             f"Detached: backend run {run_id} goes on at the backend; re-attach with "

@@ -8,18 +8,15 @@ worker would run it; nobody answers, so the run ends its process suspended.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 
 import pytest
-from flow_helpers import parameters, training_deployment
+from flow_helpers import logs_until, parameters, training_deployment
 from prefect import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
-    LogFilter,
-    LogFilterFlowRunId,
 )
 from prefect.exceptions import Pause
 from prefect.flow_engine import run_flow_async
@@ -28,16 +25,6 @@ from prefect_ito.flows import ito_training
 
 ESTIMATE = r"\$[\d.,]+[kM]?(–\$[\d.,]+[kM]?)?"
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d UTC"
-
-
-async def logs_until(flow_run_id, text: str, timeout: float = 30):
-    flter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
-    async with asyncio.timeout(timeout), get_client() as client:
-        while True:
-            logs = await client.read_logs(log_filter=flter)
-            if any(text in log.message for log in logs):
-                return logs
-            await asyncio.sleep(1)
 
 
 async def test_a_spend_wait_says_what_it_asks_by_when_and_shows_the_quote(start_simulator):

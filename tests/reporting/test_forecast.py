@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from ito_fakes import FakeClock
 from spend_helpers import confirmed_on
 
 from prefect_ito.contract import DecisionRequest, RunState, TrainingRequest, TrainingRun
@@ -14,14 +15,6 @@ from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.engine import Engine
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def played(scenario: str, budget_usd: float = 250_000.0) -> list[TrainingRun]:

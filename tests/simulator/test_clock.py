@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from ito_fakes import FakeClock
 from spend_helpers import confirmed_on
 
 from prefect_ito.contract import DecisionRequest, RunState, TrainingRequest
@@ -11,16 +12,6 @@ from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.engine import Engine
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def submit(engine: Engine):

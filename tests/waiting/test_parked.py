@@ -8,18 +8,15 @@ worker would run them: the suspension ends the run's process here with Prefect's
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
-from flow_helpers import parameters, training_deployment
+from flow_helpers import logs_until, parameters, training_deployment
 from prefect import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
     ArtifactFilterType,
-    LogFilter,
-    LogFilterFlowRunId,
 )
 from prefect.exceptions import Pause
 from prefect.flow_engine import run_flow_async
@@ -41,17 +38,6 @@ async def run_once(flow_run: Any, params: dict[str, Any]) -> Any:
         )
     except Pause as pause:  # the end of the process, as under a worker
         return pause.state
-
-
-async def logs_until(flow_run_id: Any, text: str, timeout: float = 30) -> list[Any]:
-    """Return the flow run's logs as Prefect stores them, once one contains ``text``."""
-    flter = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
-    async with asyncio.timeout(timeout), get_client() as client:
-        while True:
-            logs = await client.read_logs(log_filter=flter)
-            if any(text in log.message for log in logs):
-                return logs
-            await asyncio.sleep(1)
 
 
 async def progress_card_descriptions(flow_run_id: Any) -> list[str]:
