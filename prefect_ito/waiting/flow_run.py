@@ -8,14 +8,19 @@ from typing import Any, cast
 from uuid import UUID
 
 from prefect import get_client
-from prefect._flow_run_suspension import mark_flow_run_suspension_requested
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 from prefect.exceptions import Abort, Pause
+from prefect.flow_runs import asuspend_flow_run
 from prefect.input import Keyset, RunInput, keyset_from_paused_state
 from prefect.input.run_input import AutomaticRunInput, run_input_subclass_from_type
 from prefect.states import Suspended
 from prefect.utilities.engine import propose_state
+
+try:  # Prefect's own step after a suspension (tasks stop too); private, so guarded
+    from prefect._flow_run_suspension import mark_flow_run_suspension_requested
+except ImportError:  # pragma: no cover - a Prefect that moved it: see suspend()
+    mark_flow_run_suspension_requested = None  # type: ignore[assignment]
 
 __all__ = ["can_suspend", "current_flow_run_id", "fired_pause_keys", "suspend"]
 
@@ -67,6 +72,9 @@ async def suspend(key: str, *, message: str, timeout: int | None, form: Any = No
         Pause: the suspension was accepted; Prefect's engine ends the process on it.
         RuntimeError: Prefect aborted the suspension (no deployment, a subflow).
     """
+    if mark_flow_run_suspension_requested is None:
+        # A Prefect whose private step moved: its public suspension, without the message.
+        return await asuspend_flow_run(wait_for_input=form, timeout=timeout, key=key)
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
         raise RuntimeError("Flow runs can only be suspended from within a flow run.")

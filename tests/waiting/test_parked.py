@@ -121,3 +121,21 @@ def test_only_the_end_of_a_suspended_process_is_lowered_to_info():
     assert level("Finished in state Failed('boom', type=FAILED)") == logging.ERROR
     assert level("Finished in state Crashed(type=CRASHED)") == logging.ERROR
     assert level("Something else about Suspended(type=PAUSED)") == logging.ERROR
+
+
+async def test_a_prefect_without_its_private_step_still_suspends_the_public_way(monkeypatch):
+    # The message on the state needs a private step of Prefect's; should a later Prefect move
+    # it, runs still suspend (without the message), rather than fail to import.
+    from prefect_ito.waiting import flow_run
+
+    asked: dict[str, object] = {}
+
+    async def public(**kwargs: object) -> str:
+        asked.update(kwargs)
+        return "stored answer"
+
+    monkeypatch.setattr(flow_run, "mark_flow_run_suspension_requested", None)
+    monkeypatch.setattr(flow_run, "asuspend_flow_run", public)
+
+    assert await flow_run.suspend("defer-x", message="Parked", timeout=5) == "stored answer"
+    assert asked == {"wait_for_input": None, "timeout": 5, "key": "defer-x"}
