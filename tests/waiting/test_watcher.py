@@ -326,6 +326,9 @@ async def test_a_change_seen_by_several_watchers_resumes_the_run_once(start_simu
     assert sum(len(watcher.resumed) for watcher in watchers) == 1
 
 
+STALE = 15.0
+
+
 async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
     start_simulator, monkeypatch
 ):
@@ -334,20 +337,22 @@ async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
     # backend run never changed again, so nobody looked at the run again.
     from prefect_ito.waiting import claims
 
-    monkeypatch.setattr(claims, "CLAIM_STALE_SECONDS", 3.0)
+    # Long enough that a busy machine's first sweep still finds the claim fresh (3 s was not).
+    monkeypatch.setattr(claims, "CLAIM_STALE_SECONDS", STALE)
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
     flow_run, run = await deferred_flow_run(simulator)
     async with get_client() as client:
         seen = await client.read_flow_run(flow_run.id)
         prefix = f"ito-resume-{seen.state.id}-"
         assert await claims.claim_turn(client, flow_run.id, prefix, [], "")  # then it died
+    claimed_at = time.monotonic()
     async with ItoCredentials(api_url=simulator.url).get_client() as backend:
         await backend.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
     watcher = Watcher(wait=0.5, lost_after=None)
     try:
         await watcher.sweep()  # the claim is fresh: another watcher may be resuming it
         assert watcher.resumed == [] and await is_paused(flow_run.id)
-        await asyncio.sleep(3.5)
+        await asyncio.sleep(max(0.0, claimed_at + STALE + 0.5 - time.monotonic()))
         await watcher.sweep()  # the claim is stale now: its holder never resumed
     finally:
         await watcher.close()
