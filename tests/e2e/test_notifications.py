@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 from e2e_stack import (
     APPROVE_BOOKING,
     CHECKOUT,
@@ -33,6 +34,8 @@ from e2e_stack import (
 )
 from prefect import get_client
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
+from prefect.events import emit_event
+from prefect.events.schemas.automations import AutomationCore
 from prefect.states import Cancelled
 
 AUTOMATIONS = CHECKOUT / "deployments" / "automations.yaml"
@@ -173,6 +176,60 @@ async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_whe
         await client.set_flow_run_state(parked.id, Cancelled(), force=True)
     assert stack.watcher_env is not None and stack.watcher_log is not None
     stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
+
+
+async def test_a_question_nobody_answers_gets_its_reminder_with_the_question_s_facts(
+    stack: Stack, receiver: Receiver
+):
+    # The reminder is a proactive trigger: it fires on an answer that does not come, so its
+    # message renders the facts of the question it follows. Shipped at 30 min; 10 s here (the
+    # least Prefect takes), the file otherwise as shipped, the block id filled in.
+    block = CustomWebhookNotificationBlock(
+        name="ito-e2e-reminder", url=receiver.url, allow_private_urls=True,
+        json_data={"subject": "{{subject}}", "body": "{{body}}"},
+    )  # fmt: skip
+    block_id = await block.asave(f"{BLOCK}-reminder", overwrite=True)
+    (shipped,) = [
+        a for a in yaml.safe_load(AUTOMATIONS.read_text())["automations"]
+        if a["name"] == "ito-person-reminder"
+    ]  # fmt: skip
+    shipped["trigger"]["within"] = 10
+    shipped["actions"][0]["block_document_id"] = str(block_id)
+    async with get_client() as client:
+        automation_id = await client.create_automation(AutomationCore.model_validate(shipped))
+    try:
+        emit_event(
+            event="ito.training.person.needed",
+            resource={"prefect.resource.id": "ito.question.reminder-check"},
+            payload={
+                "asked": "confirm the spend of $23k–$34k on booking bk-reminder",
+                "evidence": "estimate $23k–$34k, ceiling $250,000",
+                "deadline": "2026-12-03 09:00 UTC",
+                "link": "http://127.0.0.1/runs/flow-run/reminder-check",
+                "command": "prefect-ito confirm --quote quote_reminder",
+                "flow_run_id": "reminder-check",
+            },
+        )
+        (reminder, *_) = await wait_for(
+            reminders_of("bk-reminder", receiver), timeout=10 + 3 * MESSAGE_WAIT
+        )
+    finally:
+        async with get_client() as client:
+            await client.delete_automation(automation_id)
+    assert reminder["subject"] == (
+        "Reminder, Itô training still waits: confirm the spend of $23k–$34k on booking bk-reminder"
+    ), reminder
+    assert "Answer by: 2026-12-03 09:00 UTC" in reminder["body"], reminder
+    assert "prefect-ito confirm --quote quote_reminder" in reminder["body"], reminder
+
+
+def reminders_of(booking: str, receiver: Receiver):
+    """Return a check for the reminders about ``booking`` (the "needed" message comes too)."""
+
+    def check() -> list[dict[str, str]]:
+        return [m for m in receiver.messages(booking) if m["subject"].startswith("Reminder")]
+
+    return check
 
 
 def stop(process) -> None:
