@@ -77,7 +77,10 @@ class DetachFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        detach = message.startswith(DETACHED_AT_TERMINAL) or message.startswith(
+        # The flow's own end, and the end of whichever task the detach interrupted (a gate's
+        # wait, say): "Finished in state Failed('Task run encountered an exception Detached:
+        # detached at the terminal: …')".
+        detach = DETACHED_AT_TERMINAL in message or message.startswith(
             "Finished in state Detached("
         )
         return not (record.name.startswith("prefect.") and detach)

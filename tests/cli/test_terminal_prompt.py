@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pty
 import re
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
-from prefect_ito.cli import terminal
+from prefect_ito.cli import terminal, views
 from prefect_ito.cli.terminal import SpendPause
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.simulator import SimulatorServer
@@ -243,6 +244,27 @@ def test_task_chatter_leaves_the_console_only_and_only_when_not_verbose():
     assert not any(isinstance(f, TaskChatterFilter) for h in console for f in h.filters)
 
 
+@pytest.mark.parametrize(
+    ("logger", "message"),
+    [
+        ("prefect.flow_runs", "Finished in state Detached('detached at the terminal')"),
+        (  # seen when the detach interrupted a gate's wait: an ERROR line the test outran
+            "prefect.task_runs",
+            "Finished in state Failed('Task run encountered an exception Detached: detached at "
+            "the terminal: the backend run goes on; re-attach with `prefect-ito attach RUN_ID`')",
+        ),
+    ],
+)
+def test_a_detach_leaves_no_error_line_at_the_console(logger: str, message: str):
+    record = logging.LogRecord(logger, logging.ERROR, __file__, 1, message, None, None)
+    other = logging.LogRecord(
+        logger, logging.ERROR, __file__, 1, "Finished in state Failed('x')", None, None
+    )
+
+    assert views.DetachFilter().filter(record) is False
+    assert views.DetachFilter().filter(other) is True
+
+
 def test_an_expected_outcome_is_one_console_line_and_keeps_its_traceback_for_the_api():
     import logging
     import sys
@@ -316,7 +338,7 @@ def test_the_summary_names_the_run_once_on_a_line_of_its_own():
 
 ASK = """
 import asyncio, json
-from prefect_ito.cli import terminal
+from prefect_ito.cli import terminal, views
 decision = asyncio.run(terminal.ask_at_terminal(None, "### Loss spike"))
 print("ANSWER", json.dumps(decision.model_dump(mode="json") if decision else None))
 """
