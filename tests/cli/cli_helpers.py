@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +157,55 @@ def stored_login(home: Path, api_url: str, token: str) -> None:
     backend = PlaintextKeyring()
     backend.file_path = str(home / "python_keyring" / "keyring_pass.cfg")
     backend.set_password("prefect-ito", api_url, token)
+
+
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def converse(
+    command: list[str], env: dict[str, str], steps: list[tuple[str, str]]
+) -> tuple[int, str]:
+    """Run ``command`` at a pseudo-terminal; at each prompt of ``steps``, type its reply.
+
+    Each prompt is waited for after the previous one, so a prompt asked twice is two steps.
+    Returns the exit code and what the terminal and standard error showed (no colour codes).
+    """
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        command, env=env, stdin=follower, stdout=follower, stderr=subprocess.PIPE
+    )
+    os.close(follower)
+    seen, cursor = b"", 0
+    try:
+        for prompt, reply in steps:
+            seen, cursor = _read_until(leader, process, seen, cursor, prompt.encode())
+            os.write(leader, reply.encode())
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
+    while select.select([leader], [], [], 0.2)[0]:
+        try:
+            seen += os.read(leader, 65536)
+        except OSError:
+            break
+    os.close(leader)
+    output = _ANSI.sub(b"", seen).decode(errors="replace") + stderr.decode()
+    assert "Traceback" not in output, output
+    return process.returncode, output
+
+
+def _read_until(
+    leader: int, process: subprocess.Popen[bytes], seen: bytes, cursor: int, prompt: bytes
+) -> tuple[bytes, int]:
+    """Read the terminal until ``prompt`` shows after ``cursor``; return what was seen and
+    where the prompt ended."""
+    deadline = time.monotonic() + 60  # a bound on a hang, not an assertion about speed
+    while time.monotonic() < deadline and process.poll() is None:
+        found = _ANSI.sub(b"", seen[cursor:]).find(prompt)
+        if found >= 0:
+            return seen, len(seen)
+        if select.select([leader], [], [], 1)[0]:
+            seen += os.read(leader, 65536)
+    raise AssertionError(f"never asked {prompt!r}: {_ANSI.sub(b'', seen).decode()!r}")

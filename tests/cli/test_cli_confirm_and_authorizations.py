@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pty
-import select
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import one_document, prefect_ito
+from cli_helpers import converse, one_document, prefect_ito
 from pydantic import SecretStr
 
 from prefect_ito.backend.client import ItoClient
@@ -238,27 +235,9 @@ def test_without_a_terminal_confirm_needs_yes_and_sends_nothing(simulator):
 
 def at_a_terminal(env: dict[str, str], args: list[str], reply: str) -> tuple[int, str]:
     """Run the CLI with a terminal for stdin and stdout; answer its question with ``reply``."""
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prefect_ito.cli", *args],
-        env=env, stdin=follower, stdout=follower, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    os.close(follower)
-    seen, deadline = b"", time.monotonic() + 60
-    while b"[y/N]" not in seen and time.monotonic() < deadline:
-        if select.select([leader], [], [], 1)[0]:
-            seen += os.read(leader, 65536)
-    os.write(leader, reply.encode() + b"\n")
-    _, stderr = process.communicate(timeout=60)
-    while select.select([leader], [], [], 0.2)[0]:
-        try:
-            seen += os.read(leader, 65536)
-        except OSError:
-            break
-    os.close(leader)
-    output = seen.decode(errors="replace") + stderr.decode()
-    assert "Traceback" not in output, output
-    return process.returncode, output
+    return converse(
+        [sys.executable, "-m", "prefect_ito.cli", *args], env, [("[y/N]", reply + "\n")]
+    )
 
 
 @pytest.mark.parametrize(("reply", "confirmed"), [("y", True), ("", False), ("no", False)])

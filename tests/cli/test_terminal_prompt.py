@@ -5,18 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pty
-import re
-import select
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from cli_helpers import converse
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
 from prefect_ito.cli import terminal, views
@@ -342,54 +337,11 @@ from prefect_ito.cli import terminal, views
 decision = asyncio.run(terminal.ask_at_terminal(None, "### Loss spike"))
 print("ANSWER", json.dumps(decision.model_dump(mode="json") if decision else None))
 """
-_ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def converse(env: dict[str, str], steps: list[tuple[str, str]]) -> tuple[int, str]:
-    """Ask a restart decision at a pseudo-terminal; at each prompt of ``steps``, type its reply.
-
-    Each prompt is waited for after the previous one, so a prompt asked twice is two steps.
-    """
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-c", ASK],
-        env=env, stdin=follower, stdout=follower, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    os.close(follower)
-    seen, cursor = b"", 0
-    try:
-        for prompt, reply in steps:
-            seen, cursor = _read_until(leader, process, seen, cursor, prompt.encode())
-            os.write(leader, reply.encode())
-        _, stderr = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
-    while select.select([leader], [], [], 0.2)[0]:
-        try:
-            seen += os.read(leader, 65536)
-        except OSError:
-            break
-    os.close(leader)
-    output = _ANSI.sub(b"", seen).decode(errors="replace") + stderr.decode()
-    assert "Traceback" not in output, output
-    return process.returncode, output
-
-
-def _read_until(
-    leader: int, process: subprocess.Popen[bytes], seen: bytes, cursor: int, prompt: bytes
-) -> tuple[bytes, int]:
-    """Read the terminal until ``prompt`` shows after ``cursor``; return what was seen and
-    where the prompt ended."""
-    deadline = time.monotonic() + 60  # a bound on a hang, not an assertion about speed
-    while time.monotonic() < deadline and process.poll() is None:
-        found = _ANSI.sub(b"", seen[cursor:]).find(prompt)
-        if found >= 0:
-            return seen, len(seen)
-        if select.select([leader], [], [], 1)[0]:
-            seen += os.read(leader, 65536)
-    raise AssertionError(f"never asked {prompt!r}: {_ANSI.sub(b'', seen).decode()!r}")
+def at_the_prompt(env: dict[str, str], steps: list[tuple[str, str]]) -> tuple[int, str]:
+    """Ask a restart decision at a pseudo-terminal, typing each step's reply at its prompt."""
+    return converse([sys.executable, "-c", ASK], env, steps)
 
 
 def _answer(output: str) -> dict[str, Any] | None:
@@ -403,7 +355,7 @@ def _no_login() -> dict[str, str]:
 
 
 def test_at_a_terminal_a_blank_name_is_refused_until_one_is_typed():
-    code, output = converse(
+    code, output = at_the_prompt(
         _no_login(),
         [("[approve/reject]", "r\n"), ("Your name: ", "\n"), ("Your name: ", "   \n"),
          ("Your name: ", "Ada\n"), ("Why: ", "bad shard\n")],
@@ -420,7 +372,7 @@ def test_at_a_terminal_the_login_principal_is_offered_and_enter_takes_it():
     with SimulatorServer() as simulator:
         token = simulator.mint_token(principal="user:grace").get_secret_value()
         env = {**_no_login(), ENV_API_URL: simulator.url, ENV_TOKEN: token}
-        code, output = converse(
+        code, output = at_the_prompt(
             env,
             [("[approve/reject]", "a\n"), ("Your name [user:grace]: ", "\n"),
              ("Why: ", "the shard is fixed\n")],
@@ -434,7 +386,9 @@ def test_at_a_terminal_the_login_principal_is_offered_and_enter_takes_it():
 
 
 def test_at_a_terminal_the_end_of_input_at_the_name_decides_nothing():
-    code, output = converse(_no_login(), [("[approve/reject]", "r\n"), ("Your name: ", "\x04")])
+    code, output = at_the_prompt(
+        _no_login(), [("[approve/reject]", "r\n"), ("Your name: ", "\x04")]
+    )
 
     assert code == 0, output
     assert _answer(output) is None
