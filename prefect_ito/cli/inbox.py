@@ -34,7 +34,7 @@ from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
 from prefect_ito.people.answers import is_question_key
-from prefect_ito.people.notices import Question
+from prefect_ito.people.notices import Question, decide_command
 from prefect_ito.waiting.keys import (
     DEFER_PREFIX,
     QUESTION_RECORD_PREFIX,
@@ -160,7 +160,7 @@ def _command(flow_run_id: UUID, pause_key: str, question: Question | None) -> st
     """Return the command that answers the question, built here where it can be."""
     kind = _kind(pause_key)
     if kind == "restart":
-        return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+        return decide_command(flow_run_id)
     if kind == "spend" and question and (shown := _CONFIRM_COMMAND.match(question.command)):
         return f"{shown.group(0)}  (or: --decline)"
     return None

@@ -48,6 +48,7 @@ from prefect_ito.cli.views import quiet_tasks, without_images
 from prefect_ito.exceptions import ItoError
 from prefect_ito.people import answers
 from prefect_ito.people.approval import Choice, RestartDecision
+from prefect_ito.people.notices import decide_command
 from prefect_ito.people.spend import SpendDecision
 from prefect_ito.reporting.quote_card import describe
 from prefect_ito.waiting.cancellation import request_detach
@@ -248,7 +249,7 @@ def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False)
                 f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}", soft_wrap=True
             )
         console.print(  # a link and a command to copy: never broken across lines
-            f"or: prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME",
+            f"or: {decide_command(flow_run_id)}",
             soft_wrap=True,
         )
 

@@ -31,6 +31,7 @@ from rich.table import Table
 from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.contract import Telemetry
 from prefect_ito.exceptions import ItoError
+from prefect_ito.people.notices import decide_command
 from prefect_ito.reporting import cards, holding
 from prefect_ito.reporting.forecast import Forecast
 from prefect_ito.reporting.report import SEEN, TrainingSummary
@@ -338,8 +339,7 @@ def print_status(console: Console, shown: dict[str, Any]) -> None:
         return
     console.print(f"[bold yellow]Pending decision:[/] {escape(pending)}", soft_wrap=True)
     console.print(
-        f"Decide: prefect-ito decide {shown['flow_run_id']} --approve|--reject --reason TEXT "
-        "--name NAME",
+        f"Decide: {decide_command(shown['flow_run_id'])}",
         soft_wrap=True,  # a command to copy: never broken across lines
     )
 

@@ -47,6 +47,7 @@ __all__ = [
     "PERSON_ANSWERED",
     "PERSON_NEEDED",
     "Question",
+    "decide_command",
     "restart_answered",
     "restart_needed",
     "spend_answered",
@@ -153,8 +154,7 @@ def restart_needed(run: TrainingRun, action: PendingAction, *, timeout: float) -
             asked_at=now,
             deadline=now + timedelta(seconds=timeout),
             link=_link(flow_run_id),
-            command=f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT "
-            "--name NAME",
+            command=decide_command(flow_run_id),
             held_since=action.held_since,
             held_usd_per_hour=action.hold_usd_per_hour,
             numbers={
@@ -267,6 +267,11 @@ def _record(question: Question) -> None:
     except (PrefectHTTPStatusError, httpx.TransportError) as error:
         # The inbox misses this question's details; the question itself still stands.
         get_run_logger().warning("Could not keep the question's record for the inbox: %s", error)
+
+
+def decide_command(flow_run_id: UUID | str) -> str:
+    """Return the command that answers a flow run's restart question (one line, to copy)."""
+    return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
 
 
 def _link(flow_run_id: UUID) -> str | None:
