@@ -115,3 +115,19 @@ def test_the_check_sees_an_import_upwards(tmp_path: Path):
     low.write_text("from prefect_ito.supervision import loop\n", encoding="utf-8")
     assert _imports(low) == {"prefect_ito.supervision.loop"}
     assert _layer("prefect_ito.supervision.loop") > _layer("prefect_ito.backend.desk")
+
+
+LONG_MODULE_LINES = 400
+"""The house rule (docs/architecture.md): a module past this says in its docstring why."""
+
+
+def test_a_long_module_says_why_it_is_long():
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) <= LONG_MODULE_LINES:
+            continue
+        docstring = ast.get_docstring(ast.parse(text)) or ""
+        if "~400 lines" not in " ".join(docstring.split()):
+            unexplained.append(_module_name(path))
+    assert not unexplained, f"past {LONG_MODULE_LINES} lines without saying why: {unexplained}"

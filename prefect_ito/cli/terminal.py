@@ -3,9 +3,12 @@
 The flow runs in this process (against ``PREFECT_API_URL`` when set, else Prefect's ephemeral
 mode). When it pauses for a restart decision or a spend confirmation, the answer goes back through
 Prefect's resume API — the same one the Prefect UI uses — so the flow cannot tell a terminal from
-the UI. Ctrl-C detaches:
-supervision stops at its next check and the flow run ends ``Detached``, while the backend run goes
-on; a second Ctrl-C stops at once.
+the UI. Ctrl-C detaches: supervision stops at its next check and the flow run ends
+``Detached``, while the backend run goes on; a second Ctrl-C stops at once.
+
+Just past ~400 lines: running the flow, noticing its pauses and reading a person's answer at the
+prompt share one event loop and one console, and are read together. Starting the temporary
+Prefect server lives in :mod:`prefect_ito.cli.temporary_prefect`.
 """
 
 from __future__ import annotations

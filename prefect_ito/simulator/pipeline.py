@@ -4,6 +4,9 @@
 before its next change, or a :class:`Signal` (hold for a decision, or stall). The engine resumes it
 as its clock advances, so every timestamp follows from the script alone and does not depend on how
 often the engine ticks.
+
+Just past ~400 lines: every stage of the backend's pipeline, from data prep to the last gate, in
+the order a run meets them.
 """
 
 from __future__ import annotations
