@@ -103,8 +103,11 @@ class ItoCredentials(CredentialsBlock):
             raise ValueError(str(error)) from None
         return self
 
-    def get_client(self) -> ItoClient:
+    def get_client(self, *, max_retries: int | None = None) -> ItoClient:
         """Return a client for the backend, with the token resolved now.
+
+        Args:
+            max_retries: Overrides the setting's retries for this client (0: one attempt).
 
         Raises:
             OriginNotAllowed: This process is configured for other backends only.
@@ -116,6 +119,7 @@ class ItoCredentials(CredentialsBlock):
             self.api_url,
             resolve_token(self.api_url, keyring_entry=self.keyring_entry),
             timeout_seconds=self.timeout_seconds,
+            max_retries=max_retries,
         )
 
 

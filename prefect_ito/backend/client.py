@@ -196,6 +196,7 @@ class ItoClient:
         token: SecretStr | None = None,
         *,
         timeout_seconds: float | None = None,
+        max_retries: int | None = None,
     ) -> ItoClient:
         """Return a client configured from the ``PREFECT_INTEGRATIONS_ITO_*`` settings.
 
@@ -203,13 +204,14 @@ class ItoClient:
             base_url: The backend's root URL.
             token: The bearer token, if any.
             timeout_seconds: Overrides the setting's request timeout when given.
+            max_retries: Overrides the setting's retries when given.
         """
         settings = current_settings()
         return cls(
             base_url,
             token,
             timeout=settings.timeout(timeout_seconds),
-            max_retries=settings.max_retries,
+            max_retries=settings.max_retries if max_retries is None else max_retries,
         )
 
     def __repr__(self) -> str:

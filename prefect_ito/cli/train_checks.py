@@ -9,6 +9,7 @@ the command in seconds, in one line.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from dataclasses import dataclass
@@ -21,12 +22,14 @@ from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_cr
 from prefect_ito.cli import terminal
 from prefect_ito.contract import QuoteState, TrainingRequest
 from prefect_ito.exceptions import (
+    BackendUnavailable,
     ConfirmationExpired,
     ConfirmationMismatch,
     ConfirmationRequired,
     ConfirmationUsed,
     InvalidParameters,
     ItoError,
+    RateLimited,
 )
 from prefect_ito.parameters import TrainingParameters, check_id, resolve_booking
 
@@ -86,15 +89,25 @@ async def check_backend(
     """
     request = parameters.to_request(await resolve_booking(parameters))
     credentials = await resolve_credentials(where)
+    if confirm is not None and (error := _check_confirm(confirm, request.digest())) is not None:
+        raise error
+    await _probe(credentials)
     if confirm is not None:
-        if (error := _check_confirm(confirm, request.digest())) is not None:
-            raise error
         await confirm_beforehand(credentials, request, confirm, note)
-        return
-    async with credentials.get_client() as client:
-        # Only whether it answers: what it answers is the flow's to judge, in a flow run that
-        # records it (a backend that cannot train ends the run Unavailable, with its summary).
-        await client.get_capabilities()
+
+
+async def _probe(credentials: ItoCredentials) -> None:
+    """Ask the backend once whether it answers; raise ``ItoTransportError`` if it does not.
+
+    Only whether it answers: what it answers is the flow's to judge, in a flow run that records
+    it (a backend that cannot train ends the run Unavailable, with its summary). One attempt, so
+    that a backend that is down is one line within the connect timeout rather than after the
+    client's retries; a backend busy for a moment (503, 429) did answer, and the flow's own
+    calls retry it as usual.
+    """
+    async with credentials.get_client(max_retries=0) as client:
+        with contextlib.suppress(BackendUnavailable, RateLimited):
+            await client.get_capabilities()
 
 
 def nobody_to_confirm() -> ConfirmationRequired:

@@ -6,10 +6,13 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from uuid import uuid4
 
@@ -130,15 +133,46 @@ def test_decide_on_a_run_that_is_not_paused_says_so(simulator_default, prefect_s
 def test_an_unreachable_backend_is_named_in_one_line(prefect_server):
     with SimulatorServer(builtin_scenario("default")) as simulator:
         env = worker_env(simulator, prefect_server)
-        url = simulator.url
-    # The simulator is gone: nothing listens at its URL any more.
-    env["PREFECT_INTEGRATIONS_ITO_MAX_RETRIES"] = "0"
-    result = prefect_ito(*TRAIN, env=env)
+    # On the client's default retries: a backend that drops every connection is asked once.
+    with dropping_listener() as (url, attempts):
+        env["ITO_COMPUTE_API_URL"] = url
+        result = prefect_ito(*TRAIN, env=env)
 
     assert result.returncode == ExitCode.ERROR, no_traceback(result)
     # Before, the flow ran first and ended BackendUnreachable, after eight lines of output.
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert url in result.stderr
+    # Before, four attempts (three retries, seconds of back-off) came before that one line.
+    assert attempts == [url], attempts
+
+
+@contextlib.contextmanager
+def dropping_listener() -> Iterator[tuple[str, list[str]]]:
+    """Listen on a loopback port and close every connection at once; yield its URL and a list
+    that gains an entry per connection accepted."""
+    attempts: list[str] = []
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)  # so that the loop sees the test end
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            attempts.append(url)
+            connection.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield url, attempts
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        server.close()
 
 
 def test_train_takes_the_backend_and_data_from_options(simulator_default, prefect_server, tmp_path):
