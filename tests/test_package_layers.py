@@ -6,6 +6,7 @@ Imports under ``if TYPE_CHECKING:`` are left out: they name a type, they run not
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 from pathlib import Path
 
@@ -72,7 +73,9 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
+    """Return what each module imports; parsed once, read by every test here."""
     graph = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         name = _module_name(path)
