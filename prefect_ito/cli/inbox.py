@@ -34,7 +34,7 @@ from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
 from prefect_ito.people.answers import is_question_key
-from prefect_ito.people.notices import Question, decide_command
+from prefect_ito.people.notices import Question, confirm_command, decide_command
 from prefect_ito.waiting.keys import (
     DEFER_PREFIX,
     QUESTION_RECORD_PREFIX,
@@ -49,7 +49,7 @@ _console = Console()
 _PAGE = 200
 """Flow runs read per request."""
 
-_CONFIRM_COMMAND = re.compile(r"prefect-ito confirm [A-Za-z0-9_.:-]{1,128}")
+_CONFIRM_COMMAND = re.compile(r"prefect-ito confirm ([A-Za-z0-9_.:-]{1,128})")
 """The only shape of a spend's answering command the inbox repeats from a record."""
 
 
@@ -162,7 +162,7 @@ def _command(flow_run_id: UUID, pause_key: str, question: Question | None) -> st
     if kind == "restart":
         return decide_command(flow_run_id)
     if kind == "spend" and question and (shown := _CONFIRM_COMMAND.match(question.command)):
-        return f"{shown.group(0)}  (or: --decline)"
+        return confirm_command(shown.group(1))
     return None
 
 

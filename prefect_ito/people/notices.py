@@ -47,6 +47,7 @@ __all__ = [
     "PERSON_ANSWERED",
     "PERSON_NEEDED",
     "Question",
+    "confirm_command",
     "decide_command",
     "restart_answered",
     "restart_needed",
@@ -116,7 +117,7 @@ def spend_needed(quote: TrainingQuote, *, timeout: float) -> Question | None:
             asked_at=now,
             deadline=now + timedelta(seconds=timeout),
             link=_link(flow_run_id),
-            command=f"prefect-ito confirm {quote.quote_id}  (or: --decline)",
+            command=confirm_command(quote.quote_id),
             held_since=now if quote.booking_usd_per_hour is not None else None,
             held_usd_per_hour=quote.booking_usd_per_hour,
             numbers={
@@ -272,6 +273,11 @@ def _record(question: Question) -> None:
 def decide_command(flow_run_id: UUID | str) -> str:
     """Return the command that answers a flow run's restart question (one line, to copy)."""
     return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+
+
+def confirm_command(quote_id: str) -> str:
+    """Return the command that answers a spend question: confirm the quote, or decline it."""
+    return f"prefect-ito confirm {quote_id} [--decline]"
 
 
 def _link(flow_run_id: UUID) -> str | None:
