@@ -24,7 +24,7 @@ def spelled_out(usage: str) -> list[list[str]]:
             choices.append(
                 [[SAMPLE.get(alternative, alternative)] for alternative in word.split("|")]
             )
-    return [sum(picked, []) for picked in itertools.product(*choices)]
+    return [list(itertools.chain(*picked)) for picked in itertools.product(*choices)]
 
 
 @pytest.mark.parametrize(
