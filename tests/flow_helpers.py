@@ -20,6 +20,7 @@ from prefect_ito.cli.terminal import run_training
 from prefect_ito.contract import TrainingRequest
 from prefect_ito.people import answers
 from prefect_ito.people.approval import RestartDecision
+from prefect_ito.reporting.report import EVENT_NAMES, event_id
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 BOOKING = "bk-h200-2x8-ib"
@@ -165,3 +166,15 @@ async def logs_until(flow_run_id: Any, text: str, timeout: float = 30) -> list[A
             if any(text in log.message for log in logs):
                 return logs
             await asyncio.sleep(1)
+
+
+async def backend_events(simulator: SimulatorServer, run_id: str) -> dict[str, str]:
+    """Return {Prefect event id: event name} for the backend events the flow relays."""
+    credentials = ItoCredentials(api_url=simulator.url)
+    async with credentials.get_client() as client:
+        page = await client.list_events(run_id, after=0)
+    return {
+        str(event_id(run_id, event.seq)): EVENT_NAMES[event.type]
+        for event in page.events
+        if event.type in EVENT_NAMES
+    }

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from flow_helpers import Person
+from flow_helpers import Person, backend_events
 from prefect import get_client
 from rich.console import Console
 from spend_helpers import covering_authorization
@@ -23,7 +23,6 @@ from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli.demo import DEMO_TRAINING
 from prefect_ito.cli.terminal import run_training
 from prefect_ito.flows import ito_training
-from prefect_ito.reporting.report import EVENT_NAMES, event_id
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = {"torch", "transformers", "accelerate", "deepspeed", "jax", "vllm", "trl", "lightning"}
@@ -73,18 +72,6 @@ async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
     expected = await backend_events(simulator, run.run_id)
     seen = await read_prefect_events(f"ito.training-run.{run.run_id}", len(expected))
     assert seen == expected
-
-
-async def backend_events(simulator, run_id: str) -> dict[str, str]:
-    """Return {Prefect event id: event name} for the backend events the flow relays."""
-    credentials = ItoCredentials(api_url=simulator.url)
-    async with credentials.get_client() as client:
-        page = await client.list_events(run_id, after=0)
-    return {
-        str(event_id(run_id, event.seq)): EVENT_NAMES[event.type]
-        for event in page.events
-        if event.type in EVENT_NAMES
-    }
 
 
 async def read_prefect_events(resource_id: str, expected: int) -> dict[str, str]:

@@ -12,9 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from flow_helpers import parameters
+from flow_helpers import backend_events, parameters
 from prefect import get_client
-from test_flow_boundaries import backend_events
 
 from prefect_ito.flows import ito_training
 from prefect_ito.reporting import event_relay
