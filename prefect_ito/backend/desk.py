@@ -282,9 +282,43 @@ async def find_attachable_run(
             f"booking {request.booking_id} is busy with run {run.run_id} "
             f"({run.manifest_digest}); this request is {digest}"
         )
+    return await find_keyed_run(client, request, idempotency_key)
+
+
+async def find_submitted_run(
+    client: ItoClient,
+    request: TrainingRequest,
+    idempotency_key: str,
+    client_reference: str,
+    logger: Logger = _logger,
+) -> TrainingRun | None:
+    """Return the run one submission made — by its client reference, else by its idempotency
+    key — and never another submission's run of the same request on the booking.
+
+    What a cancel of a flow run that recorded no run may stop: only its own submission's run.
+
+    Raises:
+        ClientReferenceInUse, IdempotencyKeyReused: the reference or the key made a run of a
+            different request.
+    """
+    referenced = await find_referenced_run(client, request, client_reference, logger)
+    if referenced is not None:
+        return referenced
+    return await find_keyed_run(client, request, idempotency_key)
+
+
+async def find_keyed_run(
+    client: ItoClient, request: TrainingRequest, idempotency_key: str | None
+) -> TrainingRun | None:
+    """Return the run ``idempotency_key`` made, finished or not, within the key's retention.
+
+    Raises:
+        IdempotencyKeyReused: the key made a run of a different request.
+    """
     if idempotency_key is None:
         return None
     earlier = await client.find_run_by_idempotency_key(idempotency_key)
+    digest = request.digest()
     if earlier is not None and earlier.manifest_digest != digest:
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key} already made run {earlier.run_id} of another "

@@ -24,7 +24,7 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import Detached
-from prefect_ito.parameters import TrainingParameters, resolve_booking
+from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
 from prefect_ito.waiting.deferral import read_recorded_run_id
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -129,7 +129,10 @@ async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | 
     """Return the backend run a training flow run supervises, as the backend states it now.
 
     Found from the flow run's own records: the backend run it recorded, or the run id it
-    attached to, or the booking and manifest digest of its request. None when there is none.
+    attached to, or — when it recorded none, say killed between its submission and the record
+    — the run its own submission made (its client reference, the flow run's id; or its
+    idempotency key). None when there is none: a flow run cancelled before it submitted stops
+    nothing, not even another flow run's run of the same request on the booking.
     """
     parameters = dict(flow_run.parameters or {})
     recorded = await read_recorded_run_id(flow_run.id)
@@ -137,4 +140,5 @@ async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | 
         return await client.get_training_run(recorded or str(parameters["run_id"]))
     training = TrainingParameters.parse(parameters.get("training") or {})
     request = training.to_request(await resolve_booking(training))
-    return await desk.find_attachable_run(client, request)
+    key = training.idempotency_key or derive_idempotency_key(request, flow_run.id)
+    return await desk.find_submitted_run(client, request, key, str(flow_run.id))
