@@ -31,8 +31,8 @@ from prefect_ito.parameters import (
     SupervisionParameters,
     TrainingParameters,
     check_id,
-    derive_idempotency_key,
     resolve_booking,
+    submission_key,
 )
 from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
@@ -89,7 +89,7 @@ async def ito_training(
             steps,
             claim,
             request,
-            lambda: parameters.idempotency_key or derive_idempotency_key(request, flow_run_id),
+            lambda: submission_key(parameters, request, flow_run_id),
             # The flow run's id: re-entered, it finds its run by this before anything is quoted.
             client_reference=str(flow_run_id) if flow_run_id is not None else None,
         )

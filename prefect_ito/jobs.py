@@ -18,7 +18,7 @@ from prefect_ito.backend.provenance import last_seen
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import ItoRunOutcome
-from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
+from prefect_ito.parameters import TrainingParameters, resolve_booking, submission_key
 from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
 from prefect_ito.supervision.outcomes import raise_for_outcome
@@ -85,10 +85,7 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
                 ClientSteps(client, training, self.logger, self.authorization),
                 claim,
                 request,
-                lambda: (
-                    training.idempotency_key
-                    or derive_idempotency_key(request, current_flow_run_id())
-                ),
+                lambda: submission_key(training, request, current_flow_run_id()),
             )
         self.logger.info("Itô training run %s is %s.", run.run_id, run.state.value)
         return ItoTrainingRun(self, run)

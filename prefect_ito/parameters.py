@@ -35,6 +35,7 @@ __all__ = [
     "derive_idempotency_key",
     "invalid_parameters",
     "resolve_booking",
+    "submission_key",
 ]
 
 _KEY_NAMESPACE = uuid.UUID("5d1c1f0e-8f57-4c57-9a59-3f0b8e3e1c2a")
@@ -119,3 +120,11 @@ def derive_idempotency_key(request: TrainingRequest, flow_run_id: uuid.UUID | st
     anchor = str(flow_run_id) if flow_run_id is not None else uuid.uuid4().hex
     name = f"{request.booking_id}|{request.digest()}|{anchor}"
     return f"ito-train-{uuid.uuid5(_KEY_NAMESPACE, name)}"
+
+
+def submission_key(
+    training: TrainingParameters, request: TrainingRequest, flow_run_id: uuid.UUID | str | None
+) -> str:
+    """Return the idempotency key a flow run submits ``request`` under: the one its parameters
+    give, else :func:`derive_idempotency_key`'s. A cancel finds the run by the same key."""
+    return training.idempotency_key or derive_idempotency_key(request, flow_run_id)

@@ -24,7 +24,7 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import Detached
-from prefect_ito.parameters import TrainingParameters, derive_idempotency_key, resolve_booking
+from prefect_ito.parameters import TrainingParameters, resolve_booking, submission_key
 from prefect_ito.waiting.deferral import read_recorded_run_id
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -140,5 +140,5 @@ async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | 
         return await client.get_training_run(recorded or str(parameters["run_id"]))
     training = TrainingParameters.parse(parameters.get("training") or {})
     request = training.to_request(await resolve_booking(training))
-    key = training.idempotency_key or derive_idempotency_key(request, flow_run.id)
+    key = submission_key(training, request, flow_run.id)
     return await desk.find_submitted_run(client, request, key, str(flow_run.id))
