@@ -318,8 +318,7 @@ async def find_keyed_run(
     if idempotency_key is None:
         return None
     earlier = await client.find_run_by_idempotency_key(idempotency_key)
-    digest = request.digest()
-    if earlier is not None and earlier.manifest_digest != digest:
+    if earlier is not None and earlier.manifest_digest != (digest := request.digest()):
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key} already made run {earlier.run_id} of another "
             f"manifest ({earlier.manifest_digest}); this request is {digest}"
