@@ -21,6 +21,9 @@ RUN = os.environ["PREFECT_ITO_TEST_RUN"]
 RUN_DIRECTORY = Path(tempfile.gettempdir()) / f"prefect-ito-run-{RUN}"
 RUN_DIRECTORY.mkdir(exist_ok=True)
 os.environ["PREFECT_ITO_TEST_RUN_DIRECTORY"] = str(RUN_DIRECTORY)
+# Where the run's migrated Prefect database is kept (see ``prefect_homes.py``); a run of the suite
+# that a test starts (test_sweep_across_workers.py) copies the same one.
+os.environ.setdefault("PREFECT_ITO_TEST_MIGRATED_HOME", str(RUN_DIRECTORY / "migrated-home"))
 
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="prefect-ito-tests-"))
 (_SESSION_HOME / "prefect").mkdir()
@@ -75,6 +78,7 @@ import httpx  # noqa: E402
 import pytest  # noqa: E402
 import trial_counts  # noqa: E402
 from ledger import Ledger, Provenance, read_figures, render, write_figures  # noqa: E402
+from prefect_homes import migrated_home  # noqa: E402
 
 
 def free_port() -> int:
@@ -98,8 +102,14 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 20) -> None:
 def start_prefect_server(
     home: Path, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``prefect server start`` on a free loopback port; return it and its API URL."""
-    home.mkdir(parents=True, exist_ok=True)
+    """Start ``prefect server start`` on a free loopback port; return it and its API URL.
+
+    Unless ``env`` names a database of its own, the server's SQLite database starts migrated.
+    """
+    if "PREFECT_SERVER_DATABASE_CONNECTION_URL" in (env or {}):
+        home.mkdir(parents=True, exist_ok=True)
+    else:
+        migrated_home(home)
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     # `--port` does not reach the UI's settings, which would otherwise send the browser to :4200.

@@ -30,6 +30,7 @@ from cli_helpers import (
     stored_login,
     worker_env,
 )
+from prefect_homes import migrated_home
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
@@ -242,7 +243,7 @@ def test_ctrl_c_at_a_terminal_detaches_in_ephemeral_mode(tmp_path):
     with SimulatorServer(builtin_scenario("stall")) as simulator:
         env = confirming_env(simulator, prefect_server="")
         del env["PREFECT_API_URL"]
-        env["PREFECT_HOME"] = str(tmp_path)
+        env["PREFECT_HOME"] = str(migrated_home(tmp_path))  # not a new home: tested above
         confirmed = [*UNCONFIRMED, "--confirm", quote_for_train(simulator)]
         train = subprocess.Popen(
             [sys.executable, "-m", "prefect_ito.cli", *confirmed],

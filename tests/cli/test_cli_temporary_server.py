@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import UNCONFIRMED, confirming_env, quote_for_train, read_flow_run_id
+from prefect_homes import migrated_home
 
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
@@ -27,7 +28,8 @@ def simulator() -> Iterator[SimulatorServer]:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads processes from /proc")
 def test_a_train_killed_outright_leaves_no_temporary_prefect_server(simulator, tmp_path):
-    env = {**confirming_env(simulator, ""), "PREFECT_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    home = str(migrated_home(tmp_path))  # the first start on a new home has tests of its own
+    env = {**confirming_env(simulator, ""), "PREFECT_HOME": home, "PYTHONUNBUFFERED": "1"}
     command = [*UNCONFIRMED, "--confirm", quote_for_train(simulator)]
     train = subprocess.Popen(
         [sys.executable, "-m", "prefect_ito.cli", *command],
