@@ -1,8 +1,9 @@
 """Under pytest-xdist, the sweep still finds a canary that leaked in another worker.
 
 A run of its own, with two workers: ``sweep_probe.py`` leaks a canary it minted into its captured
-output, and ``test_sweep.py`` comes last, so each worker takes one of the two modules. Were the
-sweep to look only at the session it runs in, that run would pass.
+output, and the sweep's search runs in the other worker (each takes one of the two modules). Were
+the sweep to look only at the session it runs in, that run would pass. Only the search runs of
+``test_sweep.py``: its other tests add canaries of their own, which this question does not need.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def test_a_canary_leaked_in_another_worker_fails_the_sweep():
     env = {k: v for k, v in os.environ.items() if not k.startswith(RUN_VARIABLES)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-v",
-         "--show-capture=no", PROBE, SWEEP],
+         "--show-capture=no", PROBE, f"{SWEEP}::{SEARCH}"],
         cwd=CHECKOUT, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
         timeout=900,
     )  # fmt: skip
@@ -42,6 +43,4 @@ def test_a_canary_leaked_in_another_worker_fails_the_sweep():
     assert sweep == "FAILED", report
     # Found in the other worker's captured output (as a canary of its own, and by its shape).
     assert f"'{probe_worker}: test output, logs and exception texts': " in result.stdout, report
-    others = {test: outcome for test, (_, outcome) in outcomes.items() if test.startswith(SWEEP)}
-    assert sorted(others.values()) == ["FAILED", "PASSED", "PASSED", "PASSED"], report
-    assert result.returncode == 1, report
+    assert len(outcomes) == 2 and result.returncode == 1, report
