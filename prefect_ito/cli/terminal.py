@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar, cast
 from uuid import UUID
 
 from prefect import Flow, State, get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.flow_engine import run_flow_async
@@ -178,21 +179,35 @@ async def _answer_pauses(
 ) -> None:
     """Hand each new pause of the flow run to whoever answers it, once, and relay the answer."""
     handled: set[str] = set()
-    while True:
-        await asyncio.sleep(poll)
-        pause = await _waiting_pause(flow_run_id)
-        if pause is None or pause.response_key in handled:
-            continue
-        handled.add(pause.response_key)
-        _announce_pause(console, flow_run_id, spend=pause.spend)
-        answer = await _answer(pause, answerers)
-        if answer is None:
-            continue
-        kept = await answers.resume_with(flow_run_id, pause.state, answer.model_dump(mode="json"))
-        if not kept.ours and kept.answer is not None:
-            # Names come from whoever answered: printed as they are, never read as markup.
-            taken = f"Another answer was taken first: {kept.describe()}."
-            console.print(taken, style="yellow", markup=False, soft_wrap=True)
+    # One client for the whole wait: each new one loads the CA bundle into a TLS context (tens of
+    # milliseconds of CPU), which a poll a second made the biggest cost of a waiting `train`.
+    async with get_client() as client:
+        while True:
+            await asyncio.sleep(poll)
+            await _answer_new_pause(client, flow_run_id, answerers, console, handled)
+
+
+async def _answer_new_pause(
+    client: PrefectClient,
+    flow_run_id: UUID,
+    answerers: _Answerers,
+    console: Console,
+    handled: set[str],
+) -> None:
+    """Answer the flow run's pause if it waits and was not handled yet; relay the answer."""
+    pause = await _waiting_pause(client, flow_run_id)
+    if pause is None or pause.response_key in handled:
+        return
+    handled.add(pause.response_key)
+    _announce_pause(console, flow_run_id, spend=pause.spend)
+    answer = await _answer(pause, answerers)
+    if answer is None:
+        return
+    kept = await answers.resume_with(flow_run_id, pause.state, answer.model_dump(mode="json"))
+    if not kept.ours and kept.answer is not None:
+        # Names come from whoever answered: printed as they are, never read as markup.
+        taken = f"Another answer was taken first: {kept.describe()}."
+        console.print(taken, style="yellow", markup=False, soft_wrap=True)
 
 
 async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
@@ -204,21 +219,20 @@ async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
     return await answerers.confirmer(SpendPause(pause.flow_run, pause.description, record))
 
 
-async def _waiting_pause(flow_run_id: UUID) -> _Pause | None:
+async def _waiting_pause(client: PrefectClient, flow_run_id: UUID) -> _Pause | None:
     """Return the flow run's pause while it waits for input: key, description, form defaults."""
-    async with get_client() as client:
-        flow_run = await client.read_flow_run(flow_run_id)
-        state = flow_run.state
-        if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
-            return None
-        keyset = keyset_from_paused_state(state)
-        try:
-            description = await client.read_flow_run_input(flow_run_id, keyset["description"])
-            schema = await client.read_flow_run_input(flow_run_id, keyset["schema"])
-        except (ObjectNotFound, PrefectHTTPStatusError) as error:
-            if _status(error) not in (None, 404):
-                raise
-            return None  # Prefect saves the form just after the Paused state: look again soon
+    flow_run = await client.read_flow_run(flow_run_id)
+    state = flow_run.state
+    if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
+        return None
+    keyset = keyset_from_paused_state(state)
+    try:
+        description = await client.read_flow_run_input(flow_run_id, keyset["description"])
+        schema = await client.read_flow_run_input(flow_run_id, keyset["schema"])
+    except (ObjectNotFound, PrefectHTTPStatusError) as error:
+        if _status(error) not in (None, 404):
+            raise
+        return None  # Prefect saves the form just after the Paused state: look again soon
     fields = json.loads(schema).get("properties", {})
     return _Pause(
         flow_run=flow_run,

@@ -81,6 +81,7 @@ class SimulatorServer:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._url: str | None = None
+        self._admin_client: httpx.Client | None = None
 
     def __enter__(self) -> SimulatorServer:
         self.start()
@@ -114,6 +115,11 @@ class SimulatorServer:
         self._socket = sock
         host, port = sock.getsockname()[:2]
         self._url = f"http://{host}:{port}"
+        # One client for the admin helpers while the server runs: a new one per call loaded the
+        # CA bundle into a TLS context each time (tens of milliseconds of CPU), which tests that
+        # read the request log in a loop paid over and over. httpx's client may be shared
+        # between threads.
+        self._admin_client = httpx.Client(base_url=self._url, timeout=10)
         server = SimUvicorn(create_app(self.scenario), self._host, self._port)
         self._server = server
         self._thread = threading.Thread(
@@ -143,12 +149,16 @@ class SimulatorServer:
         if self._socket is not None:
             self._socket.close()
         self._server = self._thread = self._socket = self._url = None
+        if self._admin_client is not None:
+            self._admin_client.close()
+            self._admin_client = None
 
     # --- admin helpers: real HTTP calls to /_sim -------------------------------------------
 
     def _admin(self, method: str, path: str, model: type[M], json: Any = None) -> M:
-        with httpx.Client(base_url=self.url, timeout=10) as client:
-            response = client.request(method, f"/_sim{path}", json=json)
+        if self._admin_client is None:
+            raise RuntimeError("the simulator is not running")
+        response = self._admin_client.request(method, f"/_sim{path}", json=json)
         response.raise_for_status()
         envelope = Envelope[model].model_validate_json(response.content)  # type: ignore[valid-type]
         return envelope.data

@@ -393,3 +393,31 @@ def test_at_a_terminal_the_end_of_input_at_the_name_decides_nothing():
     assert code == 0, output
     assert _answer(output) is None
     assert "No name: nothing was decided" in output
+
+
+async def test_a_waiting_train_asks_prefect_through_one_client(start_simulator, monkeypatch):
+    # Each poll for a pause opened a Prefect client of its own, and each new client loads the CA
+    # bundle into a TLS context: a third of the CPU of the tests that ran `train` in process.
+    from flow_helpers import Person, parameters
+    from rich.console import Console
+
+    from prefect_ito.flows import ito_training
+
+    opened: list[object] = []
+    get_client = terminal.get_client
+
+    def counting_get_client(*args: Any, **kwargs: Any) -> Any:
+        client = get_client(*args, **kwargs)
+        opened.append(client)
+        return client
+
+    monkeypatch.setattr(terminal, "get_client", counting_get_client)
+    simulator = start_simulator("loss-spike")
+    person = Person(approve=True)
+    state = await terminal.run_training(
+        ito_training, parameters(simulator), person, Console(quiet=True), poll=0.1
+    )
+
+    assert state.is_completed(), state.message
+    assert len(person.asked) == 1
+    assert len(opened) == 2, opened  # one to create the flow run, one for the whole wait
