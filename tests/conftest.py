@@ -78,7 +78,7 @@ import httpx  # noqa: E402
 import pytest  # noqa: E402
 import trial_counts  # noqa: E402
 from ledger import Ledger, Provenance, read_figures, render, write_figures  # noqa: E402
-from prefect_homes import migrated_home  # noqa: E402
+from prefect_homes import server_home  # noqa: E402
 
 
 def free_port() -> int:
@@ -106,10 +106,7 @@ def start_prefect_server(
 
     Unless ``env`` names a database of its own, the server's SQLite database starts migrated.
     """
-    if "PREFECT_SERVER_DATABASE_CONNECTION_URL" in (env or {}):
-        home.mkdir(parents=True, exist_ok=True)
-    else:
-        migrated_home(home)
+    server_home(home, env or {})
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     # `--port` does not reach the UI's settings, which would otherwise send the browser to :4200.

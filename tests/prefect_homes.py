@@ -28,6 +28,15 @@ _DATABASE_SETTINGS = (
 )
 
 
+def server_home(home: Path, env: dict[str, str]) -> Path:
+    """Make ``home`` ready for a server started with ``env``: migrated unless ``env`` names a
+    database of its own (a PostgreSQL one, migrated by that server); return ``home``."""
+    if any(name in env for name in _DATABASE_SETTINGS):
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+    return migrated_home(home)
+
+
 def migrated_home(home: Path) -> Path:
     """Give ``home`` a copy of the run's migrated database, unless it has one; return ``home``."""
     home.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ from e2e_stack import (
 from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_homes import migrated_home
+from prefect_homes import server_home
 from pydantic import SecretStr
 from run_databases import new_database
 
@@ -98,10 +98,7 @@ class TrialStack:
     def start_server(self) -> None:
         """Start ``prefect server start`` on this stack's port and home; wait until it answers."""
         home = self.scratch / "server"
-        if self.database:
-            home.mkdir(exist_ok=True)
-        else:
-            migrated_home(home)  # a restart finds its own database there
+        server_home(home, self.database)  # a restart finds its own database there
         env = {
             **os.environ,
             "PREFECT_HOME": str(home),
