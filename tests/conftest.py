@@ -155,6 +155,25 @@ def _fresh_retry_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_retry, "_budgets", {})
 
 
+@pytest.fixture(autouse=True)
+def _keyring_left_as_found() -> Iterator[None]:
+    """Leave the session's keyring file as this test found it.
+
+    Tokens are kept by origin, and a later test's server may get the same loopback port: a token
+    one test left under its simulator's origin was sent by a later test meant to have none
+    (``train`` answered UNAUTHENTICATED where it should have said NOT_LOGGED_IN).
+    """
+    from keyrings.alt.file import PlaintextKeyring
+
+    path = Path(PlaintextKeyring().file_path)  # where this session's CLI children look too
+    before = path.read_bytes() if path.exists() else None
+    yield
+    if before is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(before)
+
+
 @pytest.fixture(scope="session")
 def prefect_server(pytestconfig: pytest.Config) -> Iterator[str]:
     """One real Prefect server (SQLite) for the whole session; yields its API URL.
