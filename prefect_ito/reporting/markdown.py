@@ -8,7 +8,8 @@ image from anywhere, a link can point anywhere, a ``|`` opens a new table cell, 
 ends a table). Every builder puts such text through one of the two functions here.
 
 - :func:`text` escapes every ASCII punctuation character with a backslash, which CommonMark
-  renders as the character itself, and puts line breaks on one line.
+  renders as the character itself, and puts line breaks on one line (text of only blanks
+  starts with a space written as ``&#32;``, so it is still a line of text).
 - :func:`code` makes an inline code span whose fence is longer than any run of backticks in the
   text, so nothing in it can close the span.
 
@@ -41,7 +42,10 @@ def text(value: object) -> str:
         >>> text("![x](http://e.test) | *a*")
         '\\\\!\\\\[x\\\\]\\\\(http\\\\:\\\\/\\\\/e\\\\.test\\\\) \\\\| \\\\*a\\\\*'
     """
-    return _PUNCTUATION.sub(r"\\\1", _one_line(str(value)))
+    shown = _PUNCTUATION.sub(r"\\\1", _one_line(str(value)))
+    # Markdown drops blanks at the ends of a line, so a list item of only blanks would be an
+    # empty item, not a line of text; a space written as a character reference stays text.
+    return shown if shown.strip(" ") else f"&#32;{shown[1:]}"
 
 
 def is_http_url(value: str) -> bool:
