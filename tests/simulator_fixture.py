@@ -15,15 +15,25 @@ from prefect_ito.backend.auth import delete_token, store_token
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
 from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
 
+FAST = 4_000_000.0
+"""Simulated seconds per real second where a test's pace does not matter: the default run takes
+about half a second (at the simulator's own default, 400,000, the pretraining stage alone waits
+three). A test that needs time to act while a run is under way names its own pace."""
+
 
 @pytest.fixture
 def start_simulator(prefect_server: str) -> Iterator[Callable[..., SimulatorServer]]:
-    """Start a simulator with a scenario and a stored token; stop it after the test."""
+    """Start a simulator with a scenario and a stored token; stop it after the test.
+
+    A scenario named by its name runs at :data:`FAST` unless ``time_scale`` is given; a
+    :class:`Scenario` keeps its own pace.
+    """
     started: list[SimulatorServer] = []
 
     def start(scenario: Scenario | str = "default", **options: Any) -> SimulatorServer:
         if isinstance(scenario, str):
             scenario = builtin_scenario(scenario)
+            options.setdefault("time_scale", FAST)
         simulator = SimulatorServer(scenario, **options)
         simulator.start()
         started.append(simulator)

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -119,12 +118,6 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
     return lines[0]
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer() as server:
-        yield server
 
 
 def test_importing_the_package_registers_no_keyring_backend(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from cli_helpers import converse, one_document, prefect_ito
@@ -21,7 +20,7 @@ from pydantic import SecretStr
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import ALL_SCOPES, QuoteState, TrainingQuote, TrainingRequest
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.simulator import SimulatorServer
 from prefect_ito.simulator.builtins import COMPLETED_BOOKING
 
 NOWHERE = "http://127.0.0.1:9/api"  # nothing listens on the discard port
@@ -33,12 +32,6 @@ REQUEST = TrainingRequest(
     target="code-assistant",
     budget_usd=250_000,
 )
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
 
 
 def person(simulator: SimulatorServer) -> str:

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -31,12 +30,6 @@ from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 NOWHERE = "http://127.0.0.1:9/api"  # nothing listens on the discard port
 KEY = "nightly-2026-11-30"
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
 
 
 def backend_env(simulator: SimulatorServer, token: str | None = None) -> dict[str, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from capture_server import CaptureServer
 from cli_helpers import person_env, prefect_ito, stored_login
 from prefect import get_client
@@ -17,7 +16,6 @@ from prefect.exceptions import ObjectNotFound
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.simulator import SimulatorServer
 
 
 async def write_raw_block(name: str, data: dict[str, object]) -> None:
@@ -37,12 +35,6 @@ async def write_raw_block(name: str, data: dict[str, object]) -> None:
                 name=name, data=data, block_schema_id=schema.id, block_type_id=block_type.id
             )
         )
-
-
-@pytest.fixture
-def simulator():
-    with SimulatorServer() as server:
-        yield server
 
 
 def refused(result, code: ExitCode) -> str:

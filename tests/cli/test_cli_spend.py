@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from cli_helpers import (
     TRAIN,
     UNCONFIRMED,
@@ -15,15 +12,9 @@ from cli_helpers import (
 )
 
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.simulator import SimulatorServer
 
 QUOTE = ["quote", *UNCONFIRMED[1:]]
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
 
 
 def posts(simulator: SimulatorServer, path: str = "/v0/training-runs") -> list[object]:

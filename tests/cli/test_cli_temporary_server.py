@@ -7,23 +7,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_helpers import UNCONFIRMED, confirming_env, quote_for_train, read_flow_run_id
 from prefect_homes import migrated_home
 
-from prefect_ito.simulator import SimulatorServer, builtin_scenario
-
 GONE_WITHIN = 60.0
 """A bound on the wait, not a speed target: the server stops in a second or two."""
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads processes from /proc")

@@ -7,7 +7,6 @@ temporary server, had one started, would have left its database there.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,12 +15,6 @@ from cli_helpers import REQUEST, TRAIN, UNCONFIRMED, confirming_env, prefect_ito
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
 
 
 def ephemeral(env: dict[str, str], home: Path) -> dict[str, str]:

@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 
 import pytest
 from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
@@ -17,12 +16,6 @@ from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 TASK_CHATTER = re.compile(r"Task run '[^']+' - Finished in state Completed")
-
-
-@pytest.fixture
-def simulator() -> Iterator[SimulatorServer]:
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
 
 
 def test_train_runs_the_flow_to_completion(simulator, prefect_server):

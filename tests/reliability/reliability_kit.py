@@ -21,6 +21,7 @@ from typing import Any
 from prefect import State
 from prefect.client.schemas.objects import FlowRun
 from pydantic import SecretStr
+from simulator_fixture import FAST
 from spend_helpers import covering_authorization
 
 from prefect_ito.backend import desk
@@ -41,8 +42,6 @@ from prefect_ito.simulator import (
     builtin_scenario,
 )
 
-FAST = 4_000_000.0
-"""Simulated seconds per real second: the default run takes about half a second."""
 BOOKING = "bk-h200-2x8-ib"
 DEBUG_LOGGERS = ("httpx", "prefect_ito")
 

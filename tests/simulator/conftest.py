@@ -7,12 +7,11 @@ from typing import Any
 
 import httpx
 import pytest
+from simulator_fixture import FAST
 
 from prefect_ito.contract import ALL_SCOPES, IDEMPOTENCY_HEADER, TrainingRequest
 from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
 
-FAST = 4_000_000.0
-"""Simulated seconds per real second in tests: the default run takes about half a second."""
 BOOKING = "bk-h200-2x8-ib"
 
 

@@ -160,7 +160,7 @@ def test_reusing_a_cancel_key_for_another_body_is_refused(spiked):
 def test_a_cancel_that_takes_time_passes_through_cancelling(desk_for):
     scenario = builtin_scenario("loss-spike")
     slow = scenario.model_copy(
-        # About 0.6 real seconds at the tests' time scale (conftest.FAST).
+        # About 0.6 real seconds at the tests' time scale (simulator_fixture.FAST).
         update={"run": scenario.run.model_copy(update={"cancel_seconds": 2_400_000})}
     )
     desk = desk_for(slow)
