@@ -19,6 +19,7 @@ import pytest
 from cli_helpers import FLOW_RUN_LINE, TRAIN, one_document, prefect_ito, worker_env
 from device_login import approve_in_browser
 from keyrings.alt.file import PlaintextKeyring
+from simulator_fixture import FAST
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
@@ -131,8 +132,7 @@ async def finished_runs(simulator: SimulatorServer, targets: list[str]) -> list[
 
 
 async def test_runs_show_asks_the_backend_by_each_selector_and_only_reads(monkeypatch):
-    scenario = builtin_scenario("default").with_options(time_scale=200_000)
-    with SimulatorServer(scenario) as simulator:
+    with SimulatorServer(builtin_scenario("default"), time_scale=FAST) as simulator:
         token = simulator.mint_token("cli").get_secret_value()
         monkeypatch.setenv("ITO_COMPUTE_API_URL", simulator.url)
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", token)
