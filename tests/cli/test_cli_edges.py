@@ -31,6 +31,7 @@ from cli_helpers import (
     worker_env,
 )
 from prefect_homes import migrated_home
+from simulator_fixture import FAST
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
@@ -79,7 +80,9 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
     prefect_server, monkeypatch, scenario, cancel_first, state, code
 ):
     # Before, attach rebuilt the request, found nothing unfinished and submitted a new run.
-    with SimulatorServer(builtin_scenario(scenario).with_options(time_scale=200_000)) as simulator:
+    # A run to cancel first must still be going when the cancel comes: a slower pace for it.
+    pace = 200_000 if cancel_first else FAST
+    with SimulatorServer(builtin_scenario(scenario), time_scale=pace) as simulator:
         env = worker_env(simulator, prefect_server)
         monkeypatch.setenv("ITO_COMPUTE_API_URL", env["ITO_COMPUTE_API_URL"])
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
@@ -98,12 +101,12 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
         assert [admin.run.run_id for admin in simulator.runs()] == [run_id]
 
 
-def test_attach_to_an_unknown_run_is_not_found(simulator_default, prefect_server):
-    result = prefect_ito("attach", "run_nope", env=worker_env(simulator_default, prefect_server))
+def test_attach_to_an_unknown_run_is_not_found(simulator, prefect_server):
+    result = prefect_ito("attach", "run_nope", env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
     assert "run_nope" in result.stdout + result.stderr
-    assert submissions(simulator_default) == []
+    assert submissions(simulator) == []
 
 
 @pytest.mark.parametrize("command", ["status", "cancel", "decide"])
@@ -118,8 +121,8 @@ def test_an_unknown_flow_run_is_one_line_and_not_found(command, prefect_server):
     assert f"error: Prefect knows no flow run {unknown}" in result.stderr
 
 
-def test_decide_on_a_run_that_is_not_paused_says_so(simulator_default, prefect_server):
-    env = worker_env(simulator_default, prefect_server)
+def test_decide_on_a_run_that_is_not_paused_says_so(simulator, prefect_server):
+    env = worker_env(simulator, prefect_server)
     done = prefect_ito(*TRAIN, env=env)
     flow_run_id = FLOW_RUN_LINE.search(done.stdout).group(1)
 
@@ -176,11 +179,11 @@ def dropping_listener() -> Iterator[tuple[str, list[str]]]:
         server.close()
 
 
-def test_train_takes_the_backend_and_data_from_options(simulator_default, prefect_server, tmp_path):
+def test_train_takes_the_backend_and_data_from_options(simulator, prefect_server, tmp_path):
     # The backend comes from --api-url alone, its token from the keyring (kept for its origin).
-    token = simulator_default.mint_token("cli").get_secret_value()
-    stored_login(tmp_path, simulator_default.url, token)
-    worker_env(simulator_default, prefect_server)  # saves the authorization block
+    token = simulator.mint_token("cli").get_secret_value()
+    stored_login(tmp_path, simulator.url, token)
+    worker_env(simulator, prefect_server)  # saves the authorization block
     env = person_env(tmp_path, prefect_server)
     refs = tmp_path / "refs.txt"
     refs.write_text("# the corpus\ncatalog://ito/web-2026-10\n\n" + "\n".join(
@@ -188,20 +191,20 @@ def test_train_takes_the_backend_and_data_from_options(simulator_default, prefec
     ))  # fmt: skip
     args = [
         "train", "--booking", "bk-h200-2x8-ib", "--model-size", "8B", "--target", "t",
-        "--budget-usd", "9e4", "--data-file", str(refs), "--api-url", simulator_default.url,
+        "--budget-usd", "9e4", "--data-file", str(refs), "--api-url", simulator.url,
         "--authorization", AUTHORIZATION,
     ]  # fmt: skip
 
     result = prefect_ito(*args, env=env)
 
     assert result.returncode == ExitCode.SUCCESS, no_traceback(result)
-    (run,) = simulator_default.runs()
+    (run,) = simulator.runs()
     assert len(run.run.request.data_refs) == 3_001
     assert run.run.request.data_refs[0] == "catalog://ito/web-2026-10"
 
 
-def test_bad_options_name_the_option_and_send_nothing(simulator_default, prefect_server):
-    env = worker_env(simulator_default, prefect_server)
+def test_bad_options_name_the_option_and_send_nothing(simulator, prefect_server):
+    env = worker_env(simulator, prefect_server)
     cases = {
         ("--budget-usd", "-1"): "budget_usd",
         ("--post-training", "ppo"): "post_training",
@@ -213,20 +216,20 @@ def test_bad_options_name_the_option_and_send_nothing(simulator_default, prefect
         result = prefect_ito(*args, env=env)
         assert result.returncode == ExitCode.INVALID_INPUT, no_traceback(result)
         assert fragment in result.stderr, result.stderr
-    assert simulator_default.requests() == []
+    assert simulator.requests() == []
 
 
-def test_the_first_train_on_a_brand_new_prefect_home_works(simulator_default):
+def test_the_first_train_on_a_brand_new_prefect_home_works(simulator):
     # A new PREFECT_HOME migrates its database first; on a small busy machine that took longer
     # than the 20 s Prefect allows its temporary server.
     with tempfile.TemporaryDirectory() as home:
-        env = worker_env(simulator_default, prefect_server="")
+        env = worker_env(simulator, prefect_server="")
         del env["PREFECT_API_URL"]
         env["PREFECT_HOME"] = str(Path(home) / "new")
         Path(env["PREFECT_HOME"]).mkdir()
         # A real quote, confirmed: every check before the flow passes, so the server starts.
-        confirmed = [*UNCONFIRMED, "--confirm", quote_for_train(simulator_default)]
-        env["ITO_COMPUTE_TOKEN"] = confirming_env(simulator_default, "")["ITO_COMPUTE_TOKEN"]
+        confirmed = [*UNCONFIRMED, "--confirm", quote_for_train(simulator)]
+        env["ITO_COMPUTE_TOKEN"] = confirming_env(simulator, "")["ITO_COMPUTE_TOKEN"]
         result = prefect_ito(*confirmed, env=env, timeout=600)
 
     output = no_traceback(result)
@@ -277,9 +280,3 @@ def stop_group(process: subprocess.Popen[str]) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(child), signal.SIGKILL)
         process.wait(timeout=30)
-
-
-@pytest.fixture
-def simulator_default():
-    with SimulatorServer(builtin_scenario("default")) as server:
-        yield server
