@@ -8,8 +8,8 @@ image from anywhere, a link can point anywhere, a ``|`` opens a new table cell, 
 ends a table). Every builder puts such text through one of the two functions here.
 
 - :func:`text` escapes every ASCII punctuation character with a backslash, which CommonMark
-  renders as the character itself, and puts line breaks on one line (text of only blanks
-  starts with a space written as ``&#32;``, so it is still a line of text).
+  renders as the character itself, and puts line breaks on one line (text of only spaces
+  starts with a no-break space instead, so it is still a line of text).
 - :func:`code` makes an inline code span whose fence is longer than any run of backticks in the
   text, so nothing in it can close the span.
 
@@ -43,9 +43,10 @@ def text(value: object) -> str:
         '\\\\!\\\\[x\\\\]\\\\(http\\\\:\\\\/\\\\/e\\\\.test\\\\) \\\\| \\\\*a\\\\*'
     """
     shown = _PUNCTUATION.sub(r"\\\1", _one_line(str(value)))
-    # Markdown drops blanks at the ends of a line, so a list item of only blanks would be an
-    # empty item, not a line of text; a space written as a character reference stays text.
-    return shown if shown.strip(" ") else f"&#32;{shown[1:]}"
+    # Markdown drops spaces at the ends of a line, so a list item of only spaces would be an
+    # empty item, not a line of text. A no-break space is text there, and looks the same; a
+    # character reference (&#32;) would do for CommonMark, but the Prefect UI shows it as written.
+    return shown if shown.strip(" ") else f"\u00a0{shown[1:]}"
 
 
 def is_http_url(value: str) -> bool:
