@@ -2,10 +2,12 @@
 
 A flow run is lost when the worker marked it ``Crashed`` (its process died), when it reads
 ``Running`` but missed three of its own flow-run heartbeats (the machine and its worker are gone:
-Prefect marks nothing crashed by itself; see :func:`_missed_beats`), or when it was left starting
-(``Pending``) by a worker that is gone (see :func:`_abandoned`). A lost run is rescheduled as it
-is (state ``Recovering``), so a worker runs it again from the top and it re-attaches to the
-backend run it recorded: recovery never submits.
+Prefect marks nothing crashed by itself; see :func:`_missed_beats`), when it was left starting
+(``Pending``) by a worker that is gone (see :func:`_abandoned`), or when its process went silent
+between suspending for a person and saving the form the person answers on (see
+:meth:`Recovery._formless`). A lost run is rescheduled as it is (state ``Recovering``), so a
+worker runs it again from the top and it re-attaches to the backend run it recorded: recovery
+never submits.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class Recovery:
 
     lost_after: float | Literal["auto"] | None = AUTO
     recovered: list[UUID] = field(default_factory=list)
+    _with_form: set[UUID] = field(default_factory=set)
+    """Suspended states whose form Prefect was seen to hold (a form, once saved, stays)."""
 
     async def recover(self) -> None:
         """Re-enter the training flow runs from deployments whose process is gone."""
@@ -98,6 +102,9 @@ class Recovery:
         ]
         if self.lost_after is not None:
             running = await watched_flow_runs(StateType.RUNNING)
+            # A run suspended without its form had a process that stopped half-way: judged as a
+            # running one whose process went silent (its suspension is when it last ran).
+            running += await self._formless(await watched_flow_runs(StateType.PAUSED))
             if isinstance(self.lost_after, str):
                 lost += await _missed_beats(running)
             else:
@@ -106,6 +113,31 @@ class Recovery:
             lost += await _abandoned(starting, self.lost_after)
         for flow_run in lost:
             await self.reenter(flow_run)
+
+    async def _formless(self, paused: list[FlowRun]) -> list[FlowRun]:
+        """Return the suspended runs that wait for an answer on a form Prefect does not hold.
+
+        A flow process can save a question's form only once Prefect accepted its suspension
+        (the server deletes a pause's inputs as it begins). A process lost in between leaves a
+        run that waits for a person nobody can answer: Prefect refuses every resume, the UI's
+        included ("Run input schema not found"). Each suspended state is asked about until its
+        form is seen.
+        """
+        asking = {run.state.id: run for run in paused if run.state and _form_keyset(run)}
+        self._with_form &= set(asking)  # forget the states that ended
+        formless = []
+        async with get_client() as client:
+            for state_id, run in asking.items():
+                if state_id in self._with_form:
+                    continue
+                schema = _form_keyset(run)["schema"]
+                if await client.filter_flow_run_input(
+                    run.id, key_prefix=schema, limit=1, exclude_keys=set()
+                ):
+                    self._with_form.add(state_id)
+                else:
+                    formless.append(run)
+        return formless
 
     async def reenter(self, flow_run: FlowRun) -> None:
         """Reschedule a lost flow run, once for each loss, whoever else found the same loss.
@@ -144,6 +176,14 @@ class Recovery:
             )
         self.recovered.append(flow_run.id)
         logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
+
+
+def _form_keyset(flow_run: FlowRun) -> dict[str, str]:
+    """Return where Prefect keeps the form a suspended run waits on ({} if it waits on none)."""
+    state = flow_run.state
+    if state is None or not state.is_paused() or not state.state_details.pause_reschedule:
+        return {}
+    return dict(state.state_details.run_input_keyset or {})
 
 
 async def _silent(runs: list[FlowRun], seconds: float) -> list[FlowRun]:

@@ -92,7 +92,6 @@ async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator, key)
     watcher = Watcher(wait=0.5, lost_after=None)
     try:
         for _ in range(3):
-            print("LOOK", watcher._look_again_at, watcher._unread, watcher._seen.keys())
             await watcher.sweep()
     finally:
         await watcher.close()
@@ -185,6 +184,49 @@ async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulato
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
     assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
+
+
+async def _suspend_for_a_person(flow_run_id, key: str, *, form_saved: bool):
+    """Suspend the flow run for a restart decision, as Prefect accepts it; save the form or not."""
+    from prefect.input.run_input import keyset_from_paused_state
+
+    from prefect_ito.people.approval import RestartDecision
+
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Running(), force=True)
+        state = Suspended(pause_key=key, timeout_seconds=3_600)
+        keyset = keyset_from_paused_state(state)
+        state.state_details.run_input_keyset = keyset
+        await client.set_flow_run_state(flow_run_id, state, force=True)
+    if form_saved:  # what the flow process does next, once the suspension was accepted
+        await RestartDecision.asave(keyset, flow_run_id=flow_run_id)
+
+
+async def test_a_run_suspended_for_a_person_whose_form_never_came_is_re_entered(start_simulator):
+    # Found by the crash trials: the machine was lost after Prefect accepted a run's suspension
+    # for a restart decision and before its process saved the form, which a flow can only save
+    # after (the server deletes a pause's inputs as it begins). Prefect then refused every
+    # answer, the UI's too ("Run input schema not found"), and the run waited for good.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    lost, _ = await deferred_flow_run(simulator)
+    asking, _ = await deferred_flow_run(simulator)
+    await _suspend_for_a_person(lost.id, "restart-act-lost", form_saved=False)
+    await _suspend_for_a_person(asking.id, "restart-act-asking", form_saved=True)
+    answer = {"decision": "approve", "decided_by": "Ada", "reason": "a bad data shard"}
+    async with get_client() as client:
+        refused = await client.resume_flow_run(lost.id, run_input=answer)
+    assert refused.status.value == "REJECT"  # nobody can answer it
+    watcher = Watcher(lost_after=1)
+    await asyncio.sleep(2)  # longer than lost_after: no heartbeat came
+
+    await watcher.recovery.recover()
+    await watcher.recovery.recover()  # a later sweep finds each the same
+
+    async with get_client() as client:
+        now = {run.id: await client.read_flow_run(run.id) for run in (lost, asking)}
+    assert watcher.recovered == [lost.id]
+    assert now[lost.id].state_name == "Recovering"  # runs again from the top, and asks again
+    assert now[asking.id].state_name == "Suspended"  # its form is there: a person may answer
 
 
 async def _started_by(flow_run_id, worker: str) -> None:
