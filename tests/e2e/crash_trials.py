@@ -43,6 +43,7 @@ from prefect import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import PrefectHTTPStatusError
+from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from trial_stack import TrialStack, kill
 
 from prefect_ito.simulator import AdminRun, Scenario, builtin_scenario
@@ -231,9 +232,15 @@ class Conductor:
         self.stack.start_worker()  # all at once: the worker finds every flow run waiting
         server_delay = self.rng.uniform(20, 40)
         try:
-            async with asyncio.timeout(timeout):
-                while not await self._tick(server_delay):
-                    await asyncio.sleep(POLL)
+            # One try per look, as a person clicks again a moment later. Prefect's client backs
+            # off instead (the suite allows it ten tries, 2, 4, … 64 s apart): once, a person's
+            # answer was refused six times over two minutes ("database is locked": SQLite's
+            # answer to a transaction that read before another one wrote), no other trial was
+            # struck or answered meanwhile, and too few were struck.
+            with temporary_settings({PREFECT_CLIENT_MAX_RETRIES: 0}):
+                async with asyncio.timeout(timeout):
+                    while not await self._tick(server_delay):
+                        await asyncio.sleep(POLL)
         except TimeoutError:
             raise TimeoutError(
                 f"trials still running after {timeout:g} s: {self._left()}"
@@ -264,6 +271,7 @@ class Conductor:
             # look (and answer) again.
             if isinstance(error, PrefectHTTPStatusError) and error.response.status_code < 500:
                 raise
+            self._log(f"a look failed, the next in {POLL:g} s: {type(error).__name__}")
             return False
         self._restart_watchers(snap.at)
         if self.machine_lost_at is None and self._machine_loss_due(snap):
