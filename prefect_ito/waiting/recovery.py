@@ -8,6 +8,9 @@ between suspending for a person and saving the form the person answers on (see
 :meth:`Recovery._formless`). A lost run is rescheduled as it is (state ``Recovering``), so a
 worker runs it again from the top and it re-attaches to the backend run it recorded: recovery
 never submits.
+
+Past ~400 lines on purpose: each way a run is lost, and what it takes from Prefect's heartbeats
+and workers to tell, kept together so that no rule of loss is read without the others.
 """
 
 from __future__ import annotations
@@ -123,14 +126,13 @@ class Recovery:
         included ("Run input schema not found"). Each suspended state is asked about until its
         form is seen.
         """
-        asking = {run.state.id: run for run in paused if run.state and _form_keyset(run)}
+        asking = {run.state.id: (run, key) for run in paused if run.state and (key := _form(run))}
         self._with_form &= set(asking)  # forget the states that ended
         formless = []
         async with get_client() as client:
-            for state_id, run in asking.items():
+            for state_id, (run, schema) in asking.items():
                 if state_id in self._with_form:
                     continue
-                schema = _form_keyset(run)["schema"]
                 if await client.filter_flow_run_input(
                     run.id, key_prefix=schema, limit=1, exclude_keys=set()
                 ):
@@ -175,15 +177,22 @@ class Recovery:
                 force=True,
             )
         self.recovered.append(flow_run.id)
-        logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, flow_run.state_name)
+        was = flow_run.state_name
+        if _form(flow_run):  # else "Suspended" reads as a person's question taken away
+            was = f"{was}, with no form Prefect could take an answer on; it asks again"
+        logger.info("Re-entered lost flow run %s (it was %s).", flow_run.id, was)
 
 
-def _form_keyset(flow_run: FlowRun) -> dict[str, str]:
-    """Return where Prefect keeps the form a suspended run waits on ({} if it waits on none)."""
+def _form(flow_run: FlowRun) -> str | None:
+    """Return the key of the form a suspended run waits on, or None if it waits on none.
+
+    Anyone with Prefect API access can write a state: a keyset without a form's key is no
+    question Prefect can resume with an answer, and is left alone.
+    """
     state = flow_run.state
     if state is None or not state.is_paused() or not state.state_details.pause_reschedule:
-        return {}
-    return dict(state.state_details.run_input_keyset or {})
+        return None
+    return (state.state_details.run_input_keyset or {}).get("schema") or None
 
 
 async def _silent(runs: list[FlowRun], seconds: float) -> list[FlowRun]:

@@ -5,6 +5,7 @@ never one that waits for a person."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import UTC, datetime
 
@@ -186,7 +187,7 @@ async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulato
     assert flow_run.id in watcher.recovered and now.state_name == "Recovering"
 
 
-async def _suspend_for_a_person(flow_run_id, key: str, *, form_saved: bool):
+async def _suspend_for_a_person(flow_run_id, key: str, *, form_saved: bool, keyset=None):
     """Suspend the flow run for a restart decision, as Prefect accepts it; save the form or not."""
     from prefect.input.run_input import keyset_from_paused_state
 
@@ -195,14 +196,16 @@ async def _suspend_for_a_person(flow_run_id, key: str, *, form_saved: bool):
     async with get_client() as client:
         await client.set_flow_run_state(flow_run_id, Running(), force=True)
         state = Suspended(pause_key=key, timeout_seconds=3_600)
-        keyset = keyset_from_paused_state(state)
+        keyset = keyset or keyset_from_paused_state(state)
         state.state_details.run_input_keyset = keyset
         await client.set_flow_run_state(flow_run_id, state, force=True)
     if form_saved:  # what the flow process does next, once the suspension was accepted
         await RestartDecision.asave(keyset, flow_run_id=flow_run_id)
 
 
-async def test_a_run_suspended_for_a_person_whose_form_never_came_is_re_entered(start_simulator):
+async def test_a_run_suspended_for_a_person_whose_form_never_came_is_re_entered(
+    start_simulator, caplog
+):
     # Found by the crash trials: the machine was lost after Prefect accepted a run's suspension
     # for a restart decision and before its process saved the form, which a flow can only save
     # after (the server deletes a pause's inputs as it begins). Prefect then refused every
@@ -219,14 +222,42 @@ async def test_a_run_suspended_for_a_person_whose_form_never_came_is_re_entered(
     watcher = Watcher(lost_after=1)
     await asyncio.sleep(2)  # longer than lost_after: no heartbeat came
 
-    await watcher.recovery.recover()
-    await watcher.recovery.recover()  # a later sweep finds each the same
+    with caplog.at_level(logging.INFO, logger="prefect_ito.waiting.watcher"):
+        await watcher.recovery.recover()
+        await watcher.recovery.recover()  # a later sweep finds each the same
 
     async with get_client() as client:
         now = {run.id: await client.read_flow_run(run.id) for run in (lost, asking)}
     assert watcher.recovered == [lost.id]
     assert now[lost.id].state_name == "Recovering"  # runs again from the top, and asks again
     assert now[asking.id].state_name == "Suspended"  # its form is there: a person may answer
+    said = [record.getMessage() for record in caplog.records if "Re-entered" in record.getMessage()]
+    assert said == [
+        f"Re-entered lost flow run {lost.id} (it was Suspended, with no form Prefect could take "
+        "an answer on; it asks again)."
+    ]
+
+
+async def test_a_suspension_a_prefect_user_wrote_without_a_form_key_fails_no_sweep(
+    start_simulator,
+):
+    # Anyone with Prefect API access can write a state: a keyset naming no form once failed
+    # every sweep (a KeyError), and with it every other run's recovery.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    written, _ = await deferred_flow_run(simulator)
+    lost, _ = await deferred_flow_run(simulator)
+    hostile = {"response": "suspended-restart-act-written-response"}
+    await _suspend_for_a_person(written.id, "restart-act-written", form_saved=False, keyset=hostile)
+    await _suspend_for_a_person(lost.id, "restart-act-lost", form_saved=False)
+    watcher = Watcher(lost_after=1)
+    await asyncio.sleep(2)  # longer than lost_after: no heartbeat came
+
+    await watcher.recovery.recover()
+
+    async with get_client() as client:
+        left = await client.read_flow_run(written.id)
+    assert watcher.recovered == [lost.id]
+    assert left.state_name == "Suspended"  # no question Prefect could resume: not ours to judge
 
 
 async def _started_by(flow_run_id, worker: str) -> None:
