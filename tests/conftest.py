@@ -66,7 +66,6 @@ for _name in (
     os.environ.pop(_name, None)
 
 import inspect  # noqa: E402
-import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -79,6 +78,7 @@ import pytest  # noqa: E402
 import trial_counts  # noqa: E402
 from ledger import Ledger, Provenance, read_figures, render, write_figures  # noqa: E402
 from prefect_homes import server_home  # noqa: E402
+from processes import stop_process  # noqa: E402
 
 
 def free_port() -> int:
@@ -86,17 +86,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def stop_process(process: subprocess.Popen[bytes], timeout: float = 20) -> None:
-    """Stop a process this suite started: SIGTERM, then SIGKILL, always by its own PID."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=timeout)
 
 
 def start_prefect_server(

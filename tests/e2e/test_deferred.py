@@ -22,6 +22,7 @@ from e2e_stack import (
     wait_for_flow_run,
 )
 from prefect import get_client
+from processes import stop_process
 
 from prefect_ito.contract import DecisionChoice, RunState
 
@@ -59,7 +60,7 @@ async def test_a_deferred_run_holds_no_process_goes_through_an_approval_and_ends
     await wait_for(lambda: not flow_run_processes(flow_run.id))  # nobody holds a process
 
     # The watcher may go away and come back at any time: it keeps no state of its own.
-    stop(stack.watcher)
+    stop_process(stack.watcher, timeout=30)  # mid-test: let it end its sweep
     assert stack.watcher_env is not None and stack.watcher_log is not None
     stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
 
@@ -116,9 +117,3 @@ def decisions_relayed(stack: Stack, run_id: str) -> list[str]:
         and r.path.startswith(f"/v0/training-runs/{run_id}/actions/")
         and r.status < 300
     ]
-
-
-def stop(process) -> None:
-    if process is not None and process.poll() is None:
-        process.terminate()
-        process.wait(timeout=30)

@@ -37,6 +37,7 @@ from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.events import emit_event
 from prefect.events.schemas.automations import AutomationCore
 from prefect.states import Cancelled
+from processes import stop_process
 
 AUTOMATIONS = CHECKOUT / "deployments" / "automations.yaml"
 BLOCK = "ito-e2e-people"
@@ -136,7 +137,7 @@ async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_whe
 ):
     create_shipped_automations(stack, receiver, tmp_path)
     # Without a watcher, a parked run stays parked while the inbox is read.
-    stop(stack.watcher)
+    stop_process(stack.watcher, timeout=30)  # mid-test: let it end its sweep
     spend = await start_training({**on_booking(CONFIRM_BOOKING), "authorization": None})
     restart = await start_training(on_booking(APPROVE_BOOKING))
     parked = await start_training(on_booking(LOST_BOOKING, defer_after=1))
@@ -230,9 +231,3 @@ def reminders_of(booking: str, receiver: Receiver):
         return [m for m in receiver.messages(booking) if m["subject"].startswith("Reminder")]
 
     return check
-
-
-def stop(process) -> None:
-    if process is not None and process.poll() is None:
-        process.terminate()
-        process.wait(timeout=30)

@@ -40,6 +40,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_homes import server_home
+from processes import stop_process
 from pydantic import SecretStr
 from run_databases import new_database
 
@@ -125,7 +126,7 @@ class TrialStack:
 
     def restart_server(self) -> None:
         """Stop the Prefect server (as an operator does) and start it again on the same port."""
-        stop(self.server)
+        stop_process(self.server, timeout=30)  # an operator's restart: it may take a while
         self.start_server()
 
     def start_worker(self) -> None:
@@ -172,7 +173,7 @@ class TrialStack:
             for pid in descendants(self.worker.pid):
                 kill(pid)
         for process in [self.worker, *self.watchers, self.server]:
-            stop(process)
+            stop_process(process)
 
 
 @contextmanager
@@ -281,15 +282,3 @@ def kill(pid: int) -> None:
     """SIGKILL a process this harness started (or one under it), if it is still there."""
     with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-
-
-def stop(process: subprocess.Popen[bytes] | None) -> None:
-    """Stop a process this harness started: SIGTERM, then SIGKILL, by its own PID."""
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
