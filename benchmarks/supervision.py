@@ -342,8 +342,9 @@ def print_rows(figures: dict[str, Figures]) -> None:
 
 def recovery() -> dict[str, Figures]:
     """Play the crash trials (``tests/e2e/crash_trials.py``) and return their figures."""
-    sys.path.insert(0, str(E2E))
-    # The harness is test code (type-checked as tests are), found on sys.path at run time.
+    # The harness is test code (type-checked as tests are), found on sys.path at run time: the
+    # end-to-end helpers, and the suite's own beside them (a migrated home, stopping processes).
+    sys.path[:0] = [str(E2E), str(E2E.parent)]
     from crash_tally import record_figures  # type: ignore[import-not-found]
     from crash_trials import plan, run_trials, trial_scenario  # type: ignore[import-not-found]
     from trial_stack import trial_stack  # type: ignore[import-not-found]
