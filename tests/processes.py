@@ -13,8 +13,9 @@ import warnings
 from typing import Any
 
 STOP_WITHIN = 10.0
-"""Seconds a process has to end after SIGTERM before it is killed. An idle Prefect server,
-worker or watcher ends within a second; in one run three end-to-end teardowns waited out the
+"""Seconds a process has to end after SIGTERM before it is killed. An idle Prefect server or
+watcher ends within a second, a Prefect worker not always (one SIGTERM left even an idle one
+running); in one run three end-to-end teardowns waited out the
 whole grace they then had (20–30 s each), so a process still there is killed and named."""
 
 
