@@ -10,13 +10,14 @@ import os
 import signal
 import subprocess
 import warnings
+from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 STOP_WITHIN = 10.0
 """Seconds a process has to end after SIGTERM before it is killed. An idle Prefect server or
-watcher ends within a second, a Prefect worker not always (one SIGTERM left even an idle one
-running); in one run three end-to-end teardowns waited out the
-whole grace they then had (20–30 s each), so a process still there is killed and named."""
+watcher ends within a second; a process still there is killed and named. (Workers are not
+stopped this way: see ``stop_worker``.)"""
 
 
 def stop_process(process: subprocess.Popen[Any] | None, timeout: float = STOP_WITHIN) -> None:
@@ -38,6 +39,47 @@ def stop_process(process: subprocess.Popen[Any] | None, timeout: float = STOP_WI
             "SIGTERM; killed",
             stacklevel=2,
         )
+
+
+def stop_worker(process: subprocess.Popen[Any] | None) -> None:
+    """Stop a Prefect worker at the end of a stack: SIGKILL its flow-run processes, then itself.
+
+    Nothing a test reads is written by a worker's shutdown, and Prefect 3.9.1's process worker
+    may not end on one SIGTERM even when idle, so a graceful stop would only wait out
+    ``STOP_WITHIN`` (and leave its flow-run processes behind). Killing the whole tree by PID is
+    what the lost-machine tests do mid-run too.
+    """
+    if process is None or process.poll() is not None:
+        return
+    for pid in [*descendants(process.pid), process.pid]:
+        kill(pid)
+    process.wait(timeout=30)
+
+
+def descendants(pid: int) -> list[int]:
+    """Return the PIDs of every process under ``pid`` (whatever its process group)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            # The parent is the 4th field after the command, which may hold spaces: split after it.
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill(pid: int) -> None:
+    """SIGKILL a process this suite started (or one under it), if it is still there."""
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _command(process: subprocess.Popen[Any]) -> str:

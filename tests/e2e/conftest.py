@@ -45,6 +45,7 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.events.clients import PrefectEventsClient
 from prefect.events.worker import EventsWorker
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from processes import stop_worker
 from run_databases import new_database
 from spend_helpers import covering_authorization
 
@@ -187,7 +188,7 @@ def _running_stack(
             yield stack
         finally:
             # A test may replace the worker or the watcher (a lost machine, a restart).
-            suite.stop_process(stack.worker if stack else worker)
+            stop_worker(stack.worker if stack else worker)
             suite.stop_process(stack.watcher if stack and stack.watcher else watcher)
 
 

@@ -44,7 +44,8 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
-from trial_stack import TrialStack, kill
+from processes import kill
+from trial_stack import TrialStack
 
 from prefect_ito.simulator import AdminRun, Scenario, builtin_scenario
 

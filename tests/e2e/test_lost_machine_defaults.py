@@ -43,7 +43,8 @@ from e2e_stack import (
 from prefect import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from trial_stack import TrialStack, descendants, free_port, save_blocks_and_pool
+from processes import descendants
+from trial_stack import TrialStack, free_port, save_blocks_and_pool
 
 from prefect_ito.simulator import SimulatorServer
 

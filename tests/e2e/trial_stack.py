@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,7 +39,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_homes import server_home
-from processes import stop_process
+from processes import descendants, kill, stop_process, stop_worker
 from pydantic import SecretStr
 from run_databases import new_database
 
@@ -169,10 +168,8 @@ class TrialStack:
 
     def close(self) -> None:
         """Stop everything this stack started, each by its own PID."""
-        if self.worker is not None:
-            for pid in descendants(self.worker.pid):
-                kill(pid)
-        for process in [self.worker, *self.watchers, self.server]:
+        stop_worker(self.worker)
+        for process in [*self.watchers, self.server]:
             stop_process(process)
 
 
@@ -256,29 +253,3 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def descendants(pid: int) -> list[int]:
-    """Return the PIDs of every process under ``pid`` (whatever its process group)."""
-    children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            # The parent is the 4th field after the command, which may hold spaces: split after it.
-            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(proc.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def kill(pid: int) -> None:
-    """SIGKILL a process this harness started (or one under it), if it is still there."""
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)

@@ -28,6 +28,7 @@ from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import ItoError
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.supervision import loop as supervision
+from prefect_ito.supervision import plain as plain_steps
 from prefect_ito.supervision.outcomes import raise_for_outcome
 from prefect_ito.supervision.plain import ClientSteps
 
@@ -177,6 +178,10 @@ async def test_a_long_poll_that_never_answers_ends_as_unreachable(
     # A long-poll's read timeout is the longer of the client's and its wait plus a margin: keep
     # both short here (1 s, and the tests' 1 s wait plus 0.5 s).
     monkeypatch.setattr(client_module, "LONG_POLL_MARGIN_SECONDS", 0.5)
+    # The step's own retries are counted below, not timed: as many, without the 2 s and 10 s.
+    monkeypatch.setattr(
+        plain_steps, "STEP_RETRY_DELAYS_SECONDS", (0.1,) * len(STEP_RETRY_DELAYS_SECONDS)
+    )
     target: Backend = backend("stall")
     tap = Tap(never_answer=r"^/v0/training-runs/run_[0-9a-f]+$")
 
