@@ -14,6 +14,7 @@ import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -53,7 +54,8 @@ class Tally:
     """Each missing event, its trial's strikes and its flow run's states: what to look into."""
     resumes_lost: int
     resumes_doubled: int
-    """Suspensions never resumed, or resumed twice (Prefect's state history)."""
+    """Suspensions never resumed, or resumed twice (Prefect's state history); a suspension left
+    without a form, which the watcher re-entered to ask again, is not one to resume."""
     recover_s: list[float | None]
     """Per lost flow process: seconds until its flow run ran again, None if it never did
     (Prefect's state history)."""
@@ -175,10 +177,18 @@ async def _histories(trials: list[Trial]) -> dict[Any, list[Any]]:
 
 
 def _resumes(history: list[Any]) -> tuple[int, int]:
-    """Return (suspensions never resumed, resumes beyond one per suspension) of a history."""
-    suspended = sum(1 for state in history if state.name == "Suspended")
-    resumed = sum(1 for state in history if state.name == "Resuming")
-    return max(0, suspended - resumed), max(0, resumed - suspended)
+    """Return (suspensions never resumed, resumes beyond one per suspension) of a history.
+
+    A suspension the watcher re-entered (``Recovering``) had no form anyone could answer on: its
+    flow process was lost between suspending and saving the form (``waiting/recovery.py``), and
+    the run asks again in a suspension of its own. That one is not lost; the next one must be
+    resumed.
+    """
+    names = [state.name for state in history]
+    suspended = names.count("Suspended")
+    resumed = names.count("Resuming")
+    re_asked = sum(1 for was, now in pairwise(names) if (was, now) == ("Suspended", "Recovering"))
+    return max(0, suspended - re_asked - resumed), max(0, resumed - (suspended - re_asked))
 
 
 def _loss(trial: Trial, strike: Any, history: list[Any]) -> str:
