@@ -37,11 +37,21 @@ from prefect.utilities.slugify import slugify
 
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.keys import RECOVERY_PREFIX
-from prefect_ito.waiting.watched import watched_flow_runs
+from prefect_ito.waiting.watched import in_state, watched_flow_runs
 
-__all__ = ["AUTO", "DEFAULT_HEARTBEAT_SECONDS", "MAX_RECOVERIES", "Recovery", "heartbeat_interval"]
+__all__ = [
+    "AUTO",
+    "DEFAULT_HEARTBEAT_SECONDS",
+    "JUDGED",
+    "MAX_RECOVERIES",
+    "Recovery",
+    "heartbeat_interval",
+]
 
 logger = logging.getLogger("prefect_ito.waiting.watcher")
+
+JUDGED: Final = (StateType.CRASHED, StateType.RUNNING, StateType.PAUSED, StateType.PENDING)
+"""The states of the flow runs recovery judges: crashed, running, suspended, starting."""
 
 MAX_RECOVERIES = 5
 """How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
@@ -93,27 +103,32 @@ class Recovery:
     _with_form: set[UUID] = field(default_factory=set)
     """Suspended states whose form Prefect was seen to hold (a form, once saved, stays)."""
 
-    async def recover(self) -> None:
-        """Re-enter the training flow runs from deployments whose process is gone."""
+    async def recover(self, seen: list[FlowRun] | None = None) -> None:
+        """Re-enter the training flow runs from deployments whose process is gone.
+
+        ``seen``: the watched flow runs in :data:`JUDGED` states, as one listing of a moment ago
+        found them (a watcher's sweep shares its own); listed here when not given.
+        """
+        if seen is None:
+            seen = await watched_flow_runs(*JUDGED)
         # A worker reports a crash twice (its runner, then itself): re-entering in between would
         # be undone by the second report, so a crash is left to settle first.
         settled = datetime.now(UTC) - timedelta(seconds=_CRASH_SETTLE_SECONDS)
         lost = [
             run
-            for run in await watched_flow_runs(StateType.CRASHED)
+            for run in in_state(seen, StateType.CRASHED)
             if run.state and run.state.timestamp and run.state.timestamp < settled
         ]
         if self.lost_after is not None:
-            running = await watched_flow_runs(StateType.RUNNING)
+            running = in_state(seen, StateType.RUNNING)
             # A run suspended without its form had a process that stopped half-way: judged as a
             # running one whose process went silent (its suspension is when it last ran).
-            running += await self._formless(await watched_flow_runs(StateType.PAUSED))
+            running += await self._formless(in_state(seen, StateType.PAUSED))
             if isinstance(self.lost_after, str):
                 lost += await _missed_beats(running)
             else:
                 lost += await _silent(running, self.lost_after)
-            starting = await watched_flow_runs(StateType.PENDING)
-            lost += await _abandoned(starting, self.lost_after)
+            lost += await _abandoned(in_state(seen, StateType.PENDING), self.lost_after)
         for flow_run in lost:
             await self.reenter(flow_run)
 

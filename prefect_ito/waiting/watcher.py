@@ -2,18 +2,17 @@
 those waiting for a person's spend confirmation once the backend's quote is answered; re-enter
 flow runs whose process was lost (:mod:`prefect_ito.waiting.recovery`).
 
-The watcher keeps no state of its own. Each sweep it first re-enters the lost runs, then asks
-Prefect which ``ito-training`` flow runs are suspended: deferred (under a ``defer-`` pause key,
-with a :class:`Deferral` record beside it), or asking for a spend (under a ``spend-`` pause key,
-with a :class:`QuoteWait` record). It reads each deferred run's backend run once, resumes the
-flow runs whose run changed in a way the flow must handle, then waits for the next change: on
-the backend's account-wide change feed when the backend offers one, else on one long-poll per
-run, a bounded number at a time. It reads the quote of each run that asks for a spend every
-sweep, and resumes the run once the quote is no longer pending. A restarted watcher loses
-nothing (its first sweep reads everything again), and two watchers resume nothing twice (each
-resume is claimed first, :mod:`prefect_ito.waiting.claims`; a claim whose holder died is taken over
-once
-stale).
+The watcher keeps no state of its own. Each sweep lists the watched flow runs once, re-enters
+the lost ones, then looks at the ``ito-training`` flow runs that are suspended: deferred (under a
+``defer-`` pause key, with a :class:`Deferral` record beside it), or asking for a spend (under a
+``spend-`` pause key, with a :class:`QuoteWait` record). It reads each deferred run's backend run
+once, resumes the flow runs whose run changed in a way the flow must handle, then waits for the
+next change: on the backend's account-wide change feed when the backend offers one, else on one
+long-poll per run, a bounded number at a time. It reads the quote of each run that asks for a
+spend every sweep, and resumes the run once the quote is no longer pending. A restarted watcher
+loses nothing (its first sweep reads everything again), and two watchers resume nothing twice
+(each resume is claimed first, :mod:`prefect_ito.waiting.claims`; a claim whose holder died is
+taken over once stale).
 
 It never decides anything, never confirms or declines a spend, and never submits; it resumes a
 spend question only with ``recheck`` (Prefect resumes a form's pause only with an answer), which
@@ -59,8 +58,8 @@ from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import Deferral
 from prefect_ito.waiting.keys import DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.quote_wait import QuoteWait, recheck_answer
-from prefect_ito.waiting.recovery import AUTO, Recovery
-from prefect_ito.waiting.watched import watched_flow_runs
+from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
+from prefect_ito.waiting.watched import in_state, watched_flow_runs
 
 __all__ = ["Watcher"]
 
@@ -160,8 +159,12 @@ class Watcher:
     async def sweep(self) -> None:
         """Re-enter lost runs; resume suspended runs whose run or quote changed, then wait for
         one change."""
-        await self.recovery.recover()
-        paused = await watched_flow_runs(StateType.PAUSED)
+        # One listing a sweep, for recovery and for the waits: every watcher sweeps the team's
+        # Prefect server as often as each second while idle.
+        seen = await watched_flow_runs(*JUDGED)
+        await self.recovery.recover(seen)
+        re_entered = set(self.recovery.recovered)
+        paused = [run for run in in_state(seen, StateType.PAUSED) if run.id not in re_entered]
         self._forget_resumed(paused)
         deferred = _by_backend(await self._deferred(paused))
         asking = _by_backend(await self._asking(paused))

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.states import Cancelled, Crashed, Pending, Running, Suspended
 from spend_helpers import covering_authorization
 
@@ -461,3 +462,29 @@ async def test_a_run_cancelled_between_the_read_and_the_resume_costs_only_itself
     assert judged == [flow_run.id] and watcher.resumed == []
     async with get_client() as client:
         assert (await client.read_flow_run(flow_run.id)).state.is_cancelled()
+
+
+async def test_a_sweep_lists_prefect_s_flow_runs_once(start_simulator, monkeypatch):
+    # Every sweep of every watcher lists runs on the team's Prefect server (each second when
+    # idle, at `--wait 1`): the crashed, running, suspended and starting ones come in one listing.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    listings = []
+    list_flow_runs = PrefectClient.read_flow_runs
+
+    async def counted(self, **kwargs):
+        listings.append(kwargs["flow_run_filter"].state.type.any_)
+        return await list_flow_runs(self, **kwargs)
+
+    monkeypatch.setattr(PrefectClient, "read_flow_runs", counted)
+    watcher = Watcher(wait=1.0)  # recovery on its defaults: it judges all four states
+    try:
+        await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert len(listings) == 1, listings
+    assert set(listings[0]) >= {"CRASHED", "RUNNING", "PAUSED", "PENDING"}
+    # It judged this one (others the session left may be re-entered): nothing to do yet.
+    assert await is_paused(flow_run.id)
+    assert flow_run.id not in [*watcher.resumed, *watcher.recovered]
