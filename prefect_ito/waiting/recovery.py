@@ -143,6 +143,10 @@ class Recovery:
         """
         asking = {run.state.id: (run, key) for run in paused if run.state and (key := _form(run))}
         self._with_form &= set(asking)  # forget the states that ended
+        # Here and below, nothing to ask opens no client: a watcher sweeps as often as each
+        # second while idle, and every Prefect client sets up TLS (tens of ms of CPU) to open.
+        if not set(asking) - self._with_form:
+            return []
         formless = []
         async with get_client() as client:
             for state_id, (run, schema) in asking.items():
@@ -239,6 +243,8 @@ async def _missed_beats(runs: list[FlowRun]) -> list[FlowRun]:
     young = now - timedelta(seconds=_BEATS_MISSED * _LEAST_HEARTBEAT_SECONDS)
     began = {run.id: _running_since(run) for run in runs}
     old_enough = [run for run in runs if (since := began[run.id]) is not None and since < young]
+    if not old_enough:
+        return []
     orphaned = await _gone_takers(old_enough)
     lost = []
     async with get_client() as client:
@@ -257,6 +263,8 @@ async def _gone_takers(runs: list[FlowRun]) -> set[UUID]:
     """Return those of the running ``runs`` whose worker is gone since it started them: silent
     for three of its heartbeats, unknown to Prefect, or started again under the same name."""
     takers = {run.id: taker for run in runs if (taker := _taker(run)) is not None}
+    if not takers:
+        return set()
     silent = await _silent_workers(set(takers.values()), 0.0)
     gone = set()
     for run in runs:
@@ -373,6 +381,8 @@ def _taker(flow_run: FlowRun) -> _Taker | None:
 async def _pool_workers(runs: list[FlowRun]) -> dict[UUID, list[_Taker]]:
     """Return, for each run that names no worker, every worker Prefect knows in its pool."""
     found: dict[str, list[_Taker]] = {}
+    if not runs:
+        return {}
     async with get_client() as client:
         for pool in {run.work_pool_name for run in runs if run.work_pool_name}:
             try:
@@ -387,7 +397,9 @@ async def _silent_workers(takers: set[_Taker], lost_after: float) -> set[_Taker]
     """Return those of the workers that sent no heartbeat for ``lost_after`` seconds and missed
     three of their own, or that Prefect no longer knows."""
     now = datetime.now(UTC)
-    silent = set()
+    silent: set[_Taker] = set()
+    if not takers:
+        return silent
     async with get_client() as client:
         for pool in {taker.pool for taker in takers}:
             try:
@@ -434,6 +446,8 @@ async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
     One question per run (Prefect answers at most 50 events a page, and each run beats several
     times a window); only running flow runs older than the window are asked about.
     """
+    if not flow_run_ids:
+        return set()
     async with get_client() as client:
         return {
             run_id

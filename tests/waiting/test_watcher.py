@@ -488,3 +488,23 @@ async def test_a_sweep_lists_prefect_s_flow_runs_once(start_simulator, monkeypat
     # It judged this one (others the session left may be re-entered): nothing to do yet.
     assert await is_paused(flow_run.id)
     assert flow_run.id not in [*watcher.resumed, *watcher.recovered]
+
+
+async def test_recovery_with_nothing_to_judge_opens_no_prefect_client(monkeypatch):
+    # An idle watcher sweeps every few seconds (each second at `--wait 1`), and each Prefect
+    # client it opens sets up TLS: tens of milliseconds of CPU apiece, for nothing to ask.
+    opened = []
+    open_client = PrefectClient.__aenter__
+
+    async def counted(self):
+        opened.append(self)
+        return await open_client(self)
+
+    monkeypatch.setattr(PrefectClient, "__aenter__", counted)
+    watcher = Watcher(wait=1.0)  # recovery on its defaults: it judges all four states
+    try:
+        await watcher.recovery.recover([])
+    finally:
+        await watcher.close()
+
+    assert opened == []
