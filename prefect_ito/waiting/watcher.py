@@ -162,8 +162,11 @@ class Watcher:
         # One listing a sweep, for recovery and for the waits: every watcher sweeps the team's
         # Prefect server as often as each second while idle.
         seen = await watched_flow_runs(*JUDGED)
+        before = len(self.recovery.recovered)
         await self.recovery.recover(seen)
-        re_entered = set(self.recovery.recovered)
+        # Left out of this sweep's waits: the runs it just re-entered (no longer suspended as
+        # listed). One re-entered earlier that suspended again since is waited on as any other.
+        re_entered = set(self.recovery.recovered[before:])
         paused = [run for run in in_state(seen, StateType.PAUSED) if run.id not in re_entered]
         self._forget_resumed(paused)
         deferred = _by_backend(await self._deferred(paused))

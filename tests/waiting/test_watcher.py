@@ -508,3 +508,26 @@ async def test_recovery_with_nothing_to_judge_opens_no_prefect_client(monkeypatc
         await watcher.close()
 
     assert opened == []
+
+
+async def test_a_run_re_entered_in_an_earlier_sweep_is_still_resumed_when_it_defers(
+    start_simulator,
+):
+    # A lost run the watcher re-entered runs again and may defer again: later sweeps resume it
+    # like any other (only a run re-entered in the same sweep is left out of that sweep's waits).
+    scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
+    simulator = start_simulator(scenario)
+    flow_run, run = await deferred_flow_run(simulator)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    watcher.recovery.recovered.append(flow_run.id)  # as an earlier sweep's re-entry leaves it
+    try:
+        await watcher.sweep()
+        async with ItoCredentials(api_url=simulator.url).get_client() as client:
+            await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+        async with asyncio.timeout(30):
+            while await is_paused(flow_run.id):
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [flow_run.id]
