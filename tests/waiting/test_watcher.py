@@ -61,12 +61,8 @@ async def is_paused(flow_run_id) -> bool:
     return state is not None and state.is_paused()
 
 
-@pytest.mark.parametrize("feed", [True, False], ids=["change-feed", "per-run-long-polls"])
-async def test_a_deferred_run_is_resumed_when_its_backend_run_ends(start_simulator, feed):
-    scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
-    simulator = start_simulator(scenario.model_copy(update={"change_feed": feed}))
-    flow_run, run = await deferred_flow_run(simulator)
-    watcher = Watcher(wait=1.0, lost_after=None)
+async def sweep_past_the_end(watcher: Watcher, simulator, flow_run, run) -> None:
+    """Sweep once (nothing to handle yet), end the backend run, sweep until the run is resumed."""
     try:
         await watcher.sweep()
         assert await is_paused(flow_run.id)  # nothing it must handle yet: it waits on
@@ -77,6 +73,15 @@ async def test_a_deferred_run_is_resumed_when_its_backend_run_ends(start_simulat
                 await watcher.sweep()
     finally:
         await watcher.close()
+
+
+@pytest.mark.parametrize("feed", [True, False], ids=["change-feed", "per-run-long-polls"])
+async def test_a_deferred_run_is_resumed_when_its_backend_run_ends(start_simulator, feed):
+    scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
+    simulator = start_simulator(scenario.model_copy(update={"change_feed": feed}))
+    flow_run, run = await deferred_flow_run(simulator)
+    watcher = Watcher(wait=1.0, lost_after=None)
+    await sweep_past_the_end(watcher, simulator, flow_run, run)
 
     assert watcher.resumed == [flow_run.id]
     paths = [r.path for r in simulator.requests()]
@@ -520,14 +525,6 @@ async def test_a_run_re_entered_in_an_earlier_sweep_is_still_resumed_when_it_def
     flow_run, run = await deferred_flow_run(simulator)
     watcher = Watcher(wait=1.0, lost_after=None)
     watcher.recovery.recovered.append(flow_run.id)  # as an earlier sweep's re-entry leaves it
-    try:
-        await watcher.sweep()
-        async with ItoCredentials(api_url=simulator.url).get_client() as client:
-            await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
-        async with asyncio.timeout(30):
-            while await is_paused(flow_run.id):
-                await watcher.sweep()
-    finally:
-        await watcher.close()
+    await sweep_past_the_end(watcher, simulator, flow_run, run)
 
     assert watcher.resumed == [flow_run.id]
