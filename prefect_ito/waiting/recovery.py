@@ -263,8 +263,6 @@ async def _gone_takers(runs: list[FlowRun]) -> set[UUID]:
     """Return those of the running ``runs`` whose worker is gone since it started them: silent
     for three of its heartbeats, unknown to Prefect, or started again under the same name."""
     takers = {run.id: taker for run in runs if (taker := _taker(run)) is not None}
-    if not takers:
-        return set()
     silent = await _silent_workers(set(takers.values()), 0.0)
     gone = set()
     for run in runs:
@@ -446,8 +444,6 @@ async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
     One question per run (Prefect answers at most 50 events a page, and each run beats several
     times a window); only running flow runs older than the window are asked about.
     """
-    if not flow_run_ids:
-        return set()
     async with get_client() as client:
         return {
             run_id
