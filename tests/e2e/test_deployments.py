@@ -51,6 +51,7 @@ from prefect import get_client
 from prefect.deployments import run_deployment
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.states import Cancelled, Cancelling, Running, Suspended
+from processes import descendants
 from spend_helpers import PERSON, confirm_at_backend
 
 from prefect_ito.blocks import ItoBooking, ItoSpendAuthorization
@@ -234,9 +235,8 @@ async def test_a_prefect_user_cannot_send_the_workers_token_anywhere(stack: Stac
         )
     assert theirs.received == []  # not one request, with or without the token
 
-    given = descendants(stack.worker.pid) | (
-        descendants(stack.watcher.pid) if stack.watcher else set()
-    )
+    under = [stack.worker, *([stack.watcher] if stack.watcher else [])]
+    given = {pid for process in under for pid in (process.pid, *descendants(process.pid))}
     assert set(processes_holding(canary)) <= given
     scratch = stack.watcher_log.parent
     assert [path for path in files_under(scratch) if canary.encode() in path.read_bytes()] == []
@@ -260,23 +260,6 @@ async def forge_deferral(api_url: str) -> Any:
         await client.create_flow_run_input(flow_run.id, key, json.dumps(record))
         await client.set_flow_run_state(flow_run.id, Suspended(pause_key=key), force=True)
     return flow_run.id
-
-
-def descendants(pid: int) -> set[int]:
-    """``pid`` and every process below it, from /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        found.add(current)
-        todo += children.get(current, [])
-    return found
 
 
 def processes_holding(secret: str) -> list[int]:

@@ -39,7 +39,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_homes import server_home
-from processes import descendants, kill, stop_process, stop_worker
+from processes import kill, stop_process, stop_worker
 from pydantic import SecretStr
 from run_databases import new_database
 
@@ -146,9 +146,7 @@ class TrialStack:
     def lose_machine(self) -> None:
         """SIGKILL the worker and every process under it at once, then start another worker."""
         assert self.worker is not None
-        for pid in [self.worker.pid, *descendants(self.worker.pid)]:
-            kill(pid)
-        self.worker.wait(timeout=30)
+        stop_worker(self.worker)
         self.start_worker()
 
     def start_watcher(self, index: int) -> None:
