@@ -14,7 +14,7 @@ from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.objects import FlowRunInput
 from prefect.exceptions import PrefectHTTPStatusError
 
-__all__ = ["CLAIM_STALE_SECONDS", "claim_turn", "read_claims"]
+__all__ = ["CLAIM_STALE_SECONDS", "claim_turn", "held_until", "read_claims"]
 
 CLAIM_STALE_SECONDS = 300.0
 """Longer than a claim's holder can take to act, Prefect's own retries included."""
@@ -52,8 +52,22 @@ async def _claim(client: PrefectClient, flow_run_id: UUID, key: str, value: str)
     return True
 
 
+def held_until(claims: list[FlowRunInput]) -> float:
+    """Return when (seconds since the epoch) the claim that kept :func:`claim_turn` from
+    claiming goes stale: the newest of ``claims`` if it is fresh, else one stored just now by
+    another caller that won the race to the next key."""
+    newest = _newest(claims)
+    if newest is None or _stale(claims):
+        newest = datetime.now(UTC)
+    return (newest + timedelta(seconds=CLAIM_STALE_SECONDS)).timestamp()
+
+
 def _stale(claims: list[FlowRunInput]) -> bool:
     """Tell whether the newest of these claims is older than :data:`CLAIM_STALE_SECONDS`."""
-    newest = max((claim.created for claim in claims if claim.created), default=None)
+    newest = _newest(claims)
     cutoff = datetime.now(UTC) - timedelta(seconds=CLAIM_STALE_SECONDS)
     return newest is not None and newest < cutoff
+
+
+def _newest(claims: list[FlowRunInput]) -> datetime | None:
+    return max((claim.created for claim in claims if claim.created), default=None)

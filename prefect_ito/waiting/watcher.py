@@ -331,16 +331,20 @@ class Watcher:
     async def _resume(self, flow_run: FlowRun, record: Deferral, run: TrainingRun) -> None:
         """Resume a deferred flow run, once for its suspension, whoever else saw the change."""
         why = f"backend run {record.run_id} is at version {run.version} ({run.state.value})"
-        if not await self._resume_once(flow_run, why):
+        held_until = await self._resume_once(flow_run, why)
+        if held_until is not None:
             # Another watcher resumes it — unless it died first: look again once its claim is
-            # stale, as the backend run may never change again to bring it back.
-            self._look_again_at[record.run_id] = deferral.wall_clock() + claims.CLAIM_STALE_SECONDS
+            # stale (by the claim's own time: this watcher may have seen it late), as the
+            # backend run may never change again to bring it back.
+            self._look_again_at[record.run_id] = held_until
 
     async def _resume_once(
         self, flow_run: FlowRun, why: str, answer: dict[str, Any] | None = None
-    ) -> bool:
-        """Resume a suspended flow run (with ``answer`` for a pause that waits for a form);
-        return False if another watcher claimed it.
+    ) -> float | None:
+        """Resume a suspended flow run (with ``answer`` for a pause that waits for a form).
+
+        Return None when done with it, or, if another watcher claimed the resume, when that
+        claim goes stale (:func:`~prefect_ito.waiting.claims.held_until`).
 
         Watchers that follow the same feed see the same change at once. Prefect checks that a run
         is paused before resuming it, but not in the same write, so two resumes that race may
@@ -350,21 +354,21 @@ class Watcher:
         """
         suspended = flow_run.state
         if flow_run.id in self.resumed or suspended is None:
-            return True
+            return None
         prefix = f"{RESUME_PREFIX}{suspended.id}-"
         async with get_client() as client:
             held = await read_claims(client, flow_run.id, prefix)
             if not await claim_turn(client, flow_run.id, prefix, held, ""):
-                return False
+                return claims.held_until(held)
         try:
             await aresume_flow_run(flow_run.id, run_input=answer)
         except _CHANGED_UNDER_US as error:  # resumed, cancelled or deleted meanwhile
             logger.info("Flow run %s was not resumed: %s", flow_run.id, error)
-            return True
+            return None
         self.resumed.append(flow_run.id)
         self._resumed_from[flow_run.id] = suspended.id
         logger.info("Resumed flow run %s: %s.", flow_run.id, why)
-        return True
+        return None
 
     # --- runs that ask a person for a spend ----------------------------------------------------
 

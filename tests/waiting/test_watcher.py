@@ -429,6 +429,9 @@ async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
     claimed_at = time.monotonic()
     async with ItoCredentials(api_url=simulator.url).get_client() as backend:
         await backend.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+    # The watcher first sees the claim a while after it was stored (found as a CI failure on a
+    # busy machine): it must look again when the claim goes stale, not that long after seeing it.
+    await asyncio.sleep(3.0)
     watcher = Watcher(wait=0.5, lost_after=None)
     try:
         await watcher.sweep()  # the claim is fresh: another watcher may be resuming it
