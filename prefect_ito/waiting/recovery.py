@@ -102,6 +102,9 @@ class Recovery:
     recovered: list[UUID] = field(default_factory=list)
     _with_form: set[UUID] = field(default_factory=set)
     """Suspended states whose form Prefect was seen to hold (a form, once saved, stays)."""
+    _alive_until: dict[UUID, datetime] = field(default_factory=dict)
+    """Per running flow run, until when the beats already read keep it alive: it is not asked
+    about again before then (a watcher may sweep each second; a run beats every 30-180 s)."""
 
     async def recover(self, seen: list[FlowRun] | None = None) -> None:
         """Re-enter the training flow runs from deployments whose process is gone.
@@ -124,13 +127,30 @@ class Recovery:
             # A run suspended without its form had a process that stopped half-way: judged as a
             # running one whose process went silent (its suspension is when it last ran).
             running += await self._formless(in_state(seen, StateType.PAUSED))
-            if isinstance(self.lost_after, str):
-                lost += await _missed_beats(running)
-            else:
-                lost += await _silent(running, self.lost_after)
+            lost += await self._gone_silent(running, self.lost_after)
             lost += await _abandoned(in_state(seen, StateType.PENDING), self.lost_after)
         for flow_run in lost:
             await self.reenter(flow_run)
+
+    async def _gone_silent(
+        self, running: list[FlowRun], lost_after: float | Literal["auto"]
+    ) -> list[FlowRun]:
+        """Return the running runs whose process went silent, asking Prefect only about those
+        that the beats read in earlier sweeps no longer keep alive.
+
+        A beat read once stays true: a run that beat at ``t`` cannot count as lost before ``t``
+        plus the silence that makes it lost, whatever its state did since (a run re-entered
+        since runs again later still).
+        """
+        now = datetime.now(UTC)
+        self._alive_until = {run: until for run, until in self._alive_until.items() if until > now}
+        unsure = [run for run in running if run.id not in self._alive_until]
+        if isinstance(lost_after, str):
+            judged = await _missed_beats(unsure)
+        else:
+            judged = await _silent(unsure, lost_after)
+        self._alive_until |= judged.alive_until
+        return judged.lost
 
     async def _formless(self, paused: list[FlowRun]) -> list[FlowRun]:
         """Return the suspended runs that wait for an answer on a form Prefect does not hold.
@@ -214,20 +234,32 @@ def _form(flow_run: FlowRun) -> str | None:
     return (state.state_details.run_input_keyset or {}).get("schema") or None
 
 
-async def _silent(runs: list[FlowRun], seconds: float) -> list[FlowRun]:
-    """Return the flow runs in their state, and without a heartbeat, for ``seconds``."""
-    since = datetime.now(UTC) - timedelta(seconds=seconds)
+class _Judged(NamedTuple):
+    """The running runs asked about: those lost, and until when each of the others is alive."""
+
+    lost: list[FlowRun]
+    alive_until: dict[UUID, datetime]
+
+
+async def _silent(runs: list[FlowRun], seconds: float) -> _Judged:
+    """Judge the flow runs: lost once in their state, and without a heartbeat, for ``seconds``."""
+    now = datetime.now(UTC)
+    since = now - timedelta(seconds=seconds)
     candidates = [
         run for run in runs if run.state and run.state.timestamp and run.state.timestamp < since
     ]
     if not candidates:
-        return []
-    alive = await heartbeating({run.id for run in candidates}, since)
-    return [run for run in candidates if run.id not in alive]
+        return _Judged([], {})
+    beats = await heartbeating({run.id for run in candidates}, since)
+    return _Judged(
+        [run for run in candidates if run.id not in beats],
+        # A beat dated ahead (anyone may send one) vouches for no longer than one dated now.
+        {run: min(beat, now) + timedelta(seconds=seconds) for run, beat in beats.items()},
+    )
 
 
-async def _missed_beats(runs: list[FlowRun]) -> list[FlowRun]:
-    """Return the running flow runs that missed three of their own heartbeats.
+async def _missed_beats(runs: list[FlowRun]) -> _Judged:
+    """Judge the running flow runs: lost once they missed three of their own heartbeats.
 
     A run's interval is the flow process's setting, which the watcher's own environment need not
     share: it is read from the run's latest heartbeats (:func:`heartbeat_interval`). None is
@@ -244,15 +276,21 @@ async def _missed_beats(runs: list[FlowRun]) -> list[FlowRun]:
     began = {run.id: _running_since(run) for run in runs}
     old_enough = [run for run in runs if (since := began[run.id]) is not None and since < young]
     if not old_enough:
-        return []
+        return _Judged([], {})
     orphaned = await _gone_takers(old_enough)
-    lost = []
+    judged = _Judged([], {})
     async with get_client() as client:
         for run in old_enough:
             since = began[run.id]
-            if since and await _beats_missed(client, run.id, since, run.id in orphaned):
-                lost.append(run)
-    return lost
+            if since is None:
+                continue
+            # The slack: the state's time and the beats' come from clocks that need not agree.
+            beats = await _latest_beats(client, run.id, since - _CLOCK_SLACK)
+            if _lost_at(beats, since, run.id in orphaned) < now:
+                judged.lost.append(run)
+            else:  # not lost before this, even should its worker be found gone meanwhile
+                judged.alive_until[run.id] = _lost_at(beats, since, orphaned=True)
+    return judged
 
 
 def _running_since(run: FlowRun) -> datetime | None:
@@ -274,19 +312,16 @@ async def _gone_takers(runs: list[FlowRun]) -> set[UUID]:
     return gone
 
 
-async def _beats_missed(
-    client: PrefectClient, run_id: UUID, began: datetime, orphaned: bool = False
-) -> bool:
-    """Tell whether a run running since ``began`` missed three of its own heartbeats by now
-    (of the least interval, when its worker is gone and its beats tell none)."""
-    # The slack: the state's time and the beats' come from clocks that need not agree.
-    beats = await _latest_beats(client, run_id, began - _CLOCK_SLACK)
-    last = beats[0] if beats else began
-    silent_for = (datetime.now(UTC) - last).total_seconds()
+def _lost_at(beats: list[datetime], began: datetime, orphaned: bool) -> datetime:
+    """Return when a run running since ``began``, with these latest beats (newest first), misses
+    its third heartbeat: its own interval, or the least when its worker is gone and its beats
+    tell none."""
+    # A beat dated ahead (anyone may send one) vouches for no longer than one dated now.
+    last = min(beats[0], datetime.now(UTC)) if beats else began
     interval = heartbeat_interval(beats)
     if orphaned and len(beats) < 2:
         interval = _LEAST_HEARTBEAT_SECONDS
-    return silent_for > _BEATS_MISSED * interval
+    return last + timedelta(seconds=_BEATS_MISSED * interval)
 
 
 def heartbeat_interval(beats: list[datetime]) -> float:
@@ -425,7 +460,7 @@ async def worker_started_since(kind: str, name: str, since: datetime) -> bool:
     # The resource id a worker gives itself (``BaseWorker._event_resource``).
     resource = f"prefect.worker.{kind}.{slugify(name)}"
     async with get_client() as client:
-        return await _said_since(client, _WORKER_STARTED, resource, since)
+        return await _latest_since(client, _WORKER_STARTED, resource, since) is not None
 
 
 async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
@@ -438,28 +473,33 @@ async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
             return found
 
 
-async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> set[UUID]:
-    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``.
+async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> dict[UUID, datetime]:
+    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``, with when their
+    latest one occurred.
 
     One question per run (Prefect answers at most 50 events a page, and each run beats several
     times a window); only running flow runs older than the window are asked about.
     """
+    beats = {}
     async with get_client() as client:
-        return {
-            run_id
-            for run_id in flow_run_ids
-            if await _said_since(client, _HEARTBEAT, f"prefect.flow-run.{run_id}", since)
-        }
+        for run_id in flow_run_ids:
+            beat = await _latest_since(client, _HEARTBEAT, f"prefect.flow-run.{run_id}", since)
+            if beat is not None:
+                beats[run_id] = beat
+    return beats
 
 
-async def _said_since(client: PrefectClient, event: str, resource: str, since: datetime) -> bool:
-    """Tell whether Prefect holds an ``event`` of ``resource`` that occurred after ``since``."""
+async def _latest_since(
+    client: PrefectClient, event: str, resource: str, since: datetime
+) -> datetime | None:
+    """Return when the latest ``event`` of ``resource`` Prefect holds after ``since`` occurred,
+    or None if it holds none."""
     page = await client.read_events(
         filter=EventFilter(
             event=EventNameFilter(name=[event]),
             resource=EventResourceFilter(id=[resource]),
             occurred=EventOccurredFilter(since=since),
         ),
-        limit=1,
+        limit=1,  # newest first: Prefect's order unless asked otherwise
     )
-    return bool(page.events)
+    return page.events[0].occurred if page.events else None

@@ -88,7 +88,7 @@ async def test_a_running_run_is_lost_after_three_of_its_own_intervals(prefect_se
         ):
             await asyncio.sleep(0.5)  # events are stored a moment after they arrive
 
-    assert await _missed_beats([fast, slow, young]) == [fast]
+    assert (await _missed_beats([fast, slow, young])).lost == [fast]
 
 
 def _taken_by(run: FlowRun, pool: str, worker: str) -> FlowRun:
@@ -122,7 +122,7 @@ async def test_a_run_with_one_beat_whose_worker_is_gone_is_lost_after_three_of_t
             while not await _latest_beats(client, run.id, since):
                 await asyncio.sleep(0.5)  # events are stored a moment after they arrive
 
-    assert await _missed_beats([orphan, kept, unnamed]) == [orphan]
+    assert (await _missed_beats([orphan, kept, unnamed])).lost == [orphan]
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "not-named-yet"])

@@ -1,0 +1,114 @@
+"""How often recovery asks Prefect about a running flow run: once a beat is read, not again
+until that beat could lapse (a watcher sweeps as often as each second; a run beats every
+30-180 s, and each question is an events query on the team's Prefect server)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import pytest
+from prefect import get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.events import emit_event
+from prefect.events.worker import EventsWorker
+from prefect.states import Running
+
+from prefect_ito.waiting import recovery
+from prefect_ito.waiting.recovery import AUTO, DEFAULT_HEARTBEAT_SECONDS, Recovery, _lost_at
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+BEGAN = NOW - timedelta(seconds=600)
+
+
+def _ago(*seconds: float) -> list[datetime]:
+    return [NOW - timedelta(seconds=s) for s in seconds]
+
+
+@pytest.mark.parametrize(
+    ("beats", "orphaned", "silent_for"),
+    [
+        (_ago(10, 40), False, 3 * 30.0),  # its own interval
+        (_ago(10, 40), True, 3 * 30.0),  # two beats tell it, whatever became of its worker
+        (_ago(10), False, 3 * DEFAULT_HEARTBEAT_SECONDS),  # one beat tells none: the default
+        (_ago(10), True, 3 * 30.0),  # ... or the least, once its worker is gone
+    ],
+)
+def test_a_run_is_lost_three_of_its_intervals_after_its_last_beat(
+    beats: list[datetime], orphaned: bool, silent_for: float
+):
+    assert _lost_at(beats, BEGAN, orphaned) == beats[0] + timedelta(seconds=silent_for)
+
+
+def test_a_beat_dated_ahead_keeps_a_run_alive_no_longer_than_one_dated_now():
+    ahead = [datetime.now(UTC) + timedelta(days=365)]
+
+    assert _lost_at(ahead, BEGAN, True) < datetime.now(UTC) + timedelta(seconds=3 * 30.0 + 5)
+
+
+def _running_since(seconds: float) -> FlowRun:
+    state = Running()
+    state.timestamp = datetime.now(UTC) - timedelta(seconds=seconds)
+    return FlowRun(id=uuid4(), name="beating", flow_id=uuid4(), state=state)
+
+
+async def _beats(run_id: UUID, *seconds_ago: float) -> None:
+    """Send the run's heartbeats, and wait until Prefect holds them."""
+    for ago in seconds_ago:
+        emit_event(
+            event="prefect.flow-run.heartbeat",
+            resource={"prefect.resource.id": f"prefect.flow-run.{run_id}"},
+            occurred=datetime.now(UTC) - timedelta(seconds=ago),
+        )
+    await asyncio.to_thread(EventsWorker.drain_all)
+    since = datetime.now(UTC) - timedelta(seconds=max(seconds_ago) + 60)
+    async with asyncio.timeout(60), get_client() as client:
+        while len(await recovery._latest_beats(client, run_id, since)) < len(seconds_ago):
+            await asyncio.sleep(0.5)  # events are stored a moment after they arrive
+
+
+def _count(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
+    """Count the calls of one of recovery's questions to Prefect."""
+    calls: list[Any] = []
+    asked = getattr(recovery, name)
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return await asked(*args, **kwargs)
+
+    monkeypatch.setattr(recovery, name, counted)
+    return calls
+
+
+async def test_by_default_a_run_s_beats_are_read_once_until_they_could_lapse(
+    prefect_server, monkeypatch
+):
+    run = _running_since(130)
+    await _beats(run.id, 40, 10)  # every 30 s: alive until 80 s from now
+    reads = _count(monkeypatch, "_latest_beats")
+    watching = Recovery(AUTO)
+
+    for _ in range(3):
+        assert await watching._gone_silent([run], AUTO) == []
+
+    assert len(reads) == 1
+
+
+async def test_a_run_is_asked_about_again_once_its_last_beat_lapsed_and_found_lost(
+    prefect_server, monkeypatch
+):
+    lost_after = 4.0
+    run = _running_since(60)
+    await _beats(run.id, 0)
+    reads = _count(monkeypatch, "_latest_since")
+    watching = Recovery(lost_after)
+
+    assert await watching._gone_silent([run], lost_after) == []
+    assert await watching._gone_silent([run], lost_after) == []
+    assert len(reads) == 1  # the beat read first keeps it alive for lost_after
+    await asyncio.sleep(lost_after + 0.5)
+
+    assert await watching._gone_silent([run], lost_after) == [run]
+    assert len(reads) == 2
