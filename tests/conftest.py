@@ -235,7 +235,9 @@ SLOW_FIRST = (
     "test_lost_machine_defaults.py",
     "test_deployments.py",
     "test_browser_approval.py",
+    "test_watcher.py",
     "test_deferred.py",
+    "test_watcher_spend.py",
     "test_deployment_files.py",
     "test_spend_attempts.py",
     "test_storms.py",
@@ -248,14 +250,36 @@ LAST = "test_sweep.py"
 """The sweep checks what every other test of the run left behind."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        if name == LAST:
-            return len(SLOW_FIRST) + 1
-        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+SPAWNING = frozenset({"cli", "e2e"})
+"""Directories whose modules mostly start processes and keep a core busy; the others' mostly wait
+on a Prefect server. Spread among the others, so that the two workers seldom wait at once: run as
+a block, the waiting ones left both cores about half idle for the last six minutes of a run."""
 
-    items.sort(key=rank)  # stable: each module's tests keep their order
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    order = {path: rank for rank, path in enumerate(_module_order(list(dict.fromkeys(
+        item.path for item in items
+    ))))}  # fmt: skip
+    items.sort(key=lambda item: order[item.path])  # stable: each module's tests keep their order
+
+
+def _module_order(paths: list[Path]) -> list[Path]:
+    """The longest modules first, the sweep last, and between them the modules that start
+    processes spread evenly among those that wait."""
+    slow = sorted(
+        (p for p in paths if p.name in SLOW_FIRST), key=lambda p: SLOW_FIRST.index(p.name)
+    )
+    last = [p for p in paths if p.name == LAST]
+    rest = [p for p in paths if p not in slow and p not in last]
+    spawning = [p for p in rest if p.parent.name in SPAWNING]
+    waiting = [p for p in rest if p.parent.name not in SPAWNING]
+    spread: list[Path] = []
+    for index, path in enumerate(waiting):
+        spread += [p for k, p in enumerate(spawning) if k * len(waiting) // len(spawning) == index]
+        spread.append(path)
+    if not waiting:
+        spread = spawning
+    return slow + spread + last
 
 
 def pytest_configure(config: pytest.Config) -> None:
