@@ -140,7 +140,7 @@ class Recovery:
 
         A beat read once stays true: a run that beat at ``t`` cannot count as lost before ``t``
         plus the silence that makes it lost, whatever its state did since (a run re-entered
-        since runs again later still).
+        since is judged from its new start, which is later still).
         """
         now = datetime.now(UTC)
         self._alive_until = {run: until for run, until in self._alive_until.items() if until > now}
