@@ -15,7 +15,7 @@ from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.parameters import invalid_parameters
 from prefect_ito.simulator import Scenario, builtin_scenario, create_app, load_scenario
 from prefect_ito.simulator.builtins import BUILTIN_NAMES
-from prefect_ito.simulator.server import SimUvicorn
+from prefect_ito.simulator.server import SimUvicorn, bound_socket
 
 
 def resolve_scenario(scenario: str | None) -> Scenario:
@@ -90,8 +90,15 @@ def simulator(
         exit_with(invalid_parameters(error))
     except InvalidParameters as error:
         exit_with(error)
-    print(banner(chosen.name, host, port), flush=True)
-    SimUvicorn(create_app(chosen), host, port, log_level="info").run()
+    # Bound before the banner: it names the port clients reach (port 0 picks one), and a port
+    # that cannot be bound is one line, not a banner followed by uvicorn's error.
+    try:
+        sock = bound_socket(host, port)
+    except OSError as error:
+        why = f"port: cannot listen on {host}:{port}: {error.strerror}"
+        exit_with(InvalidParameters(why, field="port"))
+    print(banner(chosen.name, host, sock.getsockname()[1]), flush=True)
+    SimUvicorn(create_app(chosen), host, port, log_level="info").run(sockets=[sock])
 
 
 def banner(scenario: str, host: str, port: int) -> str:

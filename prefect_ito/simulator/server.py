@@ -79,6 +79,25 @@ class SimUvicorn(uvicorn.Server):
         await super().shutdown(sockets=sockets)
 
 
+def bound_socket(host: str, port: int) -> socket.socket:
+    """Return a TCP socket bound to ``host``:``port`` (0: a free port), for uvicorn to serve on.
+
+    Raises:
+        OSError: The address cannot be bound (in use, or not this machine's).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Name the protocol: asyncio turns Nagle's algorithm off only for sockets that say they are
+    # TCP, and without that every answer waits ~40 ms on the peer's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class SimulatorServer:
     """The reference desk simulator, served by uvicorn in a thread.
 
@@ -131,11 +150,7 @@ class SimulatorServer:
         if self._thread is not None:
             raise RuntimeError("the simulator is already running")
         # Binding here, before the thread starts, makes the port known at once (even port 0).
-        # Name the protocol: asyncio turns Nagle's algorithm off only for sockets that say they
-        # are TCP, and without that every answer waits ~40 ms on the peer's delayed ACK.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self._host, self._port))
+        sock = bound_socket(self._host, self._port)
         self._socket = sock
         host, port = sock.getsockname()[:2]
         self._url = f"http://{host}:{port}"

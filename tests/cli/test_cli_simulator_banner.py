@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 from device_login import approve_in_browser
 from keyrings.alt.file import PlaintextKeyring
 
@@ -88,3 +89,39 @@ def test_the_banner_says_how_to_get_a_token_and_following_it_logs_in(tmp_path: P
     assert token
     assert token not in "\n".join(banner)
     assert "itosim_" not in "\n".join(banner)
+
+
+def test_port_0_is_served_on_the_port_the_banner_names():
+    # The banner named the port asked for, :0, which no client can reach.
+    simulator = subprocess.Popen(
+        [sys.executable, "-m", "prefect_ito.cli", "simulator", "--port", "0"],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        banner = _banner(simulator)
+        url = banner[0].split(" on ", 1)[1].split(";", 1)[0]
+        answer = httpx.get(f"{url}/v0/capabilities", timeout=30)
+    finally:
+        if simulator.poll() is None:
+            os.kill(simulator.pid, signal.SIGTERM)
+            simulator.wait(timeout=30)
+
+    assert not url.endswith(":0")
+    assert answer.json()["ok"] is False  # the simulator's own envelope: no token was sent
+
+
+def test_a_port_in_use_is_one_line_and_no_banner():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "prefect_ito.cli", "simulator", "--port", str(port)],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: port: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
