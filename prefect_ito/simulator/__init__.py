@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from prefect_ito.simulator.admin import AdminRun
-from prefect_ito.simulator.app import create_app
+from prefect_ito.simulator.app import SimulatorApp, create_app
 from prefect_ito.simulator.builtins import BUILTIN_NAMES, builtin_scenario
 from prefect_ito.simulator.scenario import (
     Faults,
@@ -32,6 +32,7 @@ __all__ = [
     "RunScript",
     "Scenario",
     "SimBooking",
+    "SimulatorApp",
     "SimulatorServer",
     "builtin_scenario",
     "create_app",

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prefect_ito.contract import API_PREFIX, ErrorCode
 from prefect_ito.simulator.envelopes import error_response
+from prefect_ito.simulator.request_scope import state_of
 from prefect_ito.simulator.scenario import Faults
-
-if TYPE_CHECKING:
-    from prefect_ito.simulator.state import SimState
 
 _DROP_KEY = "prefect_ito.drop_response"
 """Key in the ASGI scope state that flags an answer to be cut off after the headers."""
@@ -71,21 +68,17 @@ def was_dropped(scope: Scope) -> bool:
 class FaultMiddleware:
     """Inject the scenario's latency, 503s and 429s, and cut flagged answers, on ``/v0`` routes.
 
-    Args:
-        app: The ASGI app to wrap.
-        state: The simulator's state, read on every request (a scenario load replaces its
-            fault injector).
+    The simulator's state is read on every request: a scenario load replaces its fault injector.
     """
 
-    def __init__(self, app: ASGIApp, state: SimState) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX + "/"):
             await self.app(scope, receive, send)
             return
-        injector = self.state.faults
+        injector = state_of(scope).faults
         faults = injector.config
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)

@@ -14,7 +14,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER, ErrorCode
 from prefect_ito.simulator.envelopes import CACHE_CONTROL_HEADER, NO_STORE, error_response
 from prefect_ito.simulator.faults import was_dropped
-from prefect_ito.simulator.state import RequestLogEntry, SimState
+from prefect_ito.simulator.request_scope import state_of
+from prefect_ito.simulator.state import RequestLogEntry
 
 ADMIN_PREFIX = "/_sim"
 logger = logging.getLogger("prefect_ito.simulator")
@@ -29,16 +30,14 @@ class RequestLogMiddleware:
     own 500 is plain text and would carry neither.
     """
 
-    def __init__(self, app: ASGIApp, state: SimState) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request_id = "req_" + uuid4().hex[:20]
-        scope.setdefault("state", {})
         status = 0
 
         async def send_with_id(message: Message) -> None:
@@ -64,7 +63,7 @@ class RequestLogMiddleware:
                 self._log(scope, request_id, status)
 
     def _log(self, scope: Scope, request_id: str, status: int) -> None:
-        self.state.requests.append(
+        state_of(scope).requests.append(
             RequestLogEntry(
                 time=datetime.now(UTC),
                 method=scope["method"],
@@ -86,15 +85,14 @@ class BodyLimitMiddleware:
     whole.
     """
 
-    def __init__(self, app: ASGIApp, state: SimState) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.state.engine.scenario.max_body_bytes
+        limit = state_of(scope).engine.scenario.max_body_bytes
         declared = Headers(scope=scope).get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             await too_large_response(BodyTooLarge(limit))(scope, receive, send)

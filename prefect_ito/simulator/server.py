@@ -13,12 +13,11 @@ from typing import Any, TypeVar
 
 import httpx
 import uvicorn
-from fastapi import FastAPI
 from pydantic import BaseModel, SecretStr
 
 from prefect_ito.contract import Envelope, SpendAuthorization, SpendAuthorizationRequest
 from prefect_ito.simulator.admin import AdminRun, MintedToken
-from prefect_ito.simulator.app import create_app
+from prefect_ito.simulator.app import SimulatorApp, create_app
 from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.scenario import Scenario, SimBooking
 from prefect_ito.simulator.state import RequestLogEntry, SimState
@@ -36,7 +35,7 @@ class SimUvicorn(uvicorn.Server):
     traceback: a long-poll would be cut, and a person stopping a demo would see the error.
     """
 
-    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning") -> None:
+    def __init__(self, app: SimulatorApp, host: str, port: int, log_level: str = "warning") -> None:
         # h11 explicitly: dropping a committed answer relies on how the protocol closes a
         # connection.
         config = uvicorn.Config(
@@ -49,7 +48,7 @@ class SimUvicorn(uvicorn.Server):
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
         super().__init__(config)
-        self._sim: SimState = app.state.sim
+        self._sim: SimState = app.sim
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
 

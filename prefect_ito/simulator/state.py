@@ -1,4 +1,4 @@
-"""The state one simulator app holds, and the FastAPI dependencies that reach it."""
+"""The state one simulator holds, and the FastAPI dependencies that reach it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from prefect_ito.contract import Scope
 from prefect_ito.simulator.engine import Engine
 from prefect_ito.simulator.faults import FaultInjector
 from prefect_ito.simulator.identity import Identity, TokenInfo
+from prefect_ito.simulator.request_scope import state_of
 from prefect_ito.simulator.scenario import Scenario
 
 
@@ -62,9 +63,8 @@ class SimState:
 
 
 def sim_state(request: Request) -> SimState:
-    """Return the state of the app serving this request."""
-    state: SimState = request.app.state.sim
-    return state
+    """Return the state of the simulator serving this request."""
+    return state_of(request.scope)
 
 
 _bearer = HTTPBearer(auto_error=False, description="A bearer token from device login.")
