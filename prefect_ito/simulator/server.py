@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import threading
 import time
@@ -123,7 +124,6 @@ class SimulatorServer:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
         self._url: str | None = None
-        self._admin_client: httpx.Client | None = None
 
     def __enter__(self) -> SimulatorServer:
         self.start()
@@ -153,11 +153,6 @@ class SimulatorServer:
         self._socket = sock
         host, port = sock.getsockname()[:2]
         self._url = f"http://{host}:{port}"
-        # One client for the admin helpers while the server runs: a new one per call loaded the
-        # CA bundle into a TLS context each time (tens of milliseconds of CPU), which tests that
-        # read the request log in a loop paid over and over. httpx's client may be shared
-        # between threads.
-        self._admin_client = httpx.Client(base_url=self._url, timeout=10)
         server = SimUvicorn(create_app(self.scenario), self._host, self._port)
         self._server = server
         self._thread = threading.Thread(
@@ -187,16 +182,11 @@ class SimulatorServer:
         if self._socket is not None:
             self._socket.close()
         self._server = self._thread = self._socket = self._url = None
-        if self._admin_client is not None:
-            self._admin_client.close()
-            self._admin_client = None
 
     # --- admin helpers: real HTTP calls to /_sim -------------------------------------------
 
     def _admin(self, method: str, path: str, model: type[M], json: Any = None) -> M:
-        if self._admin_client is None:
-            raise RuntimeError("the simulator is not running")
-        response = self._admin_client.request(method, f"/_sim{path}", json=json)
+        response = _admin_client().request(method, f"{self.url}/_sim{path}", json=json)
         response.raise_for_status()
         envelope = Envelope[model].model_validate_json(response.content)  # type: ignore[valid-type]
         return envelope.data
@@ -256,6 +246,17 @@ class SimulatorServer:
     def runs(self) -> list[AdminRun]:
         """Return every run, with its account and idempotency key."""
         return self._admin("GET", "/runs", list[AdminRun])
+
+
+@functools.cache
+def _admin_client() -> httpx.Client:
+    """Return the one client the admin helpers of every simulator in the process share.
+
+    Making a client loads the CA bundle into a TLS context, about 60 ms of CPU here, which each
+    simulator's start paid (a test suite starts hundreds). No connection is kept between calls,
+    so none outlives the simulator it went to. httpx's client may be shared between threads.
+    """
+    return httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def _dump(model: BaseModel) -> Any:
