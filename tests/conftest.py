@@ -76,12 +76,11 @@ import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
-import httpx  # noqa: E402
 import pytest  # noqa: E402
 import trial_counts  # noqa: E402
 from ledger import Ledger, Provenance, read_figures, render, write_figures  # noqa: E402
 from prefect_homes import server_home  # noqa: E402
-from processes import stop_process  # noqa: E402
+from processes import stop_process, wait_until_serving  # noqa: E402
 
 
 def free_port() -> int:
@@ -121,16 +120,10 @@ def start_prefect_server(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"prefect server exited: see {home / 'server.log'}")
-        try:
-            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
-                return process, api_url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
+    if wait_until_serving(process, api_url):
+        return process, api_url
+    if process.poll() is not None:
+        raise RuntimeError(f"prefect server exited: see {home / 'server.log'}")
     stop_process(process)
     raise RuntimeError(f"prefect server did not answer within 120 s: see {home / 'server.log'}")
 

@@ -1,4 +1,5 @@
-"""Stopping the processes the suite starts: by their own PID, SIGTERM first, SIGKILL if need be.
+"""The processes the suite starts: waiting for a Prefect server to answer, and stopping them by
+their own PID, SIGTERM first, SIGKILL if need be.
 
 One definition for the session's servers, the end-to-end stacks (workers, watchers, their own
 servers) and the trial stack, which the benchmarks use too.
@@ -9,15 +10,36 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 import warnings
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 STOP_WITHIN = 10.0
 """Seconds a process has to end after SIGTERM before it is killed. An idle Prefect server or
 watcher ends within a second; a process still there is killed and named. (Workers are not
 stopped this way: see ``stop_worker``.)"""
+
+
+def wait_until_serving(process: subprocess.Popen[Any], api_url: str, timeout: float = 120) -> bool:
+    """Return whether the Prefect server ``process`` answers ``api_url``/health within ``timeout``.
+
+    Returns False as soon as the process has ended. One client for every look: each new one
+    loads the CA bundle (about 60 ms of CPU), four times a second while a server starts.
+    """
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=2) as client:
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                if client.get(f"{api_url}/health").status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+    return False
 
 
 def stop_process(process: subprocess.Popen[Any] | None, timeout: float = STOP_WITHIN) -> None:

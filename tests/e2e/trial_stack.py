@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-import httpx
 from e2e_stack import (
     AUTHORIZATION_BLOCK,
     CREDENTIALS_BLOCK,
@@ -39,7 +38,7 @@ from prefect import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_homes import server_home
-from processes import kill, stop_process, stop_worker
+from processes import kill, stop_process, stop_worker, wait_until_serving
 from pydantic import SecretStr
 from run_databases import new_database
 
@@ -113,14 +112,8 @@ class TrialStack:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and self.server.poll() is None:
-            try:
-                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
+        if wait_until_serving(self.server, self.api_url):
+            return
         raise RuntimeError(f"prefect server did not start: see {home / 'server.log'}")
 
     def restart_server(self) -> None:
