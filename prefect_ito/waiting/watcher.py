@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -39,6 +39,7 @@ from uuid import UUID
 import httpx
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.context import AsyncClientContext
 from prefect.exceptions import (
     FlowPauseTimeout,
     NotPausedError,
@@ -138,17 +139,22 @@ class Watcher:
         """Sweep until ``stop`` is set; a failed sweep is logged and the next one comes."""
         try:
             while not stop.is_set():
-                try:
-                    await self.sweep()
-                except (httpx.TransportError, PrefectHTTPStatusError, ItoError) as error:
-                    # Prefect or a backend did not answer: expected now and then, one line.
-                    logger.warning("A sweep failed (%s); the next one in %g s", error, self.wait)
-                    await asyncio.sleep(self.wait)
-                except Exception:  # a long-running service outlives any one sweep's failure
-                    logger.exception("A sweep failed; the next one starts in %g s", self.wait)
-                    await asyncio.sleep(self.wait)
+                await self._sweep_once()
         finally:
             await self.close()
+
+    async def _sweep_once(self) -> None:
+        """Sweep; log a failed sweep and wait before the next."""
+        try:
+            async with _one_prefect_client():
+                await self.sweep()
+        except (httpx.TransportError, PrefectHTTPStatusError, ItoError) as error:
+            # Prefect or a backend did not answer: expected now and then, one line.
+            logger.warning("A sweep failed (%s); the next one in %g s", error, self.wait)
+            await asyncio.sleep(self.wait)
+        except Exception:  # a long-running service outlives any one sweep's failure
+            logger.exception("A sweep failed; the next one starts in %g s", self.wait)
+            await asyncio.sleep(self.wait)
 
     async def close(self) -> None:
         """Close the backend clients."""
@@ -459,6 +465,24 @@ class Watcher:
         backend = _Backend(client, feed, cursor)
         self._backends[(api_url, entry)] = backend
         return backend
+
+
+@contextlib.asynccontextmanager
+async def _one_prefect_client() -> AsyncIterator[None]:
+    """Make every ``get_client()`` within share one Prefect client.
+
+    A new client loads the CA bundle into a TLS context (about 25 ms of CPU), and a sweep asked
+    for several, as often as each second. Prefect's client checks its server's version when it
+    is first used, and says a server that did not answer with a ``RuntimeError``: raised here as
+    the transport failure it is, so that it is a failed sweep like any other.
+    """
+    try:
+        async with AsyncClientContext.get_or_create():
+            yield
+    except RuntimeError as error:
+        if isinstance(error.__cause__, httpx.TransportError):
+            raise error.__cause__ from None
+        raise
 
 
 def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) -> bool:

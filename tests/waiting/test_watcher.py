@@ -152,6 +152,34 @@ async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(cap
     assert all(record.exc_info is None for record in caplog.records)
 
 
+async def test_a_watcher_makes_one_prefect_client_a_sweep(start_simulator, monkeypatch):
+    await deferred_flow_run(start_simulator(builtin_scenario("default")))
+    made, sweeps = [], []
+    original_init, original_sweep = PrefectClient.__init__, Watcher.sweep
+
+    def counted_init(self, *args, **kwargs):
+        made.append(self)
+        original_init(self, *args, **kwargs)
+
+    async def counted_sweep(self):
+        sweeps.append(time.monotonic())
+        await original_sweep(self)
+
+    monkeypatch.setattr(PrefectClient, "__init__", counted_init)
+    monkeypatch.setattr(Watcher, "sweep", counted_sweep)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(Watcher(wait=0.5, lost_after=None).run(stop))
+    async with asyncio.timeout(60):
+        while len(sweeps) < 3:
+            await asyncio.sleep(0.1)
+    stop.set()
+    await task
+
+    # A sweep that follows a deferred run asked for a client in each step (listing, recovery,
+    # the deferral's record), and each new one loads the CA bundle into a TLS context.
+    assert len(made) <= len(sweeps), f"{len(made)} Prefect clients for {len(sweeps)} sweeps"
+
+
 async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
     # Two watchers (or one whose list of lost runs is a moment old) find the same crash: the
     # second used to reschedule again, under the run its first re-entry had started.
