@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -134,8 +134,19 @@ def inbox(stack: Stack, scratch: Path) -> list[dict]:
     return json.loads(result.stdout)["data"]
 
 
+@pytest.fixture
+async def shipped_automations(stack: Stack) -> AsyncIterator[None]:
+    """Delete the shipped Automations a test created: they watch a server other tests share."""
+    yield
+    names = [a["name"] for a in yaml.safe_load(AUTOMATIONS.read_text())["automations"]]
+    async with get_client() as client:
+        for name in names:
+            for automation in await client.read_automations_by_name(name):
+                await client.delete_automation(automation.id)
+
+
 async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_when_answered(
-    stack: Stack, receiver: Receiver, tmp_path: Path
+    stack: Stack, receiver: Receiver, tmp_path: Path, shipped_automations: None
 ):
     create_shipped_automations(stack, receiver, tmp_path)
     # Without a watcher, a parked run stays parked while the inbox is read.
