@@ -145,15 +145,12 @@ def start_server(home: Path) -> subprocess.Popen[bytes]:
          "--port", str(PORT), "--no-ui"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    import httpx
+    # The suite's own wait (one client for every look), found on sys.path as recovery() finds it.
+    sys.path[:0] = [str(E2E.parent)]
+    from processes import wait_until_serving  # type: ignore[import-not-found]
 
-    for _ in range(480):
-        try:
-            if httpx.get(f"{API_URL}/health", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
+    if wait_until_serving(server, API_URL):
+        return server
     server.terminate()
     raise RuntimeError("prefect server did not start")
 
