@@ -36,12 +36,11 @@ os.environ.update(
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         # The supervision default, pinned so the caller's environment cannot change the results.
         "PREFECT_INTEGRATIONS_ITO_POLL_WAIT_SECONDS": "30",
-        # Child processes (servers, workers, flow runs, watchers) share compiled bytecode, as an
-        # installed environment has it: where PYTHONDONTWRITEBYTECODE is set, each would compile
-        # Prefect from source again, about 1.7 s of CPU a process start.
-        "PYTHONPYCACHEPREFIX": os.path.join(_HOME, "pycache"),
     }
 )
+# Child processes (servers, workers, flow runs, watchers) use compiled bytecode, as an installed
+# environment has it: where PYTHONDONTWRITEBYTECODE is set, each would compile this package (and
+# whatever the install left uncompiled) from source again.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import httpx  # noqa: E402

@@ -52,12 +52,12 @@ os.environ.update(
         "PREFECT_CLIENT_MAX_RETRIES": "10",
     }
 )
-# Every child process (the CLI, prefect server, workers, flow runs) imports Prefect. Where the
-# environment says PYTHONDONTWRITEBYTECODE, each would compile it from source again: about 1.7 s
-# of CPU a process, half the start of a CLI command. The children share compiled files in the
-# session's directory instead, so nothing is written beside the sources or into the environment.
-(_SESSION_HOME / "pycache").mkdir()
-os.environ["PYTHONPYCACHEPREFIX"] = str(_SESSION_HOME / "pycache")
+# The suite starts hundreds of Python processes (pytest-xdist's workers, the CLI, prefect server,
+# workers, flow runs). Where the environment says PYTHONDONTWRITEBYTECODE, each would compile from
+# source what it imports that no install compiled (this package and the tests, for one: about
+# 0.3 s of CPU a CLI command). The run's processes write bytecode as Python does by default
+# instead, beside the sources (`__pycache__/`, ignored by git); set here, in the process that
+# starts the workers, so that they too compile each test module once.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 for _name in (
     "ITO_COMPUTE_TOKEN",
