@@ -54,10 +54,10 @@ os.environ.update(
 )
 # The suite starts hundreds of Python processes (pytest-xdist's workers, the CLI, prefect server,
 # workers, flow runs). Where the environment says PYTHONDONTWRITEBYTECODE, each would compile from
-# source what it imports that no install compiled (this package and the tests, for one: about
-# 0.3 s of CPU a CLI command). The run's processes write bytecode as Python does by default
-# instead, beside the sources (`__pycache__/`, ignored by git); set here, in the process that
-# starts the workers, so that they too compile each test module once.
+# source all it imports that no install compiled: uv compiles nothing unless asked, and Prefect's
+# modules alone take 8 s of CPU to compile for a server here. The run's processes write bytecode as
+# Python does by default instead, beside the sources (`__pycache__/`, ignored by git); set here,
+# in the process that starts the workers, so that they too compile each module once.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 for _name in (
     "ITO_COMPUTE_TOKEN",
