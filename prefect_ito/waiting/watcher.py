@@ -148,8 +148,8 @@ class Watcher:
         try:
             async with _one_prefect_client():
                 await self.sweep()
-        except (httpx.TransportError, PrefectHTTPStatusError, ItoError) as error:
-            # Prefect or a backend did not answer: expected now and then, one line.
+        except (httpx.TransportError, PrefectHTTPStatusError, _PrefectRefused, ItoError) as error:
+            # Prefect or a backend did not answer, or refused: expected now and then, one line.
             logger.warning("A sweep failed (%s); the next one in %g s", error, self.wait)
             await asyncio.sleep(self.wait)
         except Exception:  # a long-running service outlives any one sweep's failure
@@ -467,22 +467,31 @@ class Watcher:
         return backend
 
 
+class _PrefectRefused(Exception):
+    """Prefect's client would not work with the server (another major version, say)."""
+
+
 @contextlib.asynccontextmanager
 async def _one_prefect_client() -> AsyncIterator[None]:
     """Make every ``get_client()`` within share one Prefect client.
 
     A new client loads the CA bundle into a TLS context (about 25 ms of CPU), and a sweep asked
-    for several, as often as each second. Prefect's client checks its server's version when it
-    is first used, and says a server that did not answer with a ``RuntimeError``: raised here as
-    the transport failure it is, so that it is a failed sweep like any other.
+    for several, as often as each second. Prefect's client checks its server's version as the
+    context opens, and says a server that did not answer, or one of another major version, with
+    a ``RuntimeError``: raised here as the transport failure it wraps, or as
+    :class:`_PrefectRefused`, so that it is a failed sweep like any other.
     """
+    opened = False
     try:
         async with AsyncClientContext.get_or_create():
+            opened = True
             yield
     except RuntimeError as error:
+        if opened:
+            raise
         if isinstance(error.__cause__, httpx.TransportError):
             raise error.__cause__ from None
-        raise
+        raise _PrefectRefused(str(error)) from None
 
 
 def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) -> bool:

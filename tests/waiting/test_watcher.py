@@ -5,8 +5,13 @@ never one that waits for a person."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
+import json
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -150,6 +155,53 @@ async def test_an_unreachable_prefect_is_one_warning_a_sweep_not_a_traceback(cap
 
     assert "A sweep failed" in caplog.records[0].getMessage()
     assert all(record.exc_info is None for record in caplog.records)
+
+
+async def test_a_prefect_server_of_another_major_version_is_one_warning_a_sweep(caplog):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with _prefect_server_answering_version("2.20.16") as api_url:
+        stop = asyncio.Event()
+        watcher = Watcher(wait=0.2, lost_after=None)
+        with temporary_settings({PREFECT_API_URL: api_url}):
+            caplog.set_level(logging.WARNING, logger="prefect_ito.waiting.watcher")
+            task = asyncio.ensure_future(watcher.run(stop))
+            async with asyncio.timeout(60):
+                while len(caplog.records) < 2:
+                    await asyncio.sleep(0.1)
+            stop.set()
+            await task
+
+    assert all("A sweep failed" in record.getMessage() for record in caplog.records)
+    assert "server: 2.20.16" in caplog.records[0].getMessage()
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+@contextlib.contextmanager
+def _prefect_server_answering_version(version: str) -> Iterator[str]:
+    """Serve what a Prefect server of ``version`` says of itself; yield its API URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(version if self.path == "/api/admin/version" else True).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/api"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 async def test_a_watcher_makes_one_prefect_client_a_sweep(start_simulator, monkeypatch):
