@@ -26,8 +26,13 @@ from prefect_ito.reporting.report import PARKED_LINE
 from prefect_ito.waiting.deferral import PARKED
 from prefect_ito.waiting.flow_run import _SuspensionIsNoError
 
-SLOW = 2_000.0
-"""Simulated seconds per real second: stages last minutes, so the backend run stays put."""
+SLOW = 200.0
+"""Simulated seconds per real second: data_prep, the first stage, lasts 108 s, so once started the
+backend run stays put for the whole test."""
+PATIENCE = 2.0
+"""Seconds a flow run waits for a change before it parks: the run starts data_prep at once, and a
+flow run that parked before it saw that start (0.5 s, on a busy machine) found the run changed
+when resumed, and rightly parked under a new key."""
 
 
 async def run_once(flow_run: Any, params: dict[str, Any]) -> Any:
@@ -53,7 +58,7 @@ async def progress_card_descriptions(flow_run_id: Any) -> list[str]:
 
 async def parked_flow_run(start_simulator: Any) -> tuple[Any, dict[str, Any]]:
     simulator = start_simulator("default", time_scale=SLOW)
-    params = parameters(simulator, mode="deferred", defer_after=0.5)
+    params = parameters(simulator, mode="deferred", defer_after=PATIENCE)
     deployment = await training_deployment("parked-tests")
     async with get_client() as client:
         flow_run = await client.create_flow_run_from_deployment(
