@@ -22,16 +22,18 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from prefect import get_client
 from prefect.settings import (
     PREFECT_API_URL,
+    PREFECT_HOME,
     PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
     temporary_settings,
 )
 
-__all__ = ["EPHEMERAL_STARTUP_SECONDS", "has_real_server", "prefect_api"]
+__all__ = ["EPHEMERAL_STARTUP_SECONDS", "TEMPORARY_SERVER_LOG", "has_real_server", "prefect_api"]
 
 EPHEMERAL_STARTUP_SECONDS = 180
 """How long Prefect's temporary server may take to start: a brand-new ``PREFECT_HOME`` migrates
@@ -89,9 +91,25 @@ def _children_in_their_own_process_group() -> Iterator[None]:
 class _OwnGroupPopen(subprocess.Popen[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("process_group", 0)
-        super().__init__(*args, **kwargs)
+        # Prefect lets its temporary server write to the command's terminal, and not all of it
+        # goes through the levels set above: stopped mid-query at the command's end, its database
+        # pool logs an ERROR with a traceback. Its output goes to a file in PREFECT_HOME instead.
+        with _server_log() as log:
+            kwargs.setdefault("stdout", log)
+            kwargs.setdefault("stderr", subprocess.STDOUT)
+            super().__init__(*args, **kwargs)
         if kwargs["process_group"] == 0:
             _watch_over(self.pid)
+
+
+TEMPORARY_SERVER_LOG = "temporary-server.log"
+"""Where, in ``PREFECT_HOME``, the output of the commands' temporary Prefect servers goes."""
+
+
+def _server_log() -> IO[bytes]:
+    home = Path(PREFECT_HOME.value()).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return (home / TEMPORARY_SERVER_LOG).open("ab")
 
 
 _WATCHDOG = """

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import UNCONFIRMED, confirming_env, quote_for_train, read_flow_run_id
+from prefect.settings import PREFECT_HOME, temporary_settings
 from prefect_homes import migrated_home
+
+from prefect_ito.cli.temporary_prefect import (
+    TEMPORARY_SERVER_LOG,
+    _children_in_their_own_process_group,
+)
 
 GONE_WITHIN = 60.0
 """A bound on the wait, not a speed target: the server stops in a second or two."""
@@ -88,3 +94,17 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:  # the process ended meanwhile
         return ""
+
+
+def test_a_temporary_server_s_output_goes_to_a_file_not_the_command_s_terminal(tmp_path, capfd):
+    # What a stopped server printed once: its pool's ERROR and traceback after the detach line.
+    noise = "ERROR | sqlalchemy.pool.impl.AsyncAdaptedQueuePool - Exception during reset"
+    with temporary_settings({PREFECT_HOME: tmp_path}), _children_in_their_own_process_group():
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; print({noise!r}, file=sys.stderr)"],
+            process_group=os.getpgrp(),  # ours: no watchdog for a child that ends at once
+        )
+    assert child.wait(timeout=60) == 0
+
+    assert noise not in capfd.readouterr().err
+    assert noise in (tmp_path / TEMPORARY_SERVER_LOG).read_text()
