@@ -2,6 +2,7 @@
 
     uv run python benchmarks/suite_cpu.py                  # profiles `uv run pytest`
     uv run python benchmarks/suite_cpu.py -- bash .ci/run  # or any command
+    uv run python benchmarks/suite_cpu.py --processes cpu.tsv -- ...  # and every process seen
 
 The suite starts hundreds of processes (Prefect servers, workers, flow runs, the CLI, Chromium),
 so a profiler inside pytest sees little of it. This samples ``/proc`` twice a second instead:
@@ -155,9 +156,16 @@ def report(run: Run) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", nargs="*", default=["uv", "run", "pytest"])
+    parser.add_argument(
+        "--processes", metavar="FILE", help="also write each process seen: CPU s, tab, command"
+    )
     args = parser.parse_args()
     run = profile(args.command)
     print(report(run))
+    if args.processes:
+        with open(args.processes, "w") as listing:
+            for entry in sorted(run.seen.values(), key=lambda entry: -entry.cpu):
+                listing.write(f"{entry.cpu:.2f}\t{entry.command}\n")
     return run.code
 
 
