@@ -25,7 +25,8 @@ os.environ["PREFECT_ITO_TEST_RUN_DIRECTORY"] = str(RUN_DIRECTORY)
 # that a test starts (test_sweep_across_workers.py) copies the same one.
 os.environ.setdefault("PREFECT_ITO_TEST_MIGRATED_HOME", str(RUN_DIRECTORY / "migrated-home"))
 
-_SESSION_HOME = Path(tempfile.mkdtemp(prefix="prefect-ito-tests-"))
+# Each session's Prefect home and keyring, in the run's directory: it goes when the run ends.
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="session-", dir=RUN_DIRECTORY))
 (_SESSION_HOME / "prefect").mkdir()
 (_SESSION_HOME / "xdg-data").mkdir()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,10 +70,16 @@ def _suite(config: pytest.Config) -> ModuleType:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def prefect_api(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Path]]:
-    """Yield (database, API URL, a scratch directory) with this process's client pointed there."""
+def prefect_api(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str, Path]]:
+    """Yield (database, API URL, a scratch directory) with this process's client pointed there.
+
+    The scratch directory (the worker's and the watcher's logs, the deployed file) is pytest's:
+    kept for a look after a failed run, pruned with pytest's other temporary directories.
+    """
     suite = _suite(request.config)
-    scratch = Path(tempfile.mkdtemp(prefix=f"prefect-ito-e2e-{request.param}-"))
+    scratch = tmp_path_factory.mktemp(f"e2e-{request.param}")
     if request.param == "sqlite":
         api_url = request.getfixturevalue("prefect_server")
         with _events_to(api_url):

@@ -182,6 +182,13 @@ async def test_no_token_is_stored_with_deployments_or_flow_runs(stack: Stack):
 
 
 @SQLITE_ONLY
+def test_the_stack_s_logs_are_kept_where_pytest_prunes_them(stack: Stack, tmp_path_factory):
+    # They were left in the system's temporary directory for good, one directory a module.
+    assert stack.watcher_log is not None
+    assert stack.watcher_log.is_relative_to(tmp_path_factory.getbasetemp())
+
+
+@SQLITE_ONLY
 async def test_a_flow_run_cannot_choose_the_command_its_worker_runs(stack: Stack, tmp_path: Path):
     """Anyone who can reach the Prefect API can give a flow run job variables.
 
