@@ -7,7 +7,8 @@ Prefect marks nothing crashed by itself; see :func:`_missed_beats`), when it was
 between suspending for a person and saving the form the person answers on (see
 :meth:`Recovery._formless`). A lost run is rescheduled as it is (state ``Recovering``), so a
 worker runs it again from the top and it re-attaches to the backend run it recorded: recovery
-never submits.
+never submits. A crash that ends a cancel someone asked for since the run last started is no
+loss: that run is marked ``Cancelled``, as it was asked (see :func:`_cancel_asked`).
 
 Past ~400 lines on purpose: each way a run is lost, and what it takes from Prefect's heartbeats
 and workers to tell, kept together so that no rule of loss is read without the others.
@@ -32,7 +33,7 @@ from prefect.events.filters import (
     EventResourceFilter,
 )
 from prefect.exceptions import ObjectNotFound
-from prefect.states import Scheduled
+from prefect.states import Cancelled, Scheduled
 from prefect.utilities.slugify import slugify
 
 from prefect_ito.waiting.claims import claim_turn, read_claims
@@ -210,6 +211,9 @@ class Recovery:
                 client, flow_run.id, prefix, on_this, flow_run.state_name or ""
             ):
                 return  # another watcher re-enters it
+            if await _cancel_asked(client, flow_run.id):
+                await _finish_cancel(client, flow_run)
+                return
             await client.set_flow_run_state(
                 flow_run.id,
                 Scheduled(name="Recovering", message="re-entered by prefect-ito watch"),
@@ -232,6 +236,46 @@ def _form(flow_run: FlowRun) -> str | None:
     if state is None or not state.is_paused() or not state.state_details.pause_reschedule:
         return None
     return (state.state_details.run_input_keyset or {}).get("schema") or None
+
+
+async def _cancel_asked(client: PrefectClient, flow_run_id: UUID) -> bool:
+    """Return whether someone asked Prefect to cancel the flow run since it last started.
+
+    Prefect 3.9.1 records a cancel as a crash when the worker's SIGTERM lands while the flow
+    process is inside an AnyIO task group (a connection being opened, say): the engine meets a
+    ``BaseExceptionGroup`` rather than its cancellation. The worker still runs the cancellation
+    hooks (the backend workload is cancelled) but leaves the run ``Crashed``.
+    """
+    states = sorted(
+        await client.read_flow_run_states(flow_run_id),
+        key=lambda state: state.timestamp or datetime.min.replace(tzinfo=UTC),
+    )
+    asked = False
+    for state in states:
+        if state.type is StateType.RUNNING:
+            asked = False
+        elif state.type is StateType.CANCELLING:
+            asked = True
+    return asked
+
+
+async def _finish_cancel(client: PrefectClient, flow_run: FlowRun) -> None:
+    """End a flow run whose cancel Prefect recorded as a crash the way it was asked: Cancelled.
+
+    Its ``Cancelled`` event is what the shipped ``cancel-on-cancelled`` deployment listens for,
+    so the backend workload's cancel is made sure of there too.
+    """
+    await client.set_flow_run_state(
+        flow_run.id,
+        Cancelled(message="cancelled on request; Prefect had recorded the cancel as a crash"),
+        force=True,
+    )
+    logger.info(
+        "Flow run %s was cancelled, not lost (Prefect recorded its cancel as %s); marked "
+        "Cancelled.",
+        flow_run.id,
+        flow_run.state_name,
+    )
 
 
 class _Judged(NamedTuple):

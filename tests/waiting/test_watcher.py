@@ -18,7 +18,7 @@ import pytest
 from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
 from prefect.client.orchestration import PrefectClient
-from prefect.states import Cancelled, Crashed, Pending, Running, Suspended
+from prefect.states import Cancelled, Cancelling, Crashed, Pending, Running, Suspended
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
@@ -254,6 +254,46 @@ async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
         )
     assert (first.recovered, second.recovered) == ([flow_run.id], [])
     assert now.state_name == "Running" and len(claims) == 1
+
+
+async def test_a_cancel_prefect_recorded_as_a_crash_is_finished_as_a_cancel(start_simulator):
+    # Prefect 3.9.1 records a cancel as a crash when its SIGTERM lands inside an AnyIO task
+    # group (the engine meets a BaseExceptionGroup, not the cancellation); the worker then runs
+    # the cancellation hooks but leaves the run Crashed. Re-entering it undid a person's cancel.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        for state in (Running(), Cancelling(), Crashed()):
+            await client.set_flow_run_state(flow_run.id, state, force=True)
+        lost = await client.read_flow_run(flow_run.id)
+    watcher = Watcher(lost_after=None)
+
+    await watcher.recovery.reenter(lost)
+    await watcher.recovery.reenter(lost)  # a second look at the same crash changes nothing
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+        names = [state.name for state in await client.read_flow_run_states(flow_run.id)]
+    assert watcher.recovered == []
+    assert now.state_name == "Cancelled" and names.count("Cancelled") == 1, names
+
+
+async def test_a_run_cancelled_before_it_last_started_is_still_re_entered(start_simulator):
+    # Only a cancel since the run last started tells a crash from a loss: a run re-entered
+    # after an earlier cancel request (which its process outlived) is lost like any other.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, _ = await deferred_flow_run(simulator)
+    async with get_client() as client:
+        for state in (Running(), Cancelling(), Running(), Crashed()):
+            await client.set_flow_run_state(flow_run.id, state, force=True)
+        lost = await client.read_flow_run(flow_run.id)
+    watcher = Watcher(lost_after=None)
+
+    await watcher.recovery.reenter(lost)
+
+    async with get_client() as client:
+        now = await client.read_flow_run(flow_run.id)
+    assert watcher.recovered == [flow_run.id] and now.state_name == "Recovering"
 
 
 async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulator):
