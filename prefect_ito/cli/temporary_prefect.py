@@ -91,13 +91,15 @@ def _children_in_their_own_process_group() -> Iterator[None]:
 class _OwnGroupPopen(subprocess.Popen[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("process_group", 0)
-        # Prefect lets its temporary server write to the command's terminal, and not all of it
-        # goes through the levels set above: stopped mid-query at the command's end, its database
-        # pool logs an ERROR with a traceback. Its output goes to a file in PREFECT_HOME instead.
-        with _server_log() as log:
-            kwargs.setdefault("stdout", log)
-            kwargs.setdefault("stderr", subprocess.STDOUT)
+        if "stdout" in kwargs or "stderr" in kwargs:  # the caller chose where output goes
             super().__init__(*args, **kwargs)
+        else:
+            # Prefect lets its temporary server write to the command's terminal, and not all of
+            # it goes through the levels set above: stopped mid-query at the command's end, its
+            # database pool logs an ERROR with a traceback. It goes to a file in PREFECT_HOME.
+            with _server_log() as log:
+                kwargs.update(stdout=log, stderr=subprocess.STDOUT)
+                super().__init__(*args, **kwargs)
         if kwargs["process_group"] == 0:
             _watch_over(self.pid)
 

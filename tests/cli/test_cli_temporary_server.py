@@ -108,3 +108,17 @@ def test_a_temporary_server_s_output_goes_to_a_file_not_the_command_s_terminal(t
 
     assert noise not in capfd.readouterr().err
     assert noise in (tmp_path / TEMPORARY_SERVER_LOG).read_text()
+
+
+def test_a_child_whose_caller_chose_its_output_keeps_it(tmp_path, capfd):
+    # Only a child started with no say over its output (Prefect's server) writes to the file.
+    script = "import sys; print('out'); print('err', file=sys.stderr)"
+    with temporary_settings({PREFECT_HOME: tmp_path}), _children_in_their_own_process_group():
+        child = subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, process_group=os.getpgrp()
+        )
+    out, _ = child.communicate(timeout=60)
+
+    assert out == b"out\n"
+    assert "err" in capfd.readouterr().err
+    assert not (tmp_path / TEMPORARY_SERVER_LOG).exists()
