@@ -246,12 +246,8 @@ async def _cancel_asked(client: PrefectClient, flow_run_id: UUID) -> bool:
     ``BaseExceptionGroup`` rather than its cancellation. The worker still runs the cancellation
     hooks (the backend workload is cancelled) but leaves the run ``Crashed``.
     """
-    states = sorted(
-        await client.read_flow_run_states(flow_run_id),
-        key=lambda state: state.timestamp or datetime.min.replace(tzinfo=UTC),
-    )
     asked = False
-    for state in states:
+    for state in await client.read_flow_run_states(flow_run_id):  # oldest first
         if state.type is StateType.RUNNING:
             asked = False
         elif state.type is StateType.CANCELLING:

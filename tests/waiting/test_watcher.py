@@ -18,6 +18,7 @@ import pytest
 from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
 from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.objects import FlowRun
 from prefect.states import Cancelled, Cancelling, Crashed, Pending, Running, Suspended
 from spend_helpers import covering_authorization
 
@@ -232,27 +233,33 @@ async def test_a_watcher_makes_one_prefect_client_a_sweep(start_simulator, monke
     assert len(made) <= len(sweeps), f"{len(made)} Prefect clients for {len(sweeps)} sweeps"
 
 
-async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
-    # Two watchers (or one whose list of lost runs is a moment old) find the same crash: the
-    # second used to reschedule again, under the run its first re-entry had started.
+async def flow_run_through(start_simulator, *states) -> FlowRun:
+    """Return a deferred training flow run, read back after it went through ``states``."""
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
     flow_run, _ = await deferred_flow_run(simulator)
     async with get_client() as client:
-        await client.set_flow_run_state(flow_run.id, Crashed(), force=True)
-        lost = await client.read_flow_run(flow_run.id)  # what both watchers saw
+        for state in states:
+            await client.set_flow_run_state(flow_run.id, state, force=True)
+        return await client.read_flow_run(flow_run.id)
+
+
+async def test_a_loss_found_by_two_watchers_is_re_entered_once(start_simulator):
+    # Two watchers (or one whose list of lost runs is a moment old) find the same crash: the
+    # second used to reschedule again, under the run its first re-entry had started.
+    lost = await flow_run_through(start_simulator, Crashed())  # what both watchers saw
     first, second = Watcher(lost_after=None), Watcher(lost_after=None)
 
     await first.recovery.reenter(lost)
     async with get_client() as client:
-        await client.set_flow_run_state(flow_run.id, Running(), force=True)  # a worker ran it
+        await client.set_flow_run_state(lost.id, Running(), force=True)  # a worker ran it
     await second.recovery.reenter(lost)
 
     async with get_client() as client:
-        now = await client.read_flow_run(flow_run.id)
+        now = await client.read_flow_run(lost.id)
         claims = await client.filter_flow_run_input(
-            flow_run.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
+            lost.id, key_prefix="ito-recovery-", limit=10, exclude_keys=set()
         )
-    assert (first.recovered, second.recovered) == ([flow_run.id], [])
+    assert (first.recovered, second.recovered) == ([lost.id], [])
     assert now.state_name == "Running" and len(claims) == 1
 
 
@@ -260,16 +267,11 @@ async def test_a_cancel_prefect_recorded_as_a_crash_is_finished_as_a_cancel(star
     # Prefect 3.9.1 records a cancel as a crash when its SIGTERM lands inside an AnyIO task
     # group (the engine meets a BaseExceptionGroup, not the cancellation); the worker then runs
     # the cancellation hooks but leaves the run Crashed. Re-entering it undid a person's cancel.
-    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
-    flow_run, _ = await deferred_flow_run(simulator)
-    async with get_client() as client:
-        for state in (Running(), Cancelling(), Crashed()):
-            await client.set_flow_run_state(flow_run.id, state, force=True)
-        lost = await client.read_flow_run(flow_run.id)
+    flow_run = await flow_run_through(start_simulator, Running(), Cancelling(), Crashed())
     watcher = Watcher(lost_after=None)
 
-    await watcher.recovery.reenter(lost)
-    await watcher.recovery.reenter(lost)  # a second look at the same crash changes nothing
+    await watcher.recovery.reenter(flow_run)
+    await watcher.recovery.reenter(flow_run)  # a second look at the same crash changes nothing
 
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
@@ -281,15 +283,11 @@ async def test_a_cancel_prefect_recorded_as_a_crash_is_finished_as_a_cancel(star
 async def test_a_run_cancelled_before_it_last_started_is_still_re_entered(start_simulator):
     # Only a cancel since the run last started tells a crash from a loss: a run re-entered
     # after an earlier cancel request (which its process outlived) is lost like any other.
-    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
-    flow_run, _ = await deferred_flow_run(simulator)
-    async with get_client() as client:
-        for state in (Running(), Cancelling(), Running(), Crashed()):
-            await client.set_flow_run_state(flow_run.id, state, force=True)
-        lost = await client.read_flow_run(flow_run.id)
+    states = (Running(), Cancelling(), Running(), Crashed())
+    flow_run = await flow_run_through(start_simulator, *states)
     watcher = Watcher(lost_after=None)
 
-    await watcher.recovery.reenter(lost)
+    await watcher.recovery.reenter(flow_run)
 
     async with get_client() as client:
         now = await client.read_flow_run(flow_run.id)
@@ -299,10 +297,7 @@ async def test_a_run_cancelled_before_it_last_started_is_still_re_entered(start_
 async def test_a_run_left_starting_by_a_lost_worker_is_re_entered(start_simulator):
     # A worker killed while it started a flow run leaves it Pending: it never beats, and nobody
     # reports a crash. Found by the crash trials: such runs waited forever.
-    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
-    flow_run, _ = await deferred_flow_run(simulator)
-    async with get_client() as client:
-        await client.set_flow_run_state(flow_run.id, Pending(), force=True)
+    flow_run = await flow_run_through(start_simulator, Pending())
     watcher = Watcher(lost_after=1)
     await asyncio.sleep(3)  # longer than a start may take (twice lost_after): no heartbeat came
 
