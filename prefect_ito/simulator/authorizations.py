@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from fnmatch import fnmatchcase
-from uuid import uuid4
 
 from prefect_ito.contract import (
     ErrorCode,
@@ -23,6 +22,7 @@ from prefect_ito.contract import (
     TrainingQuote,
 )
 from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.ids import mint
 
 
 @dataclass
@@ -99,7 +99,7 @@ class AuthorizationBook:
                     "this Idempotency-Key already created a different authorization",
                 )
             return self._kept[earlier[1]].stated(now), True
-        kept = _Kept(f"sa_{uuid4().hex[:16]}", account, principal, request, now)
+        kept = _Kept(mint("sa"), account, principal, request, now)
         self._kept[kept.authorization_id] = kept
         self._keys[(account, key)] = (fingerprint, kept.authorization_id)
         return kept.stated(now), False

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
 
 from prefect_ito.contract import (
     DEFAULT_PAGE_LIMIT,
@@ -49,6 +48,7 @@ from prefect_ito.contract import (
 )
 from prefect_ito.simulator.authorizations import AuthorizationBook
 from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
 from prefect_ito.simulator.quotes import HeldQuote, QuoteBook
 from prefect_ito.simulator.runs import RunRecord
@@ -614,7 +614,7 @@ class Engine:
         script = self.scenario.script_for(booking.booking_id)
         epoch, created = self._new_run_clock()
         rec = RunRecord(
-            run_id=f"run_{uuid4().hex[:16]}",
+            run_id=mint("run"),
             account=account,
             idempotency_key=key,
             request=request,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from uuid import uuid4
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
@@ -14,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER, ErrorCode
 from prefect_ito.simulator.envelopes import CACHE_CONTROL_HEADER, NO_STORE, error_response
 from prefect_ito.simulator.faults import was_dropped
+from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.request_scope import state_of
 from prefect_ito.simulator.state import RequestLogEntry
 
@@ -37,7 +37,7 @@ class RequestLogMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = "req_" + uuid4().hex[:20]
+        request_id = mint("req", 20)
         status = 0
 
         async def send_with_id(message: Message) -> None:

@@ -16,7 +16,6 @@ import re
 from collections.abc import Generator
 from dataclasses import dataclass
 from enum import Enum
-from uuid import uuid4
 
 from prefect_ito.contract import (
     Checkpoint,
@@ -39,6 +38,7 @@ from prefect_ito.contract import (
     StageStatus,
     TrainingRunRequest,
 )
+from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.scenario import (
     InterruptionSpec,
@@ -372,7 +372,7 @@ def _spike(
         step=latest.step if latest else 0,
     )
     action = PendingAction(
-        action_id=f"act_{uuid4().hex[:12]}",
+        action_id=mint("act", 12),
         kind="loss_spike_restart",
         stage=stage,
         step=step,

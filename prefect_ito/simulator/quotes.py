@@ -14,7 +14,6 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from uuid import uuid4
 
 from prefect_ito.contract import (
     CostRange,
@@ -28,6 +27,7 @@ from prefect_ito.contract import (
     TrainingRunRequest,
 )
 from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.pipeline import (
     is_custom_data,
     plan_parallelism,
@@ -242,7 +242,7 @@ class QuoteBook:
         )
         quote = _priced(request, booking, script, now).model_copy(
             update={
-                "quote_id": f"quote_{uuid4().hex[:16]}",
+                "quote_id": mint("quote"),
                 "expires_at": now + timedelta(seconds=self._ttl),
                 "confirm_url": confirm_url,
                 "user_code": user_code,
@@ -333,7 +333,7 @@ class QuoteBook:
         if earlier is not None:
             raise _already_decided(earlier)
         held.answer = QuoteConfirmation(
-            confirmation_id=f"qc_{uuid4().hex[:16]}",
+            confirmation_id=mint("qc"),
             quote_id=held.quote.quote_id,
             state=answer,
             principal=principal,
