@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.operations import (
@@ -46,14 +47,18 @@ class ClientSteps(Steps):
     async def perform(self, operation: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if not operation.resendable:
             return await operation.call(self.client, *args, **kwargs)
-        # As the flow's retried tasks do (see STEP_RETRY_DELAYS_SECONDS).
+        return await self._resend(lambda: operation.call(self.client, *args, **kwargs))
+
+    async def _resend(self, call: Callable[[], Awaitable[R]]) -> R:
+        """Make ``call``, again after each transient fault, as the flow's retried tasks do (see
+        ``STEP_RETRY_DELAYS_SECONDS``)."""
         for delay in STEP_RETRY_DELAYS_SECONDS:
             try:
-                return await operation.call(self.client, *args, **kwargs)
+                return await call()
             except TRANSIENT_FAULTS as fault:
                 self.logger.warning("%s; trying again in %g s", fault, delay)
                 await asyncio.sleep(delay)
-        return await operation.call(self.client, *args, **kwargs)
+        return await call()
 
     async def await_person(
         self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
@@ -69,7 +74,8 @@ class ClientSteps(Steps):
         return await super().await_person(quote, request, again=again)
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
-        return await reporting.report(self.client, run, after_seq)
+        # Reads and re-sent events (Prefect keeps one of each id): safe to make again.
+        return await self._resend(lambda: reporting.report(self.client, run, after_seq))
 
     async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
         action = run.pending_action

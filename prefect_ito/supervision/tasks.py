@@ -54,6 +54,14 @@ def _transient(task: Task[Any, Any], task_run: TaskRun, state: State[Any]) -> bo
     return isinstance(error, TRANSIENT_FAULTS)
 
 
+RESENDING: dict[str, Any] = {
+    "retries": len(STEP_RETRY_DELAYS_SECONDS),
+    "retry_delay_seconds": list(STEP_RETRY_DELAYS_SECONDS),
+    "retry_condition_fn": _transient,
+}
+"""Prefect's retries for a task that is safe to run again, after the client's own."""
+
+
 def _as_task(operation: Operation[Any, Any]) -> Task[..., Any]:
     """Return the Prefect task that does ``operation`` with a client of its own."""
 
@@ -71,16 +79,13 @@ def _as_task(operation: Operation[Any, Any]) -> Task[..., Any]:
     step.__doc__ = operation.call.__doc__
     # Prefect calls a name callback with the parameters when it takes them (checked by name).
     name = cast("TaskRunNameCallbackWithParameters | None", operation.task_run_name)
-    retried = operation.resendable
     made: Task[..., Any] = Task(
         step,
         name=operation.name,
         description=operation.description,
         cache_policy=NO_CACHE,
         task_run_name=name,
-        retries=len(STEP_RETRY_DELAYS_SECONDS) if retried else 0,
-        retry_delay_seconds=list(STEP_RETRY_DELAYS_SECONDS) if retried else 0,
-        retry_condition_fn=_transient if retried else None,
+        **(RESENDING if operation.resendable else {}),
     )
     return made
 
@@ -89,7 +94,9 @@ TASKS: dict[str, Task[..., Any]] = {op.name: _as_task(op) for op in OPERATIONS i
 """The flow's task for each operation it shows, by the operation's name."""
 
 
+# Reads and re-sent events (Prefect keeps one of each id): safe to run again.
 @task(
+    **RESENDING,
     name="report_progress",
     description="Relay the backend run's new events to Prefect.",
     cache_policy=NO_CACHE,
@@ -105,7 +112,9 @@ async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_s
         return await event_relay.relay_held(client, run, after_seq)
 
 
+# Reads and re-sent events (Prefect keeps one of each id): safe to run again.
 @task(
+    **RESENDING,
     name="settle_events",
     description="Make sure Prefect holds every event of the finished backend run.",
     cache_policy=NO_CACHE,

@@ -21,6 +21,7 @@ from prefect_ito.backend.operations import (
 from prefect_ito.exceptions import BackendUnavailable, ItoProtocolError
 from prefect_ito.flows import ito_training
 from prefect_ito.parameters import SupervisionParameters
+from prefect_ito.reporting import event_relay
 from prefect_ito.supervision import plain
 from prefect_ito.supervision.plain import ClientSteps
 from prefect_ito.supervision.tasks import TASKS
@@ -111,6 +112,45 @@ async def test_a_plain_call_is_made_once_when_sending_it_again_is_no_use(
     with pytest.raises(type(fault)):
         await steps.perform(operation, 21)
     assert calls == [21] and no_waits == []
+
+
+async def test_a_job_s_report_is_made_again_after_a_transient_fault(no_waits, monkeypatch):
+    # A storm at the end of a finished run failed the job on a report of its events.
+    calls, report = _counting(BackendUnavailable("down for a moment"))
+    monkeypatch.setattr(plain.reporting, "report", lambda client, run, seq: report(client, seq))
+    steps = ClientSteps(object(), SupervisionParameters(), logging.getLogger("test"))  # type: ignore[arg-type]
+
+    assert await steps.report(object(), 21) == 42  # type: ignore[arg-type]
+    assert calls == [21, 21]
+    assert no_waits == [STEP_RETRY_DELAYS_SECONDS[0]]
+
+
+async def test_a_flow_run_relays_its_events_again_after_a_transient_fault(
+    start_simulator, monkeypatch
+):
+    # A storm at the end of a finished run failed the flow run on relaying its events, once the
+    # client's own retries were spent: the relaying tasks are reads, and are retried as reads are.
+    failed: list[str] = []
+
+    def failing_once(name: str) -> Any:
+        real = getattr(event_relay, name)
+
+        async def relay(*args: Any) -> Any:
+            if name not in failed:
+                failed.append(name)
+                raise BackendUnavailable("down for a moment")
+            return await real(*args)
+
+        return relay
+
+    for name in ("relay_held", "settle"):
+        monkeypatch.setattr(event_relay, name, failing_once(name))
+    simulator = start_simulator("default")
+
+    state = await ito_training(**parameters(simulator), return_state=True)
+
+    assert state.is_completed(), state.message
+    assert failed == ["relay_held", "settle"]
 
 
 async def test_a_flow_run_shows_each_operation_under_its_one_name(start_simulator):
