@@ -13,12 +13,14 @@ body.
 from __future__ import annotations
 
 import asyncio
-import random
+import hashlib
+from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from prefect_ito.contract import API_PREFIX, ErrorCode
+from prefect_ito.contract import API_PREFIX, IDEMPOTENCY_HEADER, ErrorCode
 from prefect_ito.simulator.envelopes import error_response
+from prefect_ito.simulator.ids import MINTED
 from prefect_ito.simulator.request_scope import state_of
 from prefect_ito.simulator.scenario import Faults
 
@@ -26,10 +28,15 @@ _DROP_KEY = "prefect_ito.drop_response"
 """Key in the ASGI scope state that flags an answer to be cut off after the headers."""
 
 
-class FaultInjector:
-    """The running side of a scenario's faults: the seeded dice and the drops still due.
+_HEADER = IDEMPOTENCY_HEADER.lower().encode()
 
-    Made afresh on every scenario load, so the dice and the drop count start over with it.
+
+class FaultInjector:
+    """The running side of a scenario's faults: how many times each request came, and the drops
+    still due.
+
+    Made afresh on every scenario load, so every request's fault sequence and the drop count start
+    over with it.
 
     Args:
         config: The scenario's faults.
@@ -37,13 +44,22 @@ class FaultInjector:
 
     def __init__(self, config: Faults) -> None:
         self.config = config
-        # Seeded on purpose: fault sequences must repeat; nothing here is a secret.
-        self._dice = random.Random(config.seed)  # noqa: S311
+        self._seen: Counter[bytes] = Counter()
         self._drops_left = config.drop_response_after_commit
 
-    def roll(self) -> float:
-        """Return the next number in [0, 1) from the seeded dice."""
-        return self._dice.random()
+    def roll(self, scope: Scope, body: bytes) -> float:
+        """Return a number in [0, 1) for this request, this time: the same in every run.
+
+        Args:
+            scope: The ASGI scope of the request.
+            body: The request's body.
+        """
+        request = _identity(scope, body)
+        attempt = self._seen[request]
+        self._seen[request] += 1
+        dice = hashlib.blake2b(request, digest_size=8, key=str(self.config.seed).encode())
+        dice.update(attempt.to_bytes(8, "big"))
+        return int.from_bytes(dice.digest(), "big") / 2**64
 
     def drop_after_commit(self, scope: Scope) -> None:
         """Flag the answer to a new, committed submission to be cut, while drops are left.
@@ -54,6 +70,19 @@ class FaultInjector:
         if self._drops_left > 0:
             self._drops_left -= 1
             scope["state"][_DROP_KEY] = True
+
+
+def _identity(scope: Scope, body: bytes) -> bytes:
+    """Return what makes a request itself, the same in every run of a test.
+
+    That is its method, path, query, and its idempotency key or, without one, its body. The ids
+    the backend made (a run's, a quote's) are left out, since they differ from run to run; so is
+    the body of a keyed request, since the key names it and its body may hold such an id.
+    """
+    key = next((value for name, value in scope["headers"] if name == _HEADER), None)
+    payload = b"key:" + key if key is not None else b"body:" + body
+    parts = (scope["method"].encode(), scope["path"].encode(), scope["query_string"], payload)
+    return hashlib.blake2b(MINTED.sub(b"{id}", b"\0".join(parts)), digest_size=16).digest()
 
 
 class InjectedFault(RuntimeError):
@@ -82,7 +111,8 @@ class FaultMiddleware:
         faults = injector.config
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)
-        roll = injector.roll()
+        body, receive = await _read_body(receive)
+        roll = injector.roll(scope, body)
         if roll < faults.unavailable_rate:
             response = error_response(
                 ErrorCode.BACKEND_UNAVAILABLE, "the backend is briefly unavailable"
@@ -101,6 +131,37 @@ class FaultMiddleware:
             # A real exception, so the path every unexpected failure takes is the one exercised.
             raise InjectedFault("injected internal error")
         await self.app(scope, receive, _dropping(scope, send))
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """Read a request's whole body, and return it with a ``receive`` that hands it on again.
+
+    The body is part of what makes a keyless request itself (two quotes differ only in theirs),
+    so it is read before the fault is decided; the app behind reads it from the returned
+    ``receive``. The body limit, an outer middleware, has already bounded it.
+    """
+    chunks: list[bytes] = []
+    message: Message = {"type": "http.request", "more_body": True}
+    while message["type"] == "http.request" and message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    body = b"".join(chunks)
+    # A client that went away is told to the app as it happened; otherwise the app gets the body.
+    first: Message = (
+        {"type": "http.request", "body": body, "more_body": False}
+        if message["type"] == "http.request"
+        else message
+    )
+    handed = False
+
+    async def replay() -> Message:
+        nonlocal handed
+        if handed:
+            return await receive()
+        handed = True
+        return first
+
+    return body, replay
 
 
 def _dropping(scope: Scope, send: Send) -> Send:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Literal, get_args
 from uuid import uuid4
 
 Kind = Literal["run", "act", "quote", "qc", "sa", "req"]
+
+MINTED = re.compile(rb"\b(?:%b)_[0-9a-f]{12,20}\b" % "|".join(get_args(Kind)).encode())
+"""Matches an id :func:`mint` made, in the bytes of a path, a query or a body."""
 
 
 def mint(kind: Kind, length: int = 16) -> str:

@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from prefect_ito.simulator import Faults, builtin_scenario
+from prefect_ito.simulator.ids import mint
 
 
 def _with_faults(**faults):
@@ -67,6 +68,33 @@ def test_unavailable_rate_gives_503s_in_a_repeatable_sequence(desk_for):
 
     assert first == second
     assert set(first) == {200, 503}
+
+
+def test_a_seeded_storm_is_the_same_whatever_order_requests_arrive_in(desk_for):
+    # Concurrent callers reach a backend in a different order every run; a seeded storm must
+    # still give each request the same fate, or a test of many callers meets a new storm each run.
+    def fates(desk, order):
+        fate, polls = {}, []
+        for index in order:
+            keyed = desk.http.get("/v0/training-runs", params={"idempotency_key": f"k-{index}"})
+            quoted = desk.quote(desk.body(booking_id=f"bk-{index}"))
+            fate[index] = (keyed.status_code == 503, quoted.status_code == 503)
+            # An id the backend made is new in every run: a request naming one is known without
+            # it, so the nth such poll meets the same fault in every run.
+            polls.append(desk.http.get(f"/v0/training-runs/{mint('run')}").status_code == 503)
+        return fate, polls
+
+    calls = range(12)
+    forwards, polled = fates(desk_for(_with_faults(unavailable_rate=0.5, seed=3)), calls)
+    backwards, polled_again = fates(
+        desk_for(_with_faults(unavailable_rate=0.5, seed=3)), reversed(calls)
+    )
+
+    assert forwards == backwards
+    assert polled == polled_again
+    for seen in ({keyed for keyed, _ in forwards.values()}, {q for _, q in forwards.values()}):
+        assert seen == {True, False}  # each kind of request met the storm, and got through it
+    assert set(polled) == {True, False}
 
 
 def test_tokens_issued_before_the_revocation_time_die(desk_for):
