@@ -209,6 +209,12 @@ async def snapshot(page: Page, part: Locator, path: Path) -> None:
         await part.screenshot(path=path, animations="disabled")
     finally:
         await page.set_viewport_size(size)
+        # The page hears of a resize at its next frame. A drop-down opened before then could put
+        # its list below the window, where Prefect's virtual scroller renders no option: the
+        # list stayed empty for a minute in CI.
+        await page.evaluate(
+            "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+        )
 
 
 async def seen_without_scrolling(part: Locator) -> bool:
