@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 from collections import Counter
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from prefect_ito.contract import API_PREFIX, IDEMPOTENCY_HEADER, ErrorCode
@@ -111,26 +112,34 @@ class FaultMiddleware:
         faults = injector.config
         if faults.latency_seconds:
             await asyncio.sleep(faults.latency_seconds)
-        body, receive = await _read_body(receive)
-        roll = injector.roll(scope, body)
-        if roll < faults.unavailable_rate:
-            response = error_response(
-                ErrorCode.BACKEND_UNAVAILABLE, "the backend is briefly unavailable"
-            )
-            await response(scope, receive, send)
-            return
-        if roll < faults.unavailable_rate + faults.rate_limited_rate:
-            response = error_response(
-                ErrorCode.RATE_LIMITED,
-                "too many requests",
-                headers={"Retry-After": str(faults.retry_after_seconds)},
-            )
-            await response(scope, receive, send)
-            return
-        if roll < faults.unavailable_rate + faults.rate_limited_rate + faults.internal_error_rate:
-            # A real exception, so the path every unexpected failure takes is the one exercised.
-            raise InjectedFault("injected internal error")
+        # Without dice to cast, the body streams on to the app unread.
+        if faults.unavailable_rate or faults.rate_limited_rate or faults.internal_error_rate:
+            body, receive = await _read_body(receive)
+            fault = _fault_for(injector.roll(scope, body), faults)
+            if fault is not None:
+                await fault(scope, receive, send)
+                return
         await self.app(scope, receive, _dropping(scope, send))
+
+
+def _fault_for(roll: float, faults: Faults) -> Response | None:
+    """Return the answer a request's roll of the dice gives it, or None to let it through.
+
+    Raises:
+        InjectedFault: the roll fell in ``internal_error_rate``.
+    """
+    if roll < faults.unavailable_rate:
+        return error_response(ErrorCode.BACKEND_UNAVAILABLE, "the backend is briefly unavailable")
+    if roll < faults.unavailable_rate + faults.rate_limited_rate:
+        return error_response(
+            ErrorCode.RATE_LIMITED,
+            "too many requests",
+            headers={"Retry-After": str(faults.retry_after_seconds)},
+        )
+    if roll < faults.unavailable_rate + faults.rate_limited_rate + faults.internal_error_rate:
+        # A real exception, so the path every unexpected failure takes is the one exercised.
+        raise InjectedFault("injected internal error")
+    return None
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
