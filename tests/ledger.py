@@ -205,6 +205,14 @@ class Ledger:
         """Record what one test measured in ``category`` (one of :data:`CATEGORIES`)."""
         if category not in CATEGORIES:
             raise ValueError(f"unknown reliability category {category!r}")
+        counts = {"trials": trials, "duplicates": duplicates, "leaks": leaks}
+        counts.update(
+            (f"{kind} {name!r}", n)
+            for kind, given in (("fault", faults), ("outcome", outcomes))
+            for name, n in (given or {}).items()
+        )
+        if negative := [name for name, n in counts.items() if n < 0]:
+            raise ValueError(f"{test} counted below zero: {', '.join(negative)}")
         figures = self.categories.setdefault(category, Figures())
         figures.add(
             test,
