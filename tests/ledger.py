@@ -60,7 +60,9 @@ METHODS: dict[str, str] = {
     "of one process share its retry budget; callers of their own each retry alone, and the wait "
     "after each `429` is timed; whole pipelines (a loss spike a person decides, post-training "
     "through RLVR) run in the storm, as flows and as `ItoTrainingJob`s outside any flow. A call "
-    "that gives up in the storm ends as `BackendUnavailable`; a final `409` is never sent again.",
+    "that gives up in the storm ends as `BackendUnavailable`; a final `409` is never sent again. "
+    "The simulator decides each fault by the seed and the request, so a seeded storm repeats; "
+    "a submission is retried by the client alone, and one that gives up has made no run.",
     "crashes": "Training flow runs of the shipped deployment, all at once on their own real "
     "Prefect server, process worker and two watchers (`tests/e2e/test_crashes.py`): each is "
     "struck at a seeded point (its flow process SIGKILLed before submission, right after it, "
