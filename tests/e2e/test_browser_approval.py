@@ -191,6 +191,10 @@ async def choose(page: Page, field: Locator, option: str, among: list[str] | Non
 
     await field.locator(".p-select-button__control").focus()
     await page.keyboard.press("ArrowDown")
+    # Opened soon after the window was resized (as snapshot() does), the list sometimes opens
+    # with the page behind the form scrolled, below the window, and Prefect's virtual scroller
+    # renders no option until the list is in view: a person scrolls to it, and so does this.
+    await page.locator(".p-select-options").scroll_into_view_if_needed()
     if among is not None:
         await expect(page.locator(".p-select-option")).to_have_text(among)
     await page.locator(".p-select-option", has_text=re.compile(rf"^{option}$")).click()
@@ -209,12 +213,6 @@ async def snapshot(page: Page, part: Locator, path: Path) -> None:
         await part.screenshot(path=path, animations="disabled")
     finally:
         await page.set_viewport_size(size)
-        # The page hears of a resize at its next frame. A drop-down opened before then could put
-        # its list below the window, where Prefect's virtual scroller renders no option: the
-        # list stayed empty for a minute in CI.
-        await page.evaluate(
-            "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
-        )
 
 
 async def seen_without_scrolling(part: Locator) -> bool:
