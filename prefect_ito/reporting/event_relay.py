@@ -5,9 +5,15 @@ when its process dies, and a Prefect server that stops keeps only what it had wr
 the events it receives every few seconds). A flow run stores how far it relayed (a deferral's
 record) and ends when its backend run ends, so its cursor must never pass an event Prefect does
 not hold: :func:`relay_held` reads the relayed events back by id, and the cursor stops before
-the first one missing. An event still missing a while after it was sent is sent again, under
-the same id (:func:`~prefect_ito.reporting.report.event_id`), so Prefect keeps it once whatever
-arrives twice.
+the first one missing.
+
+An event still missing a while after it was sent is sent again, under the same id
+(:func:`~prefect_ito.reporting.report.event_id`), so Prefect keeps it once whatever arrives
+twice. But a Prefect server that received an event and then failed to write it refuses that id
+for five minutes (see :data:`~prefect_ito.reporting.report.COPIES`): an event sent twice and
+still missing is issued again as its next copy, under an id of its own. Every copy names the
+backend event (``backend_seq``), and any copy Prefect holds counts, whichever process sent it.
+Prefect holds two copies of one event only if it wrote one more than twenty seconds late.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from uuid import UUID
 
 import httpx
@@ -24,7 +31,7 @@ from prefect.exceptions import PrefectHTTPStatusError
 
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import EventPage, TrainingRun
-from prefect_ito.reporting.report import EVENT_NAMES, event_id, relay_events
+from prefect_ito.reporting.report import COPIES, EVENT_NAMES, event_id, relay_events
 
 __all__ = ["relay_held", "settle"]
 
@@ -33,13 +40,27 @@ logger = logging.getLogger("prefect_ito.reporting.event_relay")
 RESEND_AFTER_SECONDS = 10.0
 """How long a sent event may be missing in Prefect before it is sent again: longer than Prefect
 takes to write what it received."""
-SETTLE_PAUSES = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0)
-"""The pauses between the last reads of a finished run's events (about half a minute in all)."""
+SENDINGS_PER_COPY = 2
+"""How often one copy of an event is sent before the next copy is issued: the second sending
+mends a loss on the way to Prefect; only a loss inside Prefect needs a new id."""
+SETTLE_PAUSES = (0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 13.0, 13.0)
+"""The pauses between the last reads of a finished run's events (about a minute in all, time
+for an event first sent now to be sent twice and then issued as its second copy)."""
 _PAGE = 50
 """Prefect answers at most 50 events a page."""
 
-_sent: dict[str, dict[int, float]] = {}
-"""Per backend run, when this process last sent each event Prefect was not yet seen to hold."""
+
+@dataclass(frozen=True)
+class _Sent:
+    """How this process last sent one event Prefect was not yet seen to hold."""
+
+    at: float
+    copy: int
+    sendings: int
+
+
+_sent: dict[str, dict[int, _Sent]] = {}
+"""Per backend run and seq, the events this process sent that Prefect was not yet seen to hold."""
 
 
 async def relay_held(client: ItoClient, run: TrainingRun, after_seq: int) -> int:
@@ -68,26 +89,41 @@ async def _relay(client: ItoClient, run: TrainingRun, after_seq: int) -> tuple[i
     page = await client.list_events(run.run_id, after=after_seq)
     sent = _sent.setdefault(run.run_id, {})
     now = time.monotonic()
-    due = [
-        e
+    sending = {
+        e.seq: next_
         for e in page.events
-        if now - sent.get(e.seq, -RESEND_AFTER_SECONDS) >= RESEND_AFTER_SECONDS
-    ]
-    relay_events(run, due)
-    sent.update({event.seq: now for event in due})
+        if (next_ := _next_sending(sent.get(e.seq), now)) is not None
+    }
+    relay_events(
+        run,
+        [e for e in page.events if e.seq in sending],
+        {seq: next_.copy for seq, next_ in sending.items()},
+    )
+    sent.update(sending)
     held_through, complete = await _held_through(run.run_id, page, after_seq)
     for seq in [seq for seq in sent if seq <= held_through]:
         del sent[seq]
     return held_through, complete
 
 
+def _next_sending(last: _Sent | None, now: float) -> _Sent | None:
+    """Return how to send an event now, given how it was last sent (``None``: not due yet)."""
+    if last is None:
+        return _Sent(at=now, copy=0, sendings=1)
+    if now - last.at < RESEND_AFTER_SECONDS:
+        return None
+    copy = min(last.sendings // SENDINGS_PER_COPY, COPIES - 1)
+    return _Sent(at=now, copy=copy, sendings=last.sendings + 1)
+
+
 async def _held_through(run_id: str, page: EventPage, after_seq: int) -> tuple[int, bool]:
-    """Return the seq before the first relayed event of ``page`` Prefect does not hold (or the
-    page's end), and whether it holds them all."""
+    """Return the seq before the first relayed event of ``page`` of which Prefect holds no copy
+    (or the page's end), and whether it holds them all."""
     relayed = sorted((e for e in page.events if e.type in EVENT_NAMES), key=lambda e: e.seq)
-    held = await _held_ids(run_id, [event_id(run_id, event.seq) for event in relayed])
+    copies = {e.seq: [event_id(run_id, e.seq, copy) for copy in range(COPIES)] for e in relayed}
+    held = await _held_ids(run_id, [id_ for ids in copies.values() for id_ in ids])
     for event in relayed:
-        if event_id(run_id, event.seq) not in held:
+        if held.isdisjoint(copies[event.seq]):
             return max(after_seq, event.seq - 1), False
     return max(after_seq, page.last_seq), True
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 from uuid import UUID
@@ -351,13 +352,30 @@ def warn_if_at_risk(run: TrainingRun) -> bool:
     return True
 
 
-def event_id(run_id: str, seq: int) -> uuid.UUID:
-    """Return the Prefect event id for a backend event: the same on every re-entry."""
-    return uuid.uuid5(_EVENT_NAMESPACE, f"{run_id}:{seq}")
+COPIES = 3
+"""How many copies of one backend event may be issued, each under an id of its own.
+
+A Prefect server refuses, for five minutes, an event whose id it has received, even one it
+then failed to write (its in-memory de-duplication, `deduplicate_by="id"`, runs before its
+event persister, which drops a batch after five failed writes). Sending the same id again
+cannot mend that, so :mod:`~prefect_ito.reporting.event_relay` issues a later copy instead.
+"""
 
 
-def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
-    """Emit the Prefect events for ``events``; return the last sequence number seen."""
+def event_id(run_id: str, seq: int, copy: int = 0) -> uuid.UUID:
+    """Return the Prefect event id of a backend event's ``copy``: the same on every re-entry."""
+    if not 0 <= copy < COPIES:
+        raise ValueError(f"an event has copies 0 to {COPIES - 1}, not {copy}")
+    name = f"{run_id}:{seq}" if copy == 0 else f"{run_id}:{seq}:copy-{copy}"
+    return uuid.uuid5(_EVENT_NAMESPACE, name)
+
+
+def relay_events(
+    run: TrainingRun, events: list[RunEvent], copies: Mapping[int, int] | None = None
+) -> int:
+    """Emit the Prefect events for ``events``, each as the copy ``copies`` names by seq (the
+    first, by default); return the last sequence number seen."""
+    copies = copies or {}
     last = 0
     for event in events:
         last = max(last, event.seq)
@@ -374,8 +392,10 @@ def relay_events(run: TrainingRun, events: list[RunEvent]) -> int:
                 "message": event.message,
                 "backend_at": event.at.isoformat(),
                 **event.data,
+                # Names the backend event whichever copy of it this is.
+                "backend_seq": event.seq,
             },
-            id=event_id(run.run_id, event.seq),
+            id=event_id(run.run_id, event.seq, copies.get(event.seq, 0)),
         )
     return last
 

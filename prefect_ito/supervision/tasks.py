@@ -120,7 +120,7 @@ async def report_progress(credentials: ItoCredentials, run: TrainingRun, after_s
     cache_policy=NO_CACHE,
 )
 async def settle_events(credentials: ItoCredentials, run: TrainingRun, after_seq: int) -> int:
-    """Send the finished run's events Prefect does not hold again, for about half a minute;
+    """Send the finished run's events Prefect does not hold again, for about a minute;
     return the sequence number through which it holds them all."""
     async with credentials.get_client() as client:
         held_through, complete = await event_relay.settle(client, run, after_seq)

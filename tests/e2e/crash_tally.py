@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from trial_stack import TrialStack
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.reporting.report import EVENT_NAMES, event_id
+from prefect_ito.reporting.report import COPIES, EVENT_NAMES, event_id
 from prefect_ito.simulator import AdminRun
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class Tally:
     """Decisions on record beyond one per action (the simulator's runs)."""
     events_missing: int
     events_doubled: int
-    """Backend events Prefect holds no event for, or more than one (Prefect's events, by id)."""
+    """Backend events Prefect holds no copy of, or more than one (Prefect's events, by id)."""
     missing_detail: list[str]
     """Each missing event, its trial's strikes and its flow run's states: what to look into."""
     resumes_lost: int
@@ -226,7 +226,9 @@ def _ran_again(history: list[Any], since: float) -> float | None:
 async def _events(
     stack: TrialStack, admin_runs: list[AdminRun]
 ) -> tuple[list[tuple[AdminRun, int, str]], int]:
-    """Return (backend events missing in Prefect, by run and seq; extra Prefect events), by id.
+    """Return (backend events of which Prefect holds no copy, by run and seq; Prefect events
+    beyond one per backend event), by id: any copy of an event
+    (:data:`~prefect_ito.reporting.report.COPIES`) counts, and a second one is a double.
 
     Prefect persists events a little after they arrive, so this waits (up to a minute) for the
     last ones.
@@ -237,9 +239,10 @@ async def _events(
             admin.run.run_id: (
                 admin,
                 {
-                    event_id(admin.run.run_id, e.seq): (e.seq, str(e.type))
+                    event_id(admin.run.run_id, e.seq, copy): (e.seq, str(e.type))
                     for e in (await backend.list_events(admin.run.run_id)).events
                     if e.type in EVENT_NAMES
+                    for copy in range(COPIES)
                 },
             )
             for admin in admin_runs
@@ -247,14 +250,21 @@ async def _events(
     deadline = time.monotonic() + 60
     while True:
         held = {run_id: set(await _prefect_events(run_id)) for run_id in expected}
+        per_seq = {
+            run_id: Counter(ids[id_] for id_ in held[run_id] if id_ in ids)
+            for run_id, (_, ids) in expected.items()
+        }
         missing = [
             (admin, seq, kind)
             for run_id, (admin, ids) in expected.items()
-            for id_, (seq, kind) in ids.items()
-            if id_ not in held[run_id]
+            for seq, kind in sorted(set(ids.values()))
+            if (seq, kind) not in per_seq[run_id]
         ]
         if not missing or time.monotonic() > deadline:
-            extra = sum(len(held[run_id] - set(ids)) for run_id, (_, ids) in expected.items())
+            extra = sum(
+                len(held[run_id] - set(ids)) + sum(n - 1 for n in per_seq[run_id].values())
+                for run_id, (_, ids) in expected.items()
+            )
             return missing, extra
         await asyncio.sleep(1)
 
