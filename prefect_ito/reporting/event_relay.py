@@ -13,7 +13,8 @@ twice. But a Prefect server that received an event and then failed to write it r
 for five minutes (see :data:`~prefect_ito.reporting.report.COPIES`): an event sent twice and
 still missing is issued again as its next copy, under an id of its own. Every copy names the
 backend event (``backend_seq``), and any copy Prefect holds counts, whichever process sent it.
-Prefect holds two copies of one event only if it wrote one more than twenty seconds late.
+Prefect holds two copies of one event only if it wrote one more than twenty seconds late. A
+Prefect that cannot say what it holds gets the same copy again, never a new one: it may hold it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 import httpx
@@ -30,7 +31,7 @@ from prefect.events.filters import EventFilter, EventIDFilter, EventResourceFilt
 from prefect.exceptions import PrefectHTTPStatusError
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.contract import EventPage, TrainingRun
+from prefect_ito.contract import RunEvent, TrainingRun
 from prefect_ito.reporting.report import COPIES, EVENT_NAMES, event_id, relay_events
 
 __all__ = ["relay_held", "settle"]
@@ -86,50 +87,50 @@ async def settle(client: ItoClient, run: TrainingRun, after_seq: int) -> tuple[i
 
 
 async def _relay(client: ItoClient, run: TrainingRun, after_seq: int) -> tuple[int, bool]:
+    """Send the run's relayed events after ``after_seq`` that Prefect lacks and that are due;
+    return the seq before the first one it lacks (or the page's end), and whether it lacks none."""
     page = await client.list_events(run.run_id, after=after_seq)
-    sent = _sent.setdefault(run.run_id, {})
+    relayed = sorted((e for e in page.events if e.type in EVENT_NAMES), key=lambda e: e.seq)
+    copies = {e.seq: [event_id(run.run_id, e.seq, c) for c in range(COPIES)] for e in relayed}
+    held = await _held_ids(run.run_id, [id_ for ids in copies.values() for id_ in ids])
+    missing = [e for e in relayed if held is None or held.isdisjoint(copies[e.seq])]
+    # Only Prefect saying it lacks an event justifies a new copy: one that cannot say may hold it.
+    _send(run, missing, new_copies=held is not None)
+    if missing:
+        return max(after_seq, missing[0].seq - 1), False
+    return max(after_seq, page.last_seq), True
+
+
+def _send(run: TrainingRun, missing: list[RunEvent], *, new_copies: bool) -> None:
+    """Send those of ``missing`` that are due, and forget the events Prefect now holds."""
+    sent = _sent.get(run.run_id, {})
     now = time.monotonic()
-    sending = {
-        e.seq: next_
-        for e in page.events
-        if (next_ := _next_sending(sent.get(e.seq), now)) is not None
+    due = {
+        e.seq: sending
+        for e in missing
+        if (sending := _next_sending(sent.get(e.seq), now, new_copies)) is not None
     }
-    relay_events(
-        run,
-        [e for e in page.events if e.seq in sending],
-        {seq: next_.copy for seq, next_ in sending.items()},
-    )
-    sent.update(sending)
-    held_through, complete = await _held_through(run.run_id, page, after_seq)
-    for seq in [seq for seq in sent if seq <= held_through]:
-        del sent[seq]
-    return held_through, complete
+    relay_events(run, [e for e in missing if e.seq in due], {s: d.copy for s, d in due.items()})
+    if missing:
+        _sent[run.run_id] = {e.seq: due.get(e.seq) or sent[e.seq] for e in missing}
+    else:
+        _sent.pop(run.run_id, None)
 
 
-def _next_sending(last: _Sent | None, now: float) -> _Sent | None:
+def _next_sending(last: _Sent | None, now: float, new_copies: bool = True) -> _Sent | None:
     """Return how to send an event now, given how it was last sent (``None``: not due yet)."""
     if last is None:
         return _Sent(at=now, copy=0, sendings=1)
     if now - last.at < RESEND_AFTER_SECONDS:
         return None
+    if not new_copies:
+        return replace(last, at=now)  # a sending that counts for nothing
     copy = min(last.sendings // SENDINGS_PER_COPY, COPIES - 1)
     return _Sent(at=now, copy=copy, sendings=last.sendings + 1)
 
 
-async def _held_through(run_id: str, page: EventPage, after_seq: int) -> tuple[int, bool]:
-    """Return the seq before the first relayed event of ``page`` of which Prefect holds no copy
-    (or the page's end), and whether it holds them all."""
-    relayed = sorted((e for e in page.events if e.type in EVENT_NAMES), key=lambda e: e.seq)
-    copies = {e.seq: [event_id(run_id, e.seq, copy) for copy in range(COPIES)] for e in relayed}
-    held = await _held_ids(run_id, [id_ for ids in copies.values() for id_ in ids])
-    for event in relayed:
-        if held.isdisjoint(copies[event.seq]):
-            return max(after_seq, event.seq - 1), False
-    return max(after_seq, page.last_seq), True
-
-
-async def _held_ids(run_id: str, ids: list[UUID]) -> set[UUID]:
-    """Return which of ``ids`` Prefect holds for the backend run (none, if it cannot say)."""
+async def _held_ids(run_id: str, ids: list[UUID]) -> set[UUID] | None:
+    """Return which of ``ids`` Prefect holds for the backend run (``None``: it cannot say)."""
     held: set[UUID] = set()
     try:
         async with get_client() as client:
@@ -146,5 +147,5 @@ async def _held_ids(run_id: str, ids: list[UUID]) -> set[UUID]:
         # Only a check: a Prefect that cannot answer now must never stop supervision. Nothing
         # counts as held, so the events are sent and checked again next time.
         logger.debug("Could not read back the events of run %s: %s", run_id, error)
-        return set()
+        return None
     return held

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -76,6 +77,14 @@ def test_an_event_is_sent_twice_as_each_copy_and_at_most_every_ten_seconds():
         assert sent is not None
         copies.append(sent.copy)
     assert copies == [0, 0, 1, 1, 2, 2, 2, 2]  # the last of the three copies is sent again
+
+    # Sendings while Prefect could not say what it holds count for nothing.
+    first = event_relay._next_sending(None, 0.0)
+    assert first is not None
+    blind = event_relay._next_sending(first, wait, new_copies=False)
+    assert blind is not None and (blind.copy, blind.sendings) == (0, 1)
+    after = event_relay._next_sending(blind, 2 * wait)
+    assert after is not None and (after.copy, after.sendings) == (0, 2)
 
 
 async def copies_held(resource_id: str, seqs: set[int], timeout: float = 20) -> Counter[int]:
@@ -147,17 +156,30 @@ async def test_a_prefect_that_cannot_say_what_it_holds_never_stops_the_flow_run(
     start_simulator, monkeypatch
 ):
     # Reading the events back is a check: when Prefect's events API fails, nothing counts as
-    # held, the events are sent again, and the flow run carries on to its end.
+    # held, the events are sent again, and the flow run carries on to its end. Never as a new
+    # copy, though: a Prefect that cannot say may hold the event, and would then hold it twice.
     from prefect.client.orchestration import PrefectClient
 
     simulator = start_simulator("default")
+    sent: list[Any] = []
+    send = reporting.emit_event
+
+    def recording(**event: Any) -> Any:
+        sent.append(event["id"])
+        return send(**event)
 
     async def unavailable(self: Any, **_: Any) -> Any:
         raise httpx.ConnectError("events API down")
 
     monkeypatch.setattr(PrefectClient, "read_events", unavailable)
-    monkeypatch.setattr(event_relay, "SETTLE_PAUSES", (0.1, 0.1))
+    monkeypatch.setattr(reporting, "emit_event", recording)
+    monkeypatch.setattr(event_relay, "RESEND_AFTER_SECONDS", 0.0)
+    monkeypatch.setattr(event_relay, "SETTLE_PAUSES", (0.1,) * 6)
 
     state = await ito_training(**parameters(simulator), return_state=True)
 
     assert state.is_completed(), state.message
+    run_id = simulator.runs()[0].run.run_id
+    first_copies = {UUID(id_) for id_ in await backend_events(simulator, run_id)}
+    assert len(sent) > 2 * len(first_copies)  # sent again and again
+    assert set(sent) == first_copies
