@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -22,6 +23,29 @@ from prefect_ito.blocks import ItoCredentials
 from prefect_ito.flows import ito_training
 from prefect_ito.reporting import event_relay
 from prefect_ito.reporting import report as reporting
+
+
+class Emitted:
+    """Stands in for ``emit_event`` in the relay: records every sending as (name, id), and lets
+    through to Prefect only those ``arrives`` allows (given the sendings so far, this one last)."""
+
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        arrives: Callable[[list[tuple[str, UUID]]], bool] = lambda _: True,
+    ) -> None:
+        self.sendings: list[tuple[str, UUID]] = []
+        self._send = reporting.emit_event
+        self._arrives = arrives
+        monkeypatch.setattr(reporting, "emit_event", self)
+
+    def __call__(self, **event: Any) -> Any:
+        self.sendings.append((event["event"], event["id"]))
+        return self._send(**event) if self._arrives(self.sendings) else None
+
+    def ids(self, name: str | None = None) -> list[UUID]:
+        """Return the ids sent, in order (of events named ``name`` only, if given)."""
+        return [id_ for sent, id_ in self.sendings if name in (None, sent)]
 
 
 async def held_events(resource_id: str, ids: set[str], timeout: float = 20) -> set[str]:
@@ -43,16 +67,12 @@ async def test_an_event_lost_on_its_way_is_sent_again_before_the_flow_run_ends(
     start_simulator, monkeypatch, lost
 ):
     simulator = start_simulator("default")
-    dropped: list[Any] = []
-    send = reporting.emit_event
 
-    def lossy(**event: Any) -> Any:
-        if event["event"] == lost and not dropped:
-            dropped.append(event["id"])  # the first sending of this event never arrives
-            return None
-        return send(**event)
+    def after_the_first(sendings: list[tuple[str, UUID]]) -> bool:
+        name, _ = sendings[-1]  # the first sending of this event never arrives
+        return name != lost or [sent for sent, _ in sendings].count(lost) > 1
 
-    monkeypatch.setattr(reporting, "emit_event", lossy)
+    emitted = Emitted(monkeypatch, after_the_first)
     # The suite's servers write what they receive every half second (tests/conftest.py), not
     # every five: two seconds missing is long enough to send an event again here.
     monkeypatch.setattr(event_relay, "RESEND_AFTER_SECONDS", 2.0)
@@ -62,7 +82,7 @@ async def test_an_event_lost_on_its_way_is_sent_again_before_the_flow_run_ends(
     assert state.is_completed(), state.message
     run_id = simulator.runs()[0].run.run_id
     expected = set(await backend_events(simulator, run_id))
-    assert dropped and str(dropped[0]) in expected
+    assert str(emitted.ids(lost)[0]) in expected
     assert await held_events(f"ito.training-run.{run_id}", expected) == expected
 
 
@@ -109,18 +129,13 @@ async def test_an_event_prefect_received_and_lost_is_issued_again_under_an_id_of
     # minutes (its in-memory de-duplication runs before its writer): modelled here by dropping
     # every sending of that event's first id, however often it is sent.
     simulator = start_simulator("default")
-    refused: set[Any] = set()
-    sendings: list[tuple[str, Any]] = []
-    send = reporting.emit_event
+    finished = "ito.training.finished"
 
-    def losing(**event: Any) -> Any:
-        sendings.append((event["event"], event["id"]))
-        if event["event"] == "ito.training.finished" and (not refused or event["id"] in refused):
-            refused.add(event["id"])
-            return None
-        return send(**event)
+    def refused_by_id(sendings: list[tuple[str, UUID]]) -> bool:
+        name, id_ = sendings[-1]
+        return name != finished or id_ != next(i for sent, i in sendings if sent == finished)
 
-    monkeypatch.setattr(reporting, "emit_event", losing)
+    emitted = Emitted(monkeypatch, refused_by_id)
     monkeypatch.setattr(event_relay, "RESEND_AFTER_SECONDS", 2.0)
 
     state = await ito_training(**parameters(simulator), return_state=True)
@@ -131,18 +146,17 @@ async def test_an_event_prefect_received_and_lost_is_issued_again_under_an_id_of
     seqs = {e.seq for e in relayed}
     held = await copies_held(f"ito.training-run.{run.run_id}", seqs)
     assert held == Counter(dict.fromkeys(seqs, 1))  # every event once, the lost one as a copy
-    (lost,) = refused
-    finished = [id_ for name, id_ in sendings if name == "ito.training.finished"]
-    assert finished[:2] == [lost, lost] and lost not in finished[2:]
+    lost, *later = emitted.ids(finished)
+    assert later[0] == lost and lost not in later[1:]  # sent twice, then as a copy
 
     # A process that relays the run again (its flow run re-entered) counts the copy Prefect
-    # holds: it issues no copy of its own, so Prefect never holds the event twice.
+    # holds: it sends nothing, so Prefect never holds the event twice.
     event_relay._sent.clear()
-    sendings.clear()
+    emitted.sendings.clear()
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         held_through = await event_relay.relay_held(client, run, 0)
     assert held_through == last_seq
-    assert {id_ for name, id_ in sendings if name == "ito.training.finished"} <= refused
+    assert emitted.sendings == []
 
 
 async def _relayed(simulator: Any, run_id: str) -> tuple[list[Any], int]:
@@ -161,18 +175,12 @@ async def test_a_prefect_that_cannot_say_what_it_holds_never_stops_the_flow_run(
     from prefect.client.orchestration import PrefectClient
 
     simulator = start_simulator("default")
-    sent: list[Any] = []
-    send = reporting.emit_event
-
-    def recording(**event: Any) -> Any:
-        sent.append(event["id"])
-        return send(**event)
+    emitted = Emitted(monkeypatch)
 
     async def unavailable(self: Any, **_: Any) -> Any:
         raise httpx.ConnectError("events API down")
 
     monkeypatch.setattr(PrefectClient, "read_events", unavailable)
-    monkeypatch.setattr(reporting, "emit_event", recording)
     monkeypatch.setattr(event_relay, "RESEND_AFTER_SECONDS", 0.0)
     monkeypatch.setattr(event_relay, "SETTLE_PAUSES", (0.1,) * 6)
 
@@ -181,5 +189,5 @@ async def test_a_prefect_that_cannot_say_what_it_holds_never_stops_the_flow_run(
     assert state.is_completed(), state.message
     run_id = simulator.runs()[0].run.run_id
     first_copies = {UUID(id_) for id_ in await backend_events(simulator, run_id)}
-    assert len(sent) > 2 * len(first_copies)  # sent again and again
-    assert set(sent) == first_copies
+    assert len(emitted.sendings) > 2 * len(first_copies)  # sent again and again
+    assert set(emitted.ids()) == first_copies
