@@ -13,12 +13,17 @@ import pytest
 
 from prefect_ito.backend.auth import store_token
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
-from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
+from prefect_ito.simulator import Faults, Scenario, SimulatorServer, builtin_scenario
 
 FAST = 4_000_000.0
 """Simulated seconds per real second where a test's pace does not matter: the default run takes
 about half a second (at the simulator's own default, 400,000, the pretraining stage alone waits
 three). A test that needs time to act while a run is under way names its own pace."""
+
+
+def with_faults(**faults: Any) -> Scenario:
+    """Return the default scenario with these :class:`~prefect_ito.simulator.Faults`."""
+    return builtin_scenario("default").model_copy(update={"faults": Faults(**faults)})
 
 
 @pytest.fixture

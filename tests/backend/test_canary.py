@@ -25,6 +25,7 @@ from ito_fakes import (
     sample_run,
 )
 from pydantic import SecretStr
+from simulator_fixture import with_faults
 
 from prefect_ito.backend.auth import ENV_API_URL, ENV_TOKEN, resolve_token
 from prefect_ito.backend.client import ItoClient
@@ -40,7 +41,7 @@ from prefect_ito.contract import (
     TrainingRunList,
 )
 from prefect_ito.exceptions import ItoError
-from prefect_ito.simulator import Faults, builtin_scenario
+from prefect_ito.simulator import builtin_scenario
 
 CANARY = f"canary-{uuid.uuid4().hex}"
 DEBUG_LOGGERS = ("httpx", "httpcore", "prefect_ito")
@@ -178,9 +179,9 @@ async def test_canary_minted_by_the_simulator_appears_nowhere_over_loopback(
     texts: list[str] = []
     scenarios = [
         builtin_scenario("default"),
-        _faulty(unavailable_rate=0.5, rate_limited_rate=0.2, retry_after_seconds=0, seed=3),
-        _faulty(drop_response_after_commit=3),
-        _faulty(revoke_tokens_after_seconds=0),
+        with_faults(unavailable_rate=0.5, rate_limited_rate=0.2, retry_after_seconds=0, seed=3),
+        with_faults(drop_response_after_commit=3),
+        with_faults(revoke_tokens_after_seconds=0),
     ]
     for scenario in scenarios:
         sim.load_scenario(scenario)
@@ -203,7 +204,3 @@ async def test_canary_minted_by_the_simulator_appears_nowhere_over_loopback(
     ]
     assert any(record.name.startswith("httpcore") for record in caplog.records)
     assert [text for text in [*texts, out, err, *records] if canary in text] == []
-
-
-def _faulty(**faults: Any) -> Any:
-    return builtin_scenario("default").model_copy(update={"faults": Faults(**faults)})

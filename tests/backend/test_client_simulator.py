@@ -9,6 +9,7 @@ import httpx
 import pytest
 from ito_fakes import Sleeps, sample_request
 from pydantic import SecretStr
+from simulator_fixture import with_faults
 
 from prefect_ito import exceptions as exc
 from prefect_ito.backend._retry import RetryBudget
@@ -32,10 +33,6 @@ def _client(sim: Any, token: SecretStr | None = None, **options: Any) -> ItoClie
     # A person's token: these tests confirm their own quotes at the backend.
     person = sim.mint_token(scopes=[scope.value for scope in ALL_SCOPES], principal="user:ada")
     return ItoClient(sim.url, token if token is not None else person, **options)
-
-
-def _with_faults(**faults: Any) -> Any:
-    return builtin_scenario("default").model_copy(update={"faults": Faults(**faults)})
 
 
 def _v0(sim: Any) -> list[Any]:
@@ -166,7 +163,7 @@ async def test_unauthenticated_and_revoked_tokens_stop_at_once(sim: Any) -> None
             await client.get_capabilities()
     assert [e.status for e in _v0(sim)] == [401]
     token = sim.mint_token()
-    sim.load_scenario(_with_faults(revoke_tokens_after_seconds=0))
+    sim.load_scenario(with_faults(revoke_tokens_after_seconds=0))
     async with _client(sim, token) as client:
         with pytest.raises(exc.TokenRevoked):
             await client.get_training_run("run-1")
@@ -174,7 +171,7 @@ async def test_unauthenticated_and_revoked_tokens_stop_at_once(sim: Any) -> None
 
 
 async def test_unavailable_backend_is_retried_until_the_retries_run_out(sim: Any) -> None:
-    sim.load_scenario(_with_faults(unavailable_rate=1.0))
+    sim.load_scenario(with_faults(unavailable_rate=1.0))
     sleeps = Sleeps()
     async with _client(sim, max_retries=2, sleep=sleeps) as client:
         with pytest.raises(exc.BackendUnavailable):
@@ -184,7 +181,7 @@ async def test_unavailable_backend_is_retried_until_the_retries_run_out(sim: Any
 
 
 async def test_rate_limit_honours_retry_after(sim: Any) -> None:
-    sim.load_scenario(_with_faults(rate_limited_rate=1.0, retry_after_seconds=2))
+    sim.load_scenario(with_faults(rate_limited_rate=1.0, retry_after_seconds=2))
     sleeps = Sleeps()
     async with _client(sim, max_retries=1, sleep=sleeps) as client:
         with pytest.raises(exc.RateLimited) as caught:
@@ -195,7 +192,7 @@ async def test_rate_limit_honours_retry_after(sim: Any) -> None:
 
 async def test_flaky_backend_is_ridden_out(sim: Any) -> None:
     sim.load_scenario(
-        _with_faults(unavailable_rate=0.3, rate_limited_rate=0.2, seed=7, retry_after_seconds=0)
+        with_faults(unavailable_rate=0.3, rate_limited_rate=0.2, seed=7, retry_after_seconds=0)
     )
     budget = RetryBudget(capacity=100)
     async with _client(sim, max_retries=8, retry_budget=budget) as client:

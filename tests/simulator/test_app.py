@@ -7,17 +7,14 @@ apart by the state each request carries: tokens, runs, faults and request logs s
 from __future__ import annotations
 
 import httpx
+from simulator_fixture import with_faults
 
-from prefect_ito.simulator import Faults, builtin_scenario
 from prefect_ito.simulator.app import shared_routes
 
 
 def test_two_simulators_at_once_keep_their_tokens_runs_faults_and_logs_apart(desk_for):
     first = desk_for()
-    failing = builtin_scenario("default").model_copy(
-        update={"faults": Faults(unavailable_rate=1.0)}
-    )
-    second = desk_for(failing)
+    second = desk_for(with_faults(unavailable_rate=1.0))
 
     started = first.start(key="only-in-first")
     foreign = httpx.get(

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from simulator_fixture import with_faults
 
-from prefect_ito.simulator import Faults, builtin_scenario
+from prefect_ito.simulator import builtin_scenario
 from prefect_ito.simulator.ids import mint
 
 
-def _with_faults(**faults):
-    return builtin_scenario("default").model_copy(update={"faults": Faults(**faults)})
-
-
 def test_drop_response_after_commit_creates_the_run_and_cuts_the_connection(desk_for):
-    desk = desk_for(_with_faults(drop_response_after_commit=1))
+    desk = desk_for(with_faults(drop_response_after_commit=1))
 
     with pytest.raises(httpx.TransportError):
         desk.submit(key="ambiguous")
@@ -30,7 +27,7 @@ def test_drop_response_after_commit_creates_the_run_and_cuts_the_connection(desk
 
 
 def test_rate_limits_carry_retry_after(desk_for):
-    desk = desk_for(_with_faults(rate_limited_rate=1.0, retry_after_seconds=7))
+    desk = desk_for(with_faults(rate_limited_rate=1.0, retry_after_seconds=7))
 
     response = desk.http.get("/v0/capabilities")
     admin = httpx.get(f"{desk.sim.url}/_sim/bookings")
@@ -42,7 +39,7 @@ def test_rate_limits_carry_retry_after(desk_for):
 
 
 def test_an_unexpected_failure_is_a_500_envelope_with_its_request_id(desk_for):
-    desk = desk_for(_with_faults(internal_error_rate=1.0))
+    desk = desk_for(with_faults(internal_error_rate=1.0))
 
     response = desk.http.get("/v0/capabilities")
     again = desk.http.get("/v0/capabilities")  # the server goes on answering
@@ -63,8 +60,8 @@ def test_unavailable_rate_gives_503s_in_a_repeatable_sequence(desk_for):
     def statuses(desk):
         return [desk.http.get("/v0/capabilities").status_code for _ in range(20)]
 
-    first = statuses(desk_for(_with_faults(unavailable_rate=0.5, seed=3)))
-    second = statuses(desk_for(_with_faults(unavailable_rate=0.5, seed=3)))
+    first = statuses(desk_for(with_faults(unavailable_rate=0.5, seed=3)))
+    second = statuses(desk_for(with_faults(unavailable_rate=0.5, seed=3)))
 
     assert first == second
     assert set(first) == {200, 503}
@@ -85,9 +82,9 @@ def test_a_seeded_storm_is_the_same_whatever_order_requests_arrive_in(desk_for):
         return fate, polls
 
     calls = range(12)
-    forwards, polled = fates(desk_for(_with_faults(unavailable_rate=0.5, seed=3)), calls)
+    forwards, polled = fates(desk_for(with_faults(unavailable_rate=0.5, seed=3)), calls)
     backwards, polled_again = fates(
-        desk_for(_with_faults(unavailable_rate=0.5, seed=3)), reversed(calls)
+        desk_for(with_faults(unavailable_rate=0.5, seed=3)), reversed(calls)
     )
 
     assert forwards == backwards
@@ -99,7 +96,7 @@ def test_a_seeded_storm_is_the_same_whatever_order_requests_arrive_in(desk_for):
 
 def test_tokens_issued_before_the_revocation_time_die(desk_for):
     desk = desk_for()
-    desk.sim.load_scenario(_with_faults(revoke_tokens_after_seconds=0))
+    desk.sim.load_scenario(with_faults(revoke_tokens_after_seconds=0))
 
     old = desk.http.get("/v0/capabilities")
     fresh = desk.sim.mint_token().get_secret_value()
@@ -111,7 +108,7 @@ def test_tokens_issued_before_the_revocation_time_die(desk_for):
 
 
 def test_request_log_never_holds_the_token(desk_for):
-    desk = desk_for(_with_faults(rate_limited_rate=0.3))
+    desk = desk_for(with_faults(rate_limited_rate=0.3))
     desk.submit(key="k")
     desk.http.get("/v0/training-runs", params={"idempotency_key": "k"})
     desk.http.post("/v0/auth/revoke")
