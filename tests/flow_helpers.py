@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from prefect import Flow, State, get_client
@@ -17,7 +18,7 @@ from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli.terminal import run_training
-from prefect_ito.contract import TrainingRequest
+from prefect_ito.contract import RunEvent, TrainingRequest
 from prefect_ito.people import answers
 from prefect_ito.people.approval import RestartDecision
 from prefect_ito.reporting.report import EVENT_NAMES, event_id
@@ -168,13 +169,32 @@ async def logs_until(flow_run_id: Any, text: str, timeout: float = 30) -> list[A
             await asyncio.sleep(1)
 
 
-async def backend_events(simulator: SimulatorServer, run_id: str) -> dict[str, str]:
-    """Return {Prefect event id: event name} for the backend events the flow relays."""
+async def relayed_events(simulator: SimulatorServer, run_id: str) -> tuple[list[RunEvent], int]:
+    """Return the backend run's events the flow relays to Prefect, and the last seq of all."""
     credentials = ItoCredentials(api_url=simulator.url)
     async with credentials.get_client() as client:
         page = await client.list_events(run_id, after=0)
-    return {
-        str(event_id(run_id, event.seq)): EVENT_NAMES[event.type]
-        for event in page.events
-        if event.type in EVENT_NAMES
-    }
+    return [event for event in page.events if event.type in EVENT_NAMES], page.last_seq
+
+
+async def backend_events(simulator: SimulatorServer, run_id: str) -> dict[str, str]:
+    """Return {Prefect event id: event name} for the backend events the flow relays."""
+    relayed, _ = await relayed_events(simulator, run_id)
+    return {str(event_id(run_id, event.seq)): EVENT_NAMES[event.type] for event in relayed}
+
+
+async def prefect_events(
+    run_id: str, enough: Callable[[list[dict[str, Any]]], bool], timeout: float = 60
+) -> list[dict[str, Any]]:
+    """Return Prefect's events about the backend run (as its API answers them) once ``enough``
+    says so of them, or when ``timeout`` passed: Prefect writes what it receives a little later."""
+    body = {"filter": {"resource": {"id": [f"ito.training-run.{run_id}"]}}, "limit": 50}
+    async with get_client() as client:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            response = await client._client.post("/events/filter", json=body)
+            response.raise_for_status()
+            events: list[dict[str, Any]] = response.json()["events"]
+            if enough(events) or asyncio.get_running_loop().time() > deadline:
+                return events
+            await asyncio.sleep(1)

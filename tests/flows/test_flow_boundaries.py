@@ -8,14 +8,12 @@ and every Prefect event the flow sent can be read back through the API.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import sys
 from pathlib import Path
 
-from flow_helpers import Person, backend_events
-from prefect import get_client
+from flow_helpers import Person, backend_events, prefect_events
 from rich.console import Console
 from spend_helpers import covering_authorization
 
@@ -70,18 +68,6 @@ async def test_the_demo_flow_stays_within_its_boundaries(start_simulator):
 
     run = simulator.runs()[0].run
     expected = await backend_events(simulator, run.run_id)
-    seen = await read_prefect_events(f"ito.training-run.{run.run_id}", len(expected))
+    events = await prefect_events(run.run_id, lambda events: len(events) >= len(expected))
+    seen = {event["id"]: event["event"] for event in events}
     assert seen == expected
-
-
-async def read_prefect_events(resource_id: str, expected: int) -> dict[str, str]:
-    """Read the events about ``resource_id`` back from the Prefect API, waiting for the flush."""
-    body = {"filter": {"resource": {"id": [resource_id]}}, "limit": 50}
-    async with asyncio.timeout(60), get_client() as client:
-        while True:
-            response = await client._client.post("/events/filter", json=body)
-            response.raise_for_status()
-            events = {event["id"]: event["event"] for event in response.json()["events"]}
-            if len(events) >= expected:
-                return events
-            await asyncio.sleep(1)

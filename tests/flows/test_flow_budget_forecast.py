@@ -3,12 +3,11 @@ never for a run well within it. A real Prefect server and the simulator on loopb
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from flow_helpers import parameters
-from prefect import get_client
+from flow_helpers import parameters, prefect_events
 
 from prefect_ito.flows import ito_training
 from prefect_ito.reporting.report import BUDGET_AT_RISK
@@ -18,20 +17,9 @@ SCALE = 100_000.0
 """Slow enough that the flow reads the run a few times before its ceiling (about 10 s in)."""
 
 
-async def prefect_events(run_id: str, names: set[str], timeout: float = 60) -> list[dict[str, Any]]:
-    """Return Prefect's events about the backend run, once every one of ``names`` is there."""
-    body = {"filter": {"resource": {"id": [f"ito.training-run.{run_id}"]}}, "limit": 50}
-    async with get_client() as client:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            response = await client._client.post("/events/filter", json=body)
-            response.raise_for_status()
-            events: list[dict[str, Any]] = response.json()["events"]
-            if names <= {e["event"] for e in events}:
-                return events
-            if asyncio.get_running_loop().time() > deadline:
-                return events
-            await asyncio.sleep(1)
+def all_of(wanted: set[str]) -> Callable[[list[dict[str, Any]]], bool]:
+    """Tell, of Prefect's events, whether every one of ``wanted`` is there."""
+    return lambda events: wanted <= {event["event"] for event in events}
 
 
 async def test_a_run_that_will_exhaust_its_budget_is_flagged_before_it_does(start_simulator):
@@ -42,7 +30,7 @@ async def test_a_run_that_will_exhaust_its_budget_is_flagged_before_it_does(star
 
     assert state.name == "BudgetExhausted", state.message
     run_id = simulator.runs()[0].run.run_id
-    events = await prefect_events(run_id, {BUDGET_AT_RISK, "ito.training.finished"})
+    events = await prefect_events(run_id, all_of({BUDGET_AT_RISK, "ito.training.finished"}))
     (at_risk,) = [e for e in events if e["event"] == BUDGET_AT_RISK]
     (finished,) = [e for e in events if e["event"] == "ito.training.finished"]
     payload = at_risk["payload"]
@@ -67,7 +55,7 @@ async def test_a_run_well_within_its_budget_is_never_flagged(start_simulator):
 
     assert state.is_completed(), state.message
     run_id = simulator.runs()[0].run.run_id
-    events = await prefect_events(run_id, {"ito.training.finished"})
+    events = await prefect_events(run_id, all_of({"ito.training.finished"}))
     names = [e["event"] for e in events]
     assert "ito.training.finished" in names
     assert BUDGET_AT_RISK not in names

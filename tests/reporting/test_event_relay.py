@@ -8,7 +8,6 @@ a Prefect server had received and not written, which it then refused to take aga
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +15,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from flow_helpers import backend_events, parameters
-from prefect import get_client
+from flow_helpers import backend_events, parameters, prefect_events, relayed_events
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.flows import ito_training
@@ -48,18 +46,13 @@ class Emitted:
         return [id_ for sent, id_ in self.sendings if name in (None, sent)]
 
 
-async def held_events(resource_id: str, ids: set[str], timeout: float = 20) -> set[str]:
-    """Return which of ``ids`` Prefect holds for ``resource_id``, waiting a while for the flush."""
-    body = {"filter": {"resource": {"id": [resource_id]}}, "limit": 50}
-    held: set[str] = set()
-    async with get_client() as client:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not ids <= held and asyncio.get_running_loop().time() < deadline:
-            response = await client._client.post("/events/filter", json=body)
-            response.raise_for_status()
-            held = {event["id"] for event in response.json()["events"]}
-            await asyncio.sleep(1)
-    return held & ids
+def ids_of(events: list[dict[str, Any]]) -> set[str]:
+    return {event["id"] for event in events}
+
+
+def copies(events: list[dict[str, Any]]) -> Counter[int]:
+    """Count the copies of each backend event (by seq) among Prefect's events."""
+    return Counter(e["payload"]["backend_seq"] for e in events if "backend_seq" in e["payload"])
 
 
 @pytest.mark.parametrize("lost", ["ito.training.submitted", "ito.training.finished"])
@@ -83,7 +76,8 @@ async def test_an_event_lost_on_its_way_is_sent_again_before_the_flow_run_ends(
     run_id = simulator.runs()[0].run.run_id
     expected = set(await backend_events(simulator, run_id))
     assert str(emitted.ids(lost)[0]) in expected
-    assert await held_events(f"ito.training-run.{run_id}", expected) == expected
+    events = await prefect_events(run_id, lambda events: expected <= ids_of(events), timeout=20)
+    assert ids_of(events) & expected == expected
 
 
 def test_an_event_is_sent_twice_as_each_copy_and_at_most_every_ten_seconds():
@@ -107,21 +101,6 @@ def test_an_event_is_sent_twice_as_each_copy_and_at_most_every_ten_seconds():
     assert after is not None and (after.copy, after.sendings) == (0, 2)
 
 
-async def copies_held(resource_id: str, seqs: set[int], timeout: float = 20) -> Counter[int]:
-    """Return how many copies of each backend event (by seq) Prefect holds for ``resource_id``,
-    waiting a while for the flush to hold one of each."""
-    body = {"filter": {"resource": {"id": [resource_id]}}, "limit": 50}
-    held: Counter[int] = Counter()
-    async with get_client() as client:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not seqs <= set(held) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(1)
-            response = await client._client.post("/events/filter", json=body)
-            response.raise_for_status()
-            held = Counter(event["payload"]["backend_seq"] for event in response.json()["events"])
-    return held
-
-
 async def test_an_event_prefect_received_and_lost_is_issued_again_under_an_id_of_its_own(
     start_simulator, monkeypatch
 ):
@@ -142,10 +121,10 @@ async def test_an_event_prefect_received_and_lost_is_issued_again_under_an_id_of
 
     assert state.is_completed(), state.message
     run = simulator.runs()[0].run
-    relayed, last_seq = await _relayed(simulator, run.run_id)
+    relayed, last_seq = await relayed_events(simulator, run.run_id)
     seqs = {e.seq for e in relayed}
-    held = await copies_held(f"ito.training-run.{run.run_id}", seqs)
-    assert held == Counter(dict.fromkeys(seqs, 1))  # every event once, the lost one as a copy
+    events = await prefect_events(run.run_id, lambda events: seqs <= set(copies(events)), 20)
+    assert copies(events) == Counter(dict.fromkeys(seqs, 1))  # once each, the lost one a copy
     lost, *later = emitted.ids(finished)
     assert later[0] == lost and lost not in later[1:]  # sent twice, then as a copy
 
@@ -157,13 +136,6 @@ async def test_an_event_prefect_received_and_lost_is_issued_again_under_an_id_of
         held_through = await event_relay.relay_held(client, run, 0)
     assert held_through == last_seq
     assert emitted.sendings == []
-
-
-async def _relayed(simulator: Any, run_id: str) -> tuple[list[Any], int]:
-    """Return the backend events of ``run_id`` the flow relays, and the last seq of all."""
-    async with ItoCredentials(api_url=simulator.url).get_client() as client:
-        page = await client.list_events(run_id, after=0)
-    return [e for e in page.events if e.type in reporting.EVENT_NAMES], page.last_seq
 
 
 async def test_a_prefect_that_cannot_say_what_it_holds_never_stops_the_flow_run(
