@@ -163,3 +163,47 @@ async def test_a_prefect_that_cannot_say_what_it_holds_never_stops_the_flow_run(
     first_copies = {UUID(id_) for id_ in await backend_events(simulator, run_id)}
     assert len(emitted.sendings) > 2 * len(first_copies)  # sent again and again
     assert set(emitted.ids()) == first_copies
+
+
+async def test_events_a_colleague_writes_under_the_relay_s_ids_change_nothing_the_flow_decides(
+    start_simulator, monkeypatch
+):
+    # A colleague with Prefect API access (no Itô token) writes events of their own under the
+    # ids the relay would use for later copies of the run's events, as soon as the run has an id.
+    # Prefect keeps the first event of an id, and the relay counts any copy held, so theirs
+    # stands in Prefect's feed for those events: the relay reads nothing else from them. The
+    # run's outcome, stages and gates come from the backend alone.
+    from prefect import get_client as prefect_client
+
+    simulator = start_simulator("default")
+    forged: set[str] = set()
+
+    def forge_once(sendings: list[tuple[str, UUID]]) -> bool:
+        if not forged:
+            run_id = simulator.runs()[0].run.run_id
+            events = [
+                {
+                    "id": str(reporting.event_id(run_id, seq, 1)),
+                    "occurred": "2026-12-04T00:00:00Z",
+                    "event": "ito.training.finished",
+                    "resource": {"prefect.resource.id": f"ito.training-run.{run_id}"},
+                    "payload": {"message": "forged: the run failed", "backend_seq": seq},
+                }
+                for seq in range(2, 60)
+            ]
+            with prefect_client(sync_client=True) as client:
+                client._client.post("/events", json=events).raise_for_status()
+            forged.update(event["id"] for event in events)
+        return True
+
+    Emitted(monkeypatch, forge_once)
+
+    state = await ito_training(**parameters(simulator, post_training="rlvr"), return_state=True)
+
+    assert state.is_completed(), state.message
+    summary = await state.aresult()
+    run = simulator.runs()[0].run
+    assert summary.run_id == run.run_id and summary.state is run.state
+    assert [stage.name for stage in summary.stages] == [stage.name for stage in run.stages]
+    assert summary.gates and all(row["pass"] for row in summary.gates)
+    assert forged  # they did write, under ids the relay counts
