@@ -122,6 +122,16 @@ def derive_idempotency_key(request: TrainingRequest, flow_run_id: uuid.UUID | st
     return f"ito-train-{uuid.uuid5(_KEY_NAMESPACE, name)}"
 
 
+def quote_submission_key(quote_id: str) -> str:
+    """Return the idempotency key of the one submission a confirmed quote ``quote_id`` makes.
+
+    ``train --confirm QUOTE_ID`` submits under it, so the same command run again after its
+    process was killed finds the run that quote made, and follows it, rather than stop on a
+    quote that is used.
+    """
+    return f"ito-train-{uuid.uuid5(_KEY_NAMESPACE, f'quote|{quote_id}')}"
+
+
 def submission_key(
     training: TrainingParameters, request: TrainingRequest, flow_run_id: uuid.UUID | str | None
 ) -> str:

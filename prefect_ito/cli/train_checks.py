@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from prefect_ito.backend import desk
+from prefect_ito.backend import desk, ownership
 from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_credentials
 from prefect_ito.cli import terminal
 from prefect_ito.contract import QuoteState, TrainingRequest
@@ -93,7 +93,7 @@ async def check_backend(
         raise error
     await _probe(credentials)
     if confirm is not None:
-        await confirm_beforehand(credentials, request, confirm, note)
+        await confirm_beforehand(credentials, request, confirm, note, parameters.idempotency_key)
 
 
 async def _probe(credentials: ItoCredentials) -> None:
@@ -153,7 +153,9 @@ async def spend_confirmer(
             if (error := _check_confirm(spend.confirm, request.digest())) is not None:
                 raise error
             credentials = await resolve_credentials(flow_parameters["credentials"])
-            await confirm_beforehand(credentials, request, spend.confirm, spend.note)
+            await confirm_beforehand(
+                credentials, request, spend.confirm, spend.note, parameters.idempotency_key
+            )
         return terminal.ConfirmedBeforehand(spend.confirm, _console)
     if terminal.interactive():
         return terminal.confirm_at_terminal
@@ -162,9 +164,16 @@ async def spend_confirmer(
 
 
 async def confirm_beforehand(
-    credentials: ItoCredentials, request: TrainingRequest, quote_id: str, note: str | None
+    credentials: ItoCredentials,
+    request: TrainingRequest,
+    quote_id: str,
+    note: str | None,
+    idempotency_key: str | None = None,
 ) -> None:
     """Confirm ``quote_id`` at the backend for exactly ``request``; refuse anything else.
+
+    A quote that already made its run under ``idempotency_key`` (the same command, run again
+    after its process was killed) is not confirmed again: the flow follows that run.
 
     Raises:
         ConfirmationMismatch: the quote is another request's.
@@ -183,6 +192,15 @@ async def confirm_beforehand(
                 field="confirm",
             )
         if quote.state not in (QuoteState.PENDING, QuoteState.CONFIRMED):
+            made = await ownership.find_keyed_run(client, request, idempotency_key)
+            if made is not None:
+                _console.print(
+                    f"Quote {quote_id} already made backend run {made.run_id}: following it; "
+                    "nothing is confirmed or submitted again.",
+                    markup=False,
+                    soft_wrap=True,
+                )
+                return
             state = quote.state.value if quote.state else "unknown"
             error = ConfirmationExpired if quote.state is QuoteState.EXPIRED else ConfirmationUsed
             raise error(

@@ -50,6 +50,7 @@ from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.parameters import (
     SupervisionParameters,
     check_id,
+    quote_submission_key,
 )
 from prefect_ito.people import answers
 from prefect_ito.people.approval import RestartDecision
@@ -100,6 +101,11 @@ def train(
     """
     output.use_json(json_output)
     parameters = training_parameters(training, data_file)
+    if confirm is not None and parameters.idempotency_key is None:
+        # One quote, one submission: the same command again re-attaches to the run it made.
+        parameters = parameters.model_copy(
+            update={"idempotency_key": quote_submission_key(confirm)}
+        )
     where = command_credentials(credentials, api_url)
     flow_parameters = {"training": parameters, "credentials": where, "authorization": authorization}
     # Bad options first, each named; then whether anyone here can confirm the spend.

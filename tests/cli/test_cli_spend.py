@@ -55,9 +55,12 @@ def test_train_confirming_a_quote_runs_once_recorded_as_the_person(simulator, pr
     assert record.carried_from == quote_id  # the flow's own quote carried the confirmation
 
 
-def test_the_same_confirm_again_is_refused_and_spends_nothing(simulator, prefect_server):
+def test_the_same_confirm_again_follows_the_run_that_quote_made_and_spends_nothing(
+    simulator, prefect_server
+):
     # Before (v0.3), `--confirm sha256:…` was reusable forever: the same command twice made
-    # two runs, both "confirmed by Alice".
+    # two runs, both "confirmed by Alice". Then (v0.4) the same command again, as after a
+    # `train` killed once it had submitted, stopped on the used quote and followed nothing.
     env = confirming_env(simulator, prefect_server)
     quote_id = quote_for_train(simulator)
     first = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
@@ -65,10 +68,13 @@ def test_the_same_confirm_again_is_refused_and_spends_nothing(simulator, prefect
 
     again = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
 
-    assert again.returncode == ExitCode.NOT_CONFIRMED, again.stdout + again.stderr
-    assert "superseded" in again.stderr and "nothing was sent" in again.stderr
+    assert again.returncode == ExitCode.SUCCESS, again.stdout + again.stderr
+    (admin,) = simulator.runs()
+    assert f"already made backend run {admin.run.run_id}" in again.stdout
     assert "Traceback" not in again.stderr
-    assert len(simulator.runs()) == 1
+    assert len(posts(simulator)) == 1
+    confirmations = posts(simulator, f"/v0/training-quotes/{quote_id}/confirmations")
+    assert len(confirmations) == 1
 
 
 def test_train_confirming_a_quote_of_another_request_is_refused_before_any_spend(
