@@ -38,7 +38,12 @@ from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
 from prefect_ito.supervision.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.supervision.tasks import TaskSteps
-from prefect_ito.waiting.cancellation import CancelOutcome, cancel_for_flow_run, cancel_workload_of
+from prefect_ito.waiting.cancellation import (
+    CancelOutcome,
+    cancel_asked,
+    cancel_for_flow_run,
+    cancel_workload_of,
+)
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
@@ -104,7 +109,6 @@ async def ito_training(
     "Never submits anything.",
     persist_result=True,
     validate_parameters=False,
-    on_cancellation=[cancel_for_flow_run],
 )
 async def ito_attach_training(
     run_id: str,
@@ -112,6 +116,10 @@ async def ito_attach_training(
     credentials: ItoCredentials | str | None = None,
 ) -> TrainingSummary | State[Any]:
     """Follow the backend run ``run_id`` to its end; report at once if it already ended.
+
+    The one flow that follows a run by its id: it never made that run, so cancelling it only
+    detaches (the backend run goes on; ``prefect-ito cancel`` on the flow run that made it, or
+    the backend itself, stops it).
 
     Args:
         run_id: The backend's training run id.
@@ -129,21 +137,35 @@ async def ito_attach_training(
     except ItoError as error:
         return _failed(error)
     get_run_logger().info("Attached to backend run %s (%s).", run.run_id, run.state.value)
-    return await _supervise(steps, run)
+    return await _supervise(steps, run, made_it=False)
 
 
-async def _supervise(steps: TaskSteps, run: TrainingRun) -> TrainingSummary | State[Any]:
-    """Supervise ``run`` to its end and return the flow's result or final state."""
+async def _supervise(
+    steps: TaskSteps, run: TrainingRun, *, made_it: bool = True
+) -> TrainingSummary | State[Any]:
+    """Supervise ``run`` to its end and return the flow's result or final state; a cancel
+    stops the backend run only when this flow run ``made_it``."""
     try:
         run = await supervision.supervise(steps, run)
         raise_for_outcome(run)
     except supervision.CancelRequested as cancel:
+        if not made_it:
+            return Cancelled(message=_detached(cancel.run))
         _, message = await supervision.stop_for_cancel(steps, cancel.run)
         return Cancelled(message=message)
     except ItoError as error:
         return _failed(error)
     get_run_logger().info("Run %s succeeded through %d stages.", run.run_id, len(run.stages))
     return TrainingSummary.of(run, steps.provenance())
+
+
+def _detached(run: TrainingRun) -> str:
+    message = (
+        f"Detached from backend run {run.run_id}, which goes on: this flow run only followed "
+        "it, so its cancel stops nothing at the backend."
+    )
+    get_run_logger().info("%s", message)
+    return message
 
 
 def _failed(error: ItoError) -> State[Any]:
@@ -157,15 +179,23 @@ def _failed(error: ItoError) -> State[Any]:
     "(for suspended runs, which Prefect cancels without running any hook).",
 )
 async def ito_cancel_training(flow_run_id: str) -> str:
-    """Cancel the backend workload supervised by the ``ito-training`` flow run ``flow_run_id``.
+    """Cancel the backend workload of the ``ito-training`` flow run ``flow_run_id``, once
+    Prefect's server says that flow run is cancelled.
 
     Point an Automation at it: on ``prefect.flow-run.Cancelled`` for the ``ito-training`` flow,
-    run this deployment with ``flow_run_id`` from the event. It is idempotent.
+    run this deployment with ``flow_run_id`` from the event. An event is anyone's to write, so
+    only the flow run's state as the server holds it counts, and only the run the backend says
+    that flow run made is cancelled. It is idempotent.
     """
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)  # type: ignore[arg-type]
-    outcome = await cancel_workload_of(flow_run)
-    said = _what_was_cancelled(flow_run_id, outcome)
+    if not cancel_asked(flow_run):
+        said = (
+            f"Flow run {flow_run_id} is {flow_run.state.name if flow_run.state else 'stateless'}"
+            ", not cancelled, in Prefect: nothing to cancel."
+        )
+    else:
+        said = _what_was_cancelled(flow_run_id, await cancel_workload_of(flow_run))
     get_run_logger().info("%s", said)
     return said
 

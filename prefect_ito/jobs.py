@@ -66,12 +66,18 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
     )
 
     async def trigger(self) -> ItoTrainingRun:
-        """Re-attach to this request's unfinished run, or verify, check, quote, confirm and
-        submit it once.
+        """Re-attach to the run this request's idempotency key made, or verify, check, quote,
+        confirm and submit it once.
+
+        Outside a flow run each trigger is a submission of its own unless ``training`` names an
+        ``idempotency_key``: give one to trigger the same submission again (after a crash, say),
+        or attach to a run by its id with :meth:`ItoTrainingRun.attach`.
 
         Raises:
             InvalidParameters: a field breaks a rule; nothing was sent.
-            BookingNotEligible, BookingBusy, CapabilityNotAvailable: nothing was submitted.
+            BookingNotEligible, CapabilityNotAvailable: nothing was submitted.
+            BookingBusy: the booking has an unfinished run this submission did not make (named,
+                with how to attach to it); nothing was submitted.
             ConfirmationRequired: outside a flow run, when no person confirmed the quote at the
                 backend and no standing authorization covers it; nothing was submitted.
             SpendDeclined, AwaitingConfirmation: inside one, a person declined or did not

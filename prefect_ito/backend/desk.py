@@ -4,10 +4,8 @@ Each is one operation of the table in :mod:`prefect_ito.backend.operations`, fro
 flow's Prefect tasks and the job's plain calls are both made, so there is one way to verify,
 quote, submit, relay and cancel. Nothing here trains, books, buys or overrides a gate, and nothing
 submits a request the backend did not allow. Gate following lives in
-:mod:`prefect_ito.backend.gates`.
-
-Just past ~400 lines: one coroutine per operation and the rules each checks on the backend's
-answer, read as one list.
+:mod:`prefect_ito.backend.gates`; which run a request made, in
+:mod:`prefect_ito.backend.ownership`.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prefect_ito.backend import ownership
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
@@ -30,13 +29,11 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.exceptions import (
-    BookingBusy,
     BookingNotEligible,
     CapabilityNotAvailable,
     ClientReferenceInUse,
     ConfirmationExpired,
     ConfirmationUsed,
-    IdempotencyKeyReused,
     InsufficientScope,
     InvalidParameters,
     ItoProtocolError,
@@ -249,116 +246,6 @@ async def poll_training_quote(client: ItoClient, quote_id: str) -> TrainingQuote
     return await client.get_quote(quote_id)
 
 
-async def find_attachable_run(
-    client: ItoClient,
-    request: TrainingRequest,
-    idempotency_key: str | None = None,
-    client_reference: str | None = None,
-    logger: Logger = _logger,
-) -> TrainingRun | None:
-    """Return this very request's run: the one its client reference or its key made, or the
-    booking's unfinished one.
-
-    The run ``client_reference`` made comes first, finished or not, and is found however long
-    ago it was submitted (:func:`find_referenced_run`). The run ``idempotency_key`` made is
-    looked up too, finished or not, within the key's retention: a supervisor that lost its
-    record of a run (or a person sending the same key again) attaches to it, and nobody is asked
-    to confirm a spend that cannot happen again.
-
-    Raises:
-        ClientReferenceInUse: ``client_reference`` already made a run of a different request.
-        BookingBusy: the booking has an unfinished run for a different request.
-        IdempotencyKeyReused: ``idempotency_key`` already made a run of a different request.
-    """
-    if client_reference is not None:
-        referenced = await find_referenced_run(client, request, client_reference, logger)
-        if referenced is not None:
-            return referenced
-    digest = request.digest()
-    for run in await client.list_active_runs(request.booking_id):
-        if run.manifest_digest == digest:
-            return run
-        raise BookingBusy(
-            f"booking {request.booking_id} is busy with run {run.run_id} "
-            f"({run.manifest_digest}); this request is {digest}"
-        )
-    return await find_keyed_run(client, request, idempotency_key)
-
-
-async def find_submitted_run(
-    client: ItoClient,
-    request: TrainingRequest,
-    idempotency_key: str,
-    client_reference: str,
-    logger: Logger = _logger,
-) -> TrainingRun | None:
-    """Return the run one submission made — by its client reference, else by its idempotency
-    key — and never another submission's run of the same request on the booking.
-
-    What a cancel of a flow run that recorded no run may stop: only its own submission's run.
-
-    Raises:
-        ClientReferenceInUse, IdempotencyKeyReused: the reference or the key made a run of a
-            different request.
-    """
-    referenced = await find_referenced_run(client, request, client_reference, logger)
-    if referenced is not None:
-        return referenced
-    return await find_keyed_run(client, request, idempotency_key)
-
-
-async def find_keyed_run(
-    client: ItoClient, request: TrainingRequest, idempotency_key: str | None
-) -> TrainingRun | None:
-    """Return the run ``idempotency_key`` made, finished or not, within the key's retention.
-
-    Raises:
-        IdempotencyKeyReused: the key made a run of a different request.
-    """
-    if idempotency_key is None:
-        return None
-    earlier = await client.find_run_by_idempotency_key(idempotency_key)
-    if earlier is not None and earlier.manifest_digest != (digest := request.digest()):
-        raise IdempotencyKeyReused(
-            f"idempotency key {idempotency_key} already made run {earlier.run_id} of another "
-            f"manifest ({earlier.manifest_digest}); this request is {digest}"
-        )
-    return earlier
-
-
-async def find_referenced_run(
-    client: ItoClient, request: TrainingRequest, client_reference: str, logger: Logger = _logger
-) -> TrainingRun | None:
-    """Return the run submitted with ``client_reference``, finished or not, or None.
-
-    A backend keeps a reference for as long as the run exists, whatever its idempotency keys'
-    retention. One that does not advertise references (``Capabilities.client_reference``,
-    contract v0.3) is not asked: re-attaching then goes by the booking and the key only, as
-    before, and ``logger`` says so.
-
-    Raises:
-        ClientReferenceInUse: the reference made a run of a different request.
-    """
-    if not (await client.get_capabilities()).client_reference:
-        logger.info(
-            "The backend does not advertise client references (contract v0.3): re-attaching "
-            "goes by the booking's unfinished run and the idempotency key only, which a backend "
-            "keeps for at least 24 hours."
-        )
-        return None
-    runs = await client.find_runs_by_client_reference(client_reference)
-    if not runs:
-        return None
-    run, digest = runs[0], request.digest()
-    if run.manifest_digest != digest:
-        raise ClientReferenceInUse(
-            f"client reference {client_reference} already made run {run.run_id} of another "
-            f"manifest ({run.manifest_digest}); this request is {digest}, and nothing is "
-            "submitted again under that reference"
-        )
-    return run
-
-
 async def submit_training_run(
     client: ItoClient,
     request: TrainingRequest,
@@ -390,7 +277,7 @@ async def submit_training_run(
     except ClientReferenceInUse:
         if client_reference is None:  # not sent, so not this reference: the backend's word
             raise
-        earlier = await find_referenced_run(client, request, client_reference)
+        earlier = await ownership.find_referenced_run(client, request, client_reference)
         if earlier is None:
             raise
         return earlier

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from prefect_ito.backend import desk, gates
+from prefect_ito.backend import desk, gates, ownership
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import (
@@ -63,9 +63,9 @@ def _gate_task_run_name(parameters: dict[str, Any]) -> str:
 
 FIND_ATTACHABLE_RUN = Operation(
     "find_attachable_run",
-    "Find this request's backend run, if any: made under its client reference or idempotency "
-    "key, or unfinished on the booking.",
-    desk.find_attachable_run,
+    "Find the backend run this request made, if any: under its client reference or its "
+    "idempotency key; a booking busy with a run it did not make stops here.",
+    ownership.find_attachable_run,
     resendable=True,
 )
 VERIFY_BOOKING = Operation(

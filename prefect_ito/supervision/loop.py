@@ -21,7 +21,6 @@ from prefect_ito.backend.operations import (
     CANCEL_TRAINING_WORKLOAD,
     CHECK_TRAINING_CAPABILITY,
     FIND_ATTACHABLE_RUN,
-    READ_TRAINING_RUN,
     RELAY_DECISION,
     TRANSIENT_FAULTS,
     VERIFY_BOOKING,
@@ -50,23 +49,23 @@ async def start(
     idempotency_key: Callable[[], str],
     client_reference: str | None = None,
 ) -> TrainingRun:
-    """Re-attach to this request's run (made under its client reference or its key, or
-    unfinished); otherwise verify, check, quote, have the spend confirmed, and submit it once.
+    """Re-attach to the run the backend says this request made (under its client reference
+    or its key); otherwise verify, check, quote, have the spend confirmed, and submit it once.
 
     Re-attaching comes first, so a re-entered supervisor never verifies again a booking the
-    backend already accepted work for, nor asks anyone again; the booking's active runs are
-    listed once. ``client_reference`` (the flow run's id) finds the run this supervisor
-    submitted however long ago, after its idempotency key expired too, and goes with the
-    submission.
+    backend already accepted work for, nor asks anyone again. ``client_reference`` (the flow
+    run's id) finds the run this supervisor submitted however long ago, after its idempotency
+    key expired too, and goes with the submission. The run this supervisor recorded in Prefect
+    is only a hint (see :mod:`prefect_ito.backend.ownership`): whoever can write in Prefect
+    cannot make a flow run follow another run.
     """
-    recorded = await steps.recorded_run_id()
-    if recorded is not None:
-        # Whatever state that run is in now, even finished: this flow run never submits again.
-        known = await steps.perform(READ_TRAINING_RUN, recorded)
-        steps.logger.info("Re-attached to backend run %s (%s).", known.run_id, known.state.value)
-        return known
     attachable = await steps.perform(
-        FIND_ATTACHABLE_RUN, request, idempotency_key(), client_reference, steps.logger
+        FIND_ATTACHABLE_RUN,
+        request,
+        idempotency_key(),
+        client_reference,
+        steps.logger,
+        await steps.recorded_run_id(),
     )
     if attachable is not None:
         steps.logger.info(
@@ -76,7 +75,7 @@ async def start(
             attachable.state.value,
             f"which this flow run submitted (client reference {client_reference})"
             if client_reference is not None and attachable.client_reference == client_reference
-            else "made for this request under its idempotency key or still running on the booking",
+            else "which the backend says this request made",
         )
         await steps.record_run(attachable)
         return attachable

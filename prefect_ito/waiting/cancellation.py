@@ -19,18 +19,18 @@ from uuid import UUID
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
 
-from prefect_ito.backend import desk
+from prefect_ito.backend import desk, ownership
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun
 from prefect_ito.exceptions import Detached
 from prefect_ito.parameters import TrainingParameters, resolve_booking, submission_key
-from prefect_ito.waiting.deferral import read_recorded_run_id
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = [
     "DETACHED_AT_TERMINAL",
     "CancelOutcome",
+    "cancel_asked",
     "cancel_for_flow_run",
     "cancel_supervised_run",
     "cancel_workload_of",
@@ -72,6 +72,11 @@ async def cancellation_requested(flow_run_id: UUID | None = None) -> bool:
         return False
     async with get_client() as client:
         flow_run = await client.read_flow_run(flow_run_id)
+    return cancel_asked(flow_run)
+
+
+def cancel_asked(flow_run: FlowRun) -> bool:
+    """Tell whether Prefect's server holds ``flow_run`` as cancelling or cancelled."""
     state = flow_run.state
     return state is not None and (state.is_cancelling() or state.is_cancelled())
 
@@ -110,7 +115,10 @@ async def cancel_workload_of(flow_run: FlowRun) -> CancelOutcome:
     Returns:
         The backend run as it stands after the cancel, and whether this call cancelled it.
     """
-    creds = await resolve_credentials(dict(flow_run.parameters or {}).get("credentials"))
+    parameters = dict(flow_run.parameters or {})
+    if "training" not in parameters:  # an attach flow run: it made no run, so it stops none
+        return CancelOutcome(None, cancelled_now=False)
+    creds = await resolve_credentials(parameters.get("credentials"))
     async with creds.get_client() as client:
         return await cancel_supervised_run(client, flow_run)
 
@@ -126,19 +134,20 @@ async def cancel_supervised_run(client: ItoClient, flow_run: FlowRun) -> CancelO
 
 
 async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | None:
-    """Return the backend run a training flow run supervises, as the backend states it now.
+    """Return the backend run a training flow run submitted, as the backend states it now.
 
-    Found from the flow run's own records: the backend run it recorded, or the run id it
-    attached to, or — when it recorded none, say killed between its submission and the record
-    — the run its own submission made (its client reference, the flow run's id; or its
-    idempotency key). None when there is none: a flow run cancelled before it submitted stops
-    nothing, not even another flow run's run of the same request on the booking.
+    Only the backend says which run that is: the run whose client reference is the flow run's
+    id (or, from a backend without references, the run the flow run's own idempotency key
+    made). Nothing the flow run's parameters or records in Prefect name counts — anyone with
+    Prefect API access writes those — so an ``ito-attach-training`` flow run, which follows a
+    run it did not make, cancels nothing: cancelling it detaches. None when there is none: a
+    flow run cancelled before it submitted stops nothing, not even another flow run's run of
+    the same request on the booking.
     """
     parameters = dict(flow_run.parameters or {})
-    recorded = await read_recorded_run_id(flow_run.id)
-    if recorded is not None or "run_id" in parameters:
-        return await client.get_training_run(recorded or str(parameters["run_id"]))
-    training = TrainingParameters.parse(parameters.get("training") or {})
+    if "training" not in parameters:
+        return None
+    training = TrainingParameters.parse(parameters["training"])
     request = training.to_request(await resolve_booking(training))
     key = submission_key(training, request, flow_run.id)
-    return await desk.find_submitted_run(client, request, key, str(flow_run.id))
+    return await ownership.find_submitted_run(client, request, key, str(flow_run.id))

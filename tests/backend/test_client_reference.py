@@ -10,7 +10,7 @@ import pytest
 from ito_fakes import Sleeps
 
 from prefect_ito import exceptions as exc
-from prefect_ito.backend import desk
+from prefect_ito.backend import desk, ownership
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -68,9 +68,9 @@ async def test_the_run_is_found_by_reference_after_its_key_expired(start_sim) ->
         run = await desk.submit_training_run(client, REQUEST, confirmation, None, "k-1", REFERENCE)
         await _finished(client, run.run_id)
         await asyncio.sleep(0.4)
-        by_key = await desk.find_attachable_run(client, REQUEST, "k-1")
-        by_reference = await desk.find_attachable_run(client, REQUEST, "k-1", REFERENCE)
-        another = await desk.find_attachable_run(client, REQUEST, "k-1", "another-flow-run")
+        by_key = await ownership.find_attachable_run(client, REQUEST, "k-1")
+        by_reference = await ownership.find_attachable_run(client, REQUEST, "k-1", REFERENCE)
+        another = await ownership.find_attachable_run(client, REQUEST, "k-1", "another-flow-run")
 
     assert run.client_reference == REFERENCE
     assert by_key is None  # what re-entry found before: it then quoted and submitted again
@@ -88,7 +88,7 @@ async def test_a_reference_that_made_another_request_stops_before_any_quote(star
         )
         await _finished(client, run.run_id)
         with pytest.raises(exc.ClientReferenceInUse, match=run.run_id) as caught:
-            await desk.find_attachable_run(client, other, "k-2", REFERENCE)
+            await ownership.find_attachable_run(client, other, "k-2", REFERENCE)
 
     assert caught.value.state_name == "ClientReferenceInUse"
     assert [r.path for r in sim.requests() if r.path == "/v0/training-quotes"] == [
@@ -127,7 +127,7 @@ async def test_a_backend_without_references_is_neither_sent_nor_asked_one(
         )
         await _finished(client, run.run_id)
         with caplog.at_level(logging.INFO, logger="test.reference"):
-            found = await desk.find_attachable_run(client, REQUEST, "k-1", REFERENCE, logger)
+            found = await ownership.find_attachable_run(client, REQUEST, "k-1", REFERENCE, logger)
         # Asked anyway, such a backend ignores the filter: the client keeps only referenced runs.
         listed = await client.find_runs_by_client_reference(REFERENCE)
 
@@ -136,4 +136,4 @@ async def test_a_backend_without_references_is_neither_sent_nor_asked_one(
     assert "does not advertise client references" in caplog.text
     assert listed == []
     lists = [r for r in sim.requests() if r.method == "GET" and r.path == "/v0/training-runs"]
-    assert len(lists) == 3  # booking's active runs and the key by desk, then the filter asked here
+    assert len(lists) == 2  # the key, which found it; then the filter asked here

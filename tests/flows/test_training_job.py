@@ -12,7 +12,7 @@ from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
-from prefect_ito.exceptions import DecisionRequired, GateFailed
+from prefect_ito.exceptions import BookingBusy, DecisionRequired, GateFailed
 from prefect_ito.jobs import ItoTrainingJob, ItoTrainingRun
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.reporting.report import TrainingSummary
@@ -47,11 +47,22 @@ async def test_trigger_wait_and_fetch_result(start_simulator):
 
 async def test_trigger_twice_reattaches_instead_of_submitting_again(start_simulator):
     simulator = start_simulator("loss-spike")
-    job = make_job(simulator)
+    job = make_job(simulator, idempotency_key="nightly-1")
     first = await job.trigger()
     second = await job.trigger()
 
     assert first.run_id == second.run_id
+    assert len(simulator.runs()) == 1
+
+
+async def test_a_second_submission_of_the_request_names_the_run_it_would_follow(start_simulator):
+    # Without a key of its own, the second trigger is another submission: the booking's
+    # unfinished run is not its to follow, so it says which run that is and how to attach.
+    simulator = start_simulator("loss-spike")
+    first = await make_job(simulator).trigger()
+
+    with pytest.raises(BookingBusy, match=f"prefect-ito attach {first.run_id}"):
+        await make_job(simulator).trigger()
     assert len(simulator.runs()) == 1
 
 

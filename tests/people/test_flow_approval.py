@@ -77,16 +77,19 @@ async def test_two_spikes_in_one_stage_are_both_asked_and_answered(start_simulat
 
 async def test_nobody_deciding_ends_as_awaiting_decision_and_leaves_it_pending(start_simulator):
     simulator = start_simulator("loss-spike")
-    state = await ito_training(**parameters(simulator, approval_timeout=7), return_state=True)
+    keyed = {"idempotency_key": "restart-once"}
+    state = await ito_training(
+        **parameters(simulator, approval_timeout=7, **keyed), return_state=True
+    )
 
     assert state.is_failed() and state.name == "AwaitingDecision"
     run = simulator.runs()[0].run
     assert run.state is RunState.AWAITING_DECISION and run.pending_action is not None
     assert decision_posts(simulator) == []
 
-    # Running the flow again re-attaches and asks again.
+    # Running the flow again under the same key re-attaches and asks again.
     again = await run_training(
-        ito_training, parameters(simulator), Person(True), Console(quiet=True), poll=0.3
+        ito_training, parameters(simulator, **keyed), Person(True), Console(quiet=True), poll=0.3
     )
     assert again.is_completed(), again.message
     assert len(simulator.runs()) == 1

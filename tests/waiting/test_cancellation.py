@@ -13,6 +13,7 @@ from typing import Any
 from prefect import get_client
 from spend_helpers import covering_authorization
 
+from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
 from prefect_ito.flows import ito_training
@@ -39,14 +40,27 @@ async def flow_run_of(simulator: SimulatorServer, training: TrainingParameters) 
         return await client.create_flow_run(ito_training, parameters=parameters)
 
 
-async def submit(simulator: SimulatorServer, training: TrainingParameters) -> str:
-    """Submit a backend run of ``training`` outside any flow run; return its id."""
-    job = ItoTrainingJob(
-        credentials=ItoCredentials(api_url=simulator.url),
-        training=training,
-        authorization=covering_authorization(simulator),
-    )
-    return (await job.trigger()).run_id
+async def submit(
+    simulator: SimulatorServer, training: TrainingParameters, client_reference: str | None = None
+) -> str:
+    """Submit a backend run of ``training`` (under the flow run ``client_reference`` names, as
+    that flow run's own submission would); return its id."""
+    if client_reference is None:
+        job = ItoTrainingJob(
+            credentials=ItoCredentials(api_url=simulator.url),
+            training=training,
+            authorization=covering_authorization(simulator),
+        )
+        return (await job.trigger()).run_id
+    request = training.to_request(await resolve_booking(training))
+    authorization = covering_authorization(simulator).authorization_id
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        quote = await desk.quote_training_run(client, request)
+        key = derive_idempotency_key(request, client_reference)
+        run = await desk.submit_training_run(
+            client, request, quote.quote_id, authorization, key, client_reference
+        )
+    return run.run_id
 
 
 async def test_a_flow_run_that_never_submitted_stops_nobody_elses_run(start_simulator):
@@ -67,10 +81,8 @@ async def test_a_flow_run_killed_before_it_recorded_its_run_has_that_run_cancell
 ):
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
     flow_run = await flow_run_of(simulator, TRAINING)
-    # Its submission went out under the key the flow derives from its id; then it was killed.
-    request = TRAINING.to_request(await resolve_booking(TRAINING))
-    key = derive_idempotency_key(request, flow_run.id)
-    ours = await submit(simulator, TRAINING.model_copy(update={"idempotency_key": key}))
+    # Its submission went out under its client reference (its id); then it was killed.
+    ours = await submit(simulator, TRAINING, client_reference=str(flow_run.id))
 
     outcome = await cancel_workload_of(flow_run)
 

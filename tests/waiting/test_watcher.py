@@ -33,8 +33,11 @@ from prefect_ito.waiting.watcher import Watcher
 
 
 async def deferred_flow_run(simulator, *, key: str | None = None):
-    """Submit a backend run and leave a flow run suspended on it, as a deferring flow does."""
-    training = TrainingParameters(**{**REQUEST, "booking": BOOKING})
+    """Submit a backend run and leave a flow run suspended on it, as a deferring flow does.
+
+    Every flow run it makes on one simulator waits on the same run: the one their shared key made.
+    """
+    training = TrainingParameters(**{**REQUEST, "booking": BOOKING, "idempotency_key": "watched"})
     job = ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,

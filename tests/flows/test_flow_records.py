@@ -1,0 +1,123 @@
+"""What a flow run follows and cancels is the backend's answer, never a record in Prefect.
+
+Each test is a colleague's attack with Prefect API access and no Itô token: writing a flow-run
+input, a parameter or a state, then letting the shipped flows act on it. The simulator's runs
+are the judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from flow_helpers import parameters
+from prefect import get_client
+from prefect.flow_engine import run_flow_async
+from prefect.states import Cancelled
+
+from prefect_ito.contract import RunState
+from prefect_ito.exceptions import BookingBusy
+from prefect_ito.flows import ito_attach_training, ito_cancel_training, ito_training
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.waiting.keys import BACKEND_RUN_KEY
+
+SLOW = 1_000
+"""A time scale at which a backend run is still training when the test acts on it."""
+
+
+async def _run(flow: Any, params: dict[str, Any], record: str | None = None) -> Any:
+    """Create a flow run, write ``record`` as its backend-run record first (the attack), run it."""
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(flow, parameters=params)
+        if record is not None:
+            await client.create_flow_run_input(flow_run.id, BACKEND_RUN_KEY, record)
+    state = await run_flow_async(flow, flow_run=flow_run, parameters=params, return_type="state")
+    return flow_run, state
+
+
+async def _unfinished(simulator: SimulatorServer) -> str:
+    """Start a colleague's training flow run and return its backend run once it trains."""
+    flow = asyncio.ensure_future(ito_training(**parameters(simulator), return_state=True))
+    async with asyncio.timeout(30):
+        while not simulator.runs():
+            await asyncio.sleep(0.1)
+    flow.cancel()
+    return simulator.runs()[0].run.run_id
+
+
+async def test_a_record_naming_an_old_run_is_no_success_of_this_flow_run(start_simulator):
+    # Before: the nightly flow run followed the old run it was told of, ended Completed with
+    # that run's scores, and nothing trained on its own request.
+    simulator = start_simulator("default")
+    old = await ito_training(**parameters(simulator, target="chat"))
+    nightly, state = await _run(ito_training, parameters(simulator), record=old.run_id)
+
+    assert state.is_completed(), state.message
+    result = await state.result()
+    assert result.run_id != old.run_id
+    made = [r.run for r in simulator.runs() if r.run.run_id == result.run_id]
+    assert made and made[0].client_reference == str(nightly.id)
+    assert len(simulator.runs()) == 2
+
+
+async def test_a_booking_busy_with_another_flow_run_s_run_is_not_followed(start_simulator):
+    # Before: a second flow run of the same request on the booking re-attached to the first's
+    # unfinished run, and asked its questions again.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
+    theirs = await _unfinished(simulator)
+    _, state = await _run(ito_training, parameters(simulator))
+
+    assert state.is_failed() and state.name == BookingBusy.state_name, state.name
+    assert theirs in (state.message or "")
+    assert f"prefect-ito attach {theirs}" in (state.message or "")
+    assert len(simulator.runs()) == 1
+
+
+async def test_a_decoy_flow_run_cancelled_stops_nobody_else_s_run(start_simulator):
+    # Before: a decoy flow run naming a colleague's run (by `run_id`, by the record, or by the
+    # colleague's idempotency key) had that run cancelled by the cancel-on-cancelled flow.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
+    theirs = await _unfinished(simulator)
+    key = simulator.runs()[0].idempotency_key
+    decoy_parameters = {**parameters(simulator, idempotency_key=key), "run_id": theirs}
+    async with get_client() as client:
+        decoy = await client.create_flow_run(ito_training, parameters=decoy_parameters)
+        await client.create_flow_run_input(decoy.id, BACKEND_RUN_KEY, theirs)
+        await client.set_flow_run_state(decoy.id, Cancelled(), force=True)
+
+    said = await ito_cancel_training(str(decoy.id))
+
+    assert "nothing to cancel" in said
+    assert simulator.runs()[0].run.state is not RunState.CANCELLED
+    assert not [r for r in simulator.requests() if r.path.endswith("/cancel")]
+
+
+async def test_a_forged_cancelled_event_cancels_nothing(start_simulator):
+    # Before: the cancel flow acted on the event's word for a flow run Prefect held as running.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
+    flow = asyncio.ensure_future(ito_training(**parameters(simulator), return_state=True))
+    async with asyncio.timeout(30):
+        while not simulator.runs():
+            await asyncio.sleep(0.1)
+    async with get_client() as client:
+        (flow_run,) = await client.read_flow_runs(limit=1, sort="EXPECTED_START_TIME_DESC")
+
+    said = await ito_cancel_training(str(flow_run.id))
+    flow.cancel()
+
+    assert "not cancelled, in Prefect" in said
+    assert simulator.runs()[0].run.state is not RunState.CANCELLED
+
+
+async def test_cancelling_an_attach_flow_run_detaches(start_simulator):
+    # Before: cancelling a flow run that only followed a run by its id cancelled that run.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
+    theirs = await _unfinished(simulator)
+    async with get_client() as client:
+        attach = await client.create_flow_run(ito_attach_training, parameters={"run_id": theirs})
+        await client.set_flow_run_state(attach.id, Cancelled(), force=True)
+
+    said = await ito_cancel_training(str(attach.id))
+
+    assert "has no backend run" in said
+    assert simulator.runs()[0].run.state is not RunState.CANCELLED
