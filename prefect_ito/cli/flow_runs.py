@@ -253,9 +253,12 @@ def _cancelled(
     left_to = None
     if not here and not finished and requested:
         left_to = "automation" if suspended else "flow_process"
+    parameters = flow_run.parameters or {}
     return {
         "flow_run_id": str(flow_run.id),
         "flow_run_state_before": state.name if state else None,
+        # An attach flow run follows a run it did not make: its cancel only detaches.
+        "follows_run_id": None if "training" in parameters else parameters.get("run_id"),
         "cancel_requested_in_prefect": requested,
         "backend_cancelled_here": here,
         "left_to": left_to,

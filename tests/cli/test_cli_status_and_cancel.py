@@ -7,11 +7,17 @@ import json
 import os
 import signal
 import time
+import uuid
+from io import StringIO
 
 from cli_helpers import prefect_ito, read_flow_run_id, start_train, worker_env
+from prefect.client.schemas.objects import FlowRun
+from prefect.states import Running
 from prefect.utilities.asyncutils import run_coro_as_sync
+from rich.console import Console
 
 from prefect_ito.cli import views
+from prefect_ito.cli.flow_runs import _cancelled
 from prefect_ito.contract import RunState
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -96,3 +102,15 @@ def test_without_a_prefect_server_no_ui_is_named_for_the_chart():
     assert "Prefect UI" not in views.without_images(chart, ui=False)
     assert "not shown at the terminal" in views.without_images(chart, ui=False)
     assert "shown in the Prefect UI" in views.without_images(chart, ui=True)
+
+
+def test_cancel_says_an_attach_flow_run_only_detaches():
+    # Before: "No backend run was found", as if the run it followed were nobody's.
+    attach = FlowRun(flow_id=uuid.uuid4(), parameters={"run_id": "run_1"}, state=Running())
+    sent = _cancelled(attach, requested=True, here=False, backend_run=None)
+    out = StringIO()
+    views.print_cancel(Console(file=out, width=200), sent)
+
+    assert sent["follows_run_id"] == "run_1"
+    assert "follows backend run run_1, which it did not make" in out.getvalue()
+    assert "only detaches" in out.getvalue()
