@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 from prefect.blocks.abstract import CredentialsBlock
 from prefect.blocks.core import Block
+from prefect.client.orchestration import PrefectClient
+from prefect.exceptions import ObjectAlreadyExists
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from prefect_ito.backend.auth import (
@@ -39,7 +41,25 @@ _DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/credentia
 _FLOWS_DOCS_URL = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/flows.md"
 
 
-class ItoCredentials(CredentialsBlock):
+class _RegistersOnce:
+    """Registering a block type and schema that another process registers at the same moment.
+
+    Prefect reads the type, finds none, and creates it; when two processes do so at once (a
+    fresh server whose first flow runs start together, each saving a block parameter), the
+    second create is refused as already existing and that flow run fails. Registering again then
+    finds what the other process made, which is all that was wanted.
+    """
+
+    @classmethod
+    async def aregister_type_and_schema(cls, client: PrefectClient | None = None) -> None:
+        register = super().aregister_type_and_schema  # type: ignore[misc]
+        try:
+            await register(client=client)
+        except ObjectAlreadyExists:
+            await register(client=client)
+
+
+class ItoCredentials(_RegistersOnce, CredentialsBlock):
     """Where an Itô desk backend is, and which keyring entry holds its token (never the token).
 
     The token is resolved when a client is made: from ``ITO_COMPUTE_TOKEN`` in the process's own
@@ -123,7 +143,7 @@ class ItoCredentials(CredentialsBlock):
         )
 
 
-class ItoBooking(Block):
+class ItoBooking(_RegistersOnce, Block):
     """A completed Itô compute booking, as an ito-compute booking flow hands it over.
 
     This is what the booking flow says it booked; only the backend's training-eligibility answer
@@ -250,7 +270,7 @@ _V03_AUTHORIZATION_FIELDS = frozenset(
 )
 
 
-class ItoSpendAuthorization(Block):
+class ItoSpendAuthorization(_RegistersOnce, Block):
     """Names a person's standing authorization at the Itô desk backend, for unattended runs.
 
     A schedule or a trigger has nobody to confirm a spend. A person creates a standing
