@@ -127,3 +127,15 @@ def test_a_question_has_the_same_event_ids_on_every_re_entry():
     assert first == notices.event_id("f-1", "restart-a", "a", notices.PERSON_NEEDED)
     assert first != notices.event_id("f-1", "restart-a", "a", notices.PERSON_ANSWERED)
     assert first != notices.event_id("f-2", "restart-a", "a", notices.PERSON_NEEDED)
+
+
+async def test_without_a_ui_url_on_the_server_messages_name_the_flow_run_not_none():
+    # Before: the expired message ended "Flow run: None" on a server without PREFECT_UI_URL.
+    register_user_template_filters(all_filters)
+    for automation in automations():
+        action = automation.actions[0]
+        context = {"event": {"payload": PAYLOAD, "resource": {}}, "flow_run": FLOW_RUN}
+        with temporary_settings({PREFECT_UI_URL: None}):
+            body = await render_user_template(action.body, context)  # type: ignore[union-attr]
+        assert "None" not in body, automation.name
+        assert str(FLOW_RUN.id) in body, automation.name
