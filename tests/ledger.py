@@ -70,8 +70,8 @@ METHODS: dict[str, str] = {
     "a person answering only after the machine loss and the server restart while it waits), the "
     "machine is lost once (the worker and every flow process SIGKILLed) and the Prefect server "
     "restarted once. Duplicates are backend runs beyond one per trial and decisions beyond one "
-    "per action (the simulator's records and request log) and gate events Prefect holds twice, "
-    "by id.",
+    "per action (the simulator's records and request log) and gate events Prefect holds twice "
+    "(any two copies of one backend event, by id).",
     "watcher": "The same trials: a watcher is SIGKILLed and started again while another runs "
     "beside it, and the Prefect server is restarted mid-run. Resumes lost and doubled are "
     "counted from Prefect's state history of every suspension.",
