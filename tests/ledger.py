@@ -45,6 +45,7 @@ CATEGORIES: dict[str, str] = {
     "secrets": "Secrets (canary tokens)",
     "never-alone": "Never acts on its own",
     "spend-attempts": "Spend attempts without a person's confirmation at the backend",
+    "follow-cancel-attempts": "Follow and cancel attempts through Prefect records",
 }
 """The categories of the report, in its order."""
 REPORT_PATHS = "tests/reliability tests/e2e/test_crashes.py"
@@ -70,8 +71,8 @@ METHODS: dict[str, str] = {
     "a person answering only after the machine loss and the server restart while it waits), the "
     "machine is lost once (the worker and every flow process SIGKILLed) and the Prefect server "
     "restarted once. Duplicates are backend runs beyond one per trial and decisions beyond one "
-    "per action (the simulator's records and request log) and gate events Prefect holds twice, "
-    "by id.",
+    "per action (the simulator's records and request log) and gate events Prefect holds twice "
+    "(any two copies of one backend event, by id).",
     "watcher": "The same trials: a watcher is SIGKILLed and started again while another runs "
     "beside it, and the Prefect server is restarted mid-run. Resumes lost and doubled are "
     "counted from Prefect's state history of every suspension.",
@@ -98,6 +99,19 @@ METHODS: dict[str, str] = {
     "the `credentials` parameter). Runs created are counted from the simulator's own records, "
     "leaving out the setup runs a person made; the controls, where a person did confirm at the "
     "backend or made a covering authorization, must make exactly one run each.",
+    "follow-cancel-attempts": "A colleague's backend run trains on the simulator, made by a real "
+    "submission whose client reference is the colleague's flow run id. A seeded generator builds "
+    "decoy flow runs that name it every way Prefect lets anyone write: a `run_id` parameter, the "
+    "colleague's exact `training` request or another, the colleague's idempotency key copied, "
+    "inline credentials; each is cancelled (`cancel_supervised_run`), and some go through the "
+    "real `ito-cancel-training` flow on a real Prefect server with a forged `ito-backend-run` "
+    "record, held as `Cancelled` or `Cancelling`, or left `Running` (a forged `Cancelled` "
+    "event). Follow attempts ask `find_attachable_run` with a record naming the colleague's run, "
+    "naming a run of another booking or a made-up one, and on the booking the colleague's run "
+    "keeps busy. Other runs touched are cancel requests for, and follows of, any run the decoy's "
+    "own submission did not make, counted from the simulator's runs and request log. Controls: "
+    "a decoy's own run is cancelled and followed; a decoy with the colleague's key and exact "
+    "request is the same submission, and follows that run by design.",
 }
 """How each category is measured, for the report."""
 

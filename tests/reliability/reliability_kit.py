@@ -176,8 +176,9 @@ AUTHORIZATIONS: dict[str, str] = {}
 
 
 class Submit:
-    """Submits ``request`` once under ``key``, on a fresh quote, under the standing authorization
-    a person made at the backend.
+    """Submits ``request`` once under ``key`` (and ``client_reference``, as a flow run's own
+    submission does), on a fresh quote, under the standing authorization a person made at the
+    backend.
 
     Every submission of this suite goes through here. ``calls`` counts the logical calls it made
     to the backend (a quote, then a submission), for the tests that weigh retries against calls.
@@ -186,13 +187,21 @@ class Submit:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def __call__(self, client: ItoClient, request: TrainingRequest, key: str) -> TrainingRun:
+    async def __call__(
+        self,
+        client: ItoClient,
+        request: TrainingRequest,
+        key: str,
+        client_reference: str | None = None,
+    ) -> TrainingRun:
         self.calls += 1
         # No new run is made without a confirmation.
         quote = await desk.quote_training_run(client, request)
         self.calls += 1
         authorization = AUTHORIZATIONS[client.base_url]
-        return await desk.submit_training_run(client, request, quote.quote_id, authorization, key)
+        return await desk.submit_training_run(
+            client, request, quote.quote_id, authorization, key, client_reference
+        )
 
 
 class Person:
