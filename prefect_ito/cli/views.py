@@ -36,7 +36,7 @@ from prefect_ito.contract import Telemetry
 from prefect_ito.exceptions import ItoError
 from prefect_ito.people.notices import decide_command
 from prefect_ito.reporting import cards, holding
-from prefect_ito.reporting.forecast import Forecast
+from prefect_ito.reporting.forecast import SAID, Forecast
 from prefect_ito.reporting.report import SEEN, TrainingSummary
 from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL
 
@@ -353,9 +353,10 @@ def _print_costs(console: Console, facts: dict[str, Any]) -> None:
     found = facts["forecast"]
     if found is not None:
         fields = {name: found[name] for name in Forecast.__dataclass_fields__}
-        console.print(f"Forecast: {Forecast(**fields).sentence()}", markup=False, soft_wrap=True)
+        console.print(f"Forecast: {Forecast(**fields).figures()}", markup=False, soft_wrap=True)
     elif said := _card_said(facts, "forecast"):
-        console.print(f"Forecast: {said}", markup=False, soft_wrap=True)
+        # A card's line says "forecast: …" itself; the label here says it once.
+        console.print(f"Forecast: {said.removeprefix(SAID)}", markup=False, soft_wrap=True)
     if facts["held"] is not None:
         still = ", if still held" if facts["source"] == "card" else ""
         console.print(f"Held: {held_text(facts['held'])}{still}", markup=False, soft_wrap=True)

@@ -42,6 +42,10 @@ MIN_PROGRESS = 0.01
 """Below 1 % of the planned work, the rate so far says too little to forecast from."""
 
 
+SAID = "forecast: "
+"""How a forecast sentence begins, on a card and in an event's message."""
+
+
 @dataclass(frozen=True)
 class Forecast:
     """What a run is expected to cost and take, from its rate so far."""
@@ -63,8 +67,12 @@ class Forecast:
     def sentence(self) -> str:
         """Return e.g. "forecast: $24,000–$31,000 at completion of $250,000 budget, ~9 days to
         finish"."""
+        return f"{SAID}{self.figures()}"
+
+    def figures(self) -> str:
+        """Return the sentence without its first word, for a line already labelled Forecast."""
         line = (
-            f"forecast: ${_round(self.low_usd):,.0f}–${_round(self.high_usd):,.0f} at completion "
+            f"${_round(self.low_usd):,.0f}–${_round(self.high_usd):,.0f} at completion "
             f"of ${self.budget_usd:,.0f} budget, ~{_duration(self.seconds_left)} to finish"
         )
         if self.at_risk:
