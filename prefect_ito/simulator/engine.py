@@ -520,7 +520,8 @@ class Engine:
             if rec.request.booking_id == booking.booking_id and not rec.state.terminal
         ]
         for rec in unfinished:
-            if rec.request.manifest_digest != request.manifest_digest:
+            # Another account's run is never replayed, nor named: accounts never see each other.
+            if rec.account != account or rec.request.manifest_digest != request.manifest_digest:
                 raise SimError(ErrorCode.BOOKING_BUSY, "the booking has an unfinished run")
             # The same manifest on the same booking is the same logical submission.
             self._remember(account, key, fingerprint, rec.run_id)

@@ -214,3 +214,27 @@ def test_a_booking_id_has_the_same_limit_in_the_body_as_in_a_path(desk):
 
     assert response.status_code == eligibility.status_code == 422
     assert response.json()["error"]["field"] == "booking_id"
+
+
+def test_another_account_on_a_shared_booking_gets_busy_and_nothing_of_the_run(desk_for):
+    # Before: another account's submission of the same manifest got 200, Idempotent-Replayed
+    # and the whole run (its id, request, who confirmed it), though reading it answered 404.
+    desk = desk_for("loss-spike")  # holds at a decision, so the run stays unfinished
+    run = desk.start(key="theirs")
+    with desk.person(account="other-account", principal="user:mallory") as other:
+        quote = other.post("/v0/training-quotes", json=desk.body()).json()["data"]["quote_id"]
+        confirmed = other.post(f"/v0/training-quotes/{quote}/confirmations", json={})
+        assert confirmed.status_code == 200, confirmed.text
+        answer = other.post(
+            "/v0/training-runs",
+            json={**desk.body(), "quote_id": quote},
+            headers={IDEMPOTENCY_HEADER: "mine"},
+        )
+        read = other.get(f"/v0/training-runs/{run['run_id']}")
+
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["error"]["code"] == "BOOKING_BUSY"
+    assert REPLAYED_HEADER not in answer.headers
+    assert run["run_id"] not in answer.text and "user:ada" not in answer.text
+    assert read.status_code == 404
+    assert len(desk.sim.runs()) == 1
