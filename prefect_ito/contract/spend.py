@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from prefect_ito.contract.auth import Principal
 from prefect_ito.contract.envelope import ID_MAX_LENGTH, ModelSize, NonEmptyStr, QuoteId, _Model
@@ -109,7 +109,10 @@ class SpendAuthorizationRequest(_Model):
 
     name: NonEmptyStr = Field(description="A person's name for the authorization.")
     limits: SpendLimits
-    expires_at: datetime = Field(description="After this the authorization covers nothing.")
+    expires_at: AwareDatetime = Field(
+        description="After this the authorization covers nothing: a time with its UTC offset (a "
+        "time without one is refused, `422 VALIDATION_ERROR`)."
+    )
 
 
 class SpendAuthorizationState(OpenEnum):

@@ -327,3 +327,17 @@ def test_a_device_login_gives_a_person_the_spend_scopes(desk):
     ).json()["data"]
 
     assert {"spend:confirm", "spend:authorize", "training:submit"} <= set(grant["scope"].split())
+
+
+def test_a_zone_less_expiry_is_refused_and_stores_nothing_that_breaks_a_listing(desk):
+    # Before: 500, and every later listing of the account answered 500 too.
+    person = _person(desk)
+    body = {**_authorization(max_budget_usd=1e6), "expires_at": "2030-01-01T00:00:00"}
+
+    refused = person.post("/v0/spend-authorizations", json=body, headers={IDEMPOTENCY_HEADER: "z"})
+    listed = person.get("/v0/spend-authorizations")
+
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert "expires_at" in refused.text
+    assert listed.status_code == 200 and listed.json()["data"]["authorizations"] == []
