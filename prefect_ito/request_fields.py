@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from typing import Annotated, Any, Generic, Literal, Self, TypeVar
 
 from cyclopts import Parameter
@@ -30,6 +29,7 @@ from prefect_ito.contract import (
     TEXT_MAX_LENGTH,
     PostTraining,
     TrainingRequest,
+    hidden_character,
     segment_problem,
 )
 from prefect_ito.exceptions import invalid_parameters
@@ -286,21 +286,23 @@ def is_text(value: Any) -> bool:
 
 
 def clean_text(text: str, limit: int, what: str = "") -> str:
-    """Return ``text`` without surrounding blanks; refuse control characters and excess length.
+    """Return ``text`` without surrounding blanks; refuse control or invisible characters and
+    excess length.
 
-    Ids, references and targets reach logs, terminals and the backend: a control character in
-    one (an escape sequence, a NUL, a line break inside it) is never meant, and would garble each.
+    Ids, references and targets reach logs, terminals, forms and the backend: a control
+    character in one (an escape sequence, a NUL, a line break inside it) would garble each, and
+    an invisible one (a bidi override, a zero-width space) makes it read as another.
 
     Raises:
         ValueError: naming ``what`` (when given) and the rule ``text`` breaks.
     """
     stripped = text.strip()
     where = f"{what} " if what else ""
-    control = next((c for c in stripped if unicodedata.category(c) == "Cc"), None)
+    control = hidden_character(stripped)
     if control is not None:
         raise ValueError(
-            f"{where}must not contain control characters (got U+{ord(control):04X} in "
-            f"{shown(stripped)})"
+            f"{where}must not contain control or invisible characters (got U+{ord(control):04X} "
+            f"in {shown(stripped)})"
         )
     if len(stripped) > limit:
         raise ValueError(f"{where}must be at most {limit} characters (got {len(stripped):,})")

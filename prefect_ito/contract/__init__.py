@@ -68,7 +68,9 @@ from prefect_ito.contract.envelope import (
     ModelSize,
     NonEmptyStr,
     QuoteId,
+    hidden_character,
     id_problem,
+    invisible_character,
     segment_problem,
 )
 from prefect_ito.contract.open_enum import OpenEnum
@@ -228,6 +230,8 @@ __all__ = [
     "TrainingRunList",
     "TrainingRunRequest",
     "WhoAmI",
+    "hidden_character",
     "id_problem",
+    "invisible_character",
     "segment_problem",
 ]

@@ -125,9 +125,26 @@ def id_problem(value: str) -> str | None:
         return f"must be at most {ID_MAX_LENGTH} characters (got {len(value)})"
     if value != value.strip():
         return "must not start or end with a space"
-    if any(unicodedata.category(c) == "Cc" for c in value):
-        return "must not contain a control character"
+    if (hidden := hidden_character(value)) is not None:
+        return f"must not contain a control or invisible character (U+{ord(hidden):04X})"
     return segment_problem(value)
+
+
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
+"""Format characters (bidi overrides, zero-width spaces and joiners, a byte order mark) and line
+or paragraph separators: none is ever meant in an id, a target or a data reference, and each can
+make one read as another in a log, a terminal or a form."""
+
+
+def invisible_character(text: str) -> str | None:
+    """Return the first invisible character in ``text`` (see above), or None."""
+    return next((c for c in text if unicodedata.category(c) in _INVISIBLE_CATEGORIES), None)
+
+
+def hidden_character(text: str) -> str | None:
+    """Return the first control (``Cc``) or invisible character in ``text``, or None."""
+    control = next((c for c in text if unicodedata.category(c) == "Cc"), None)
+    return control if control is not None else invisible_character(text)
 
 
 class _Model(BaseModel):

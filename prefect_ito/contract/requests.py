@@ -22,6 +22,7 @@ from prefect_ito.contract.envelope import (
     NonEmptyStr,
     QuoteId,
     _Model,
+    invisible_character,
 )
 from prefect_ito.contract.jcs import canonicalize
 
@@ -37,6 +38,17 @@ class TrainingRequest(_Model):
     target: NonEmptyStr = Field(description="The capability to train for.")
     budget_usd: float = Field(gt=0, description="Spend ceiling in US dollars: finite, positive.")
     post_training: PostTraining | None = None
+
+    @field_validator("booking_id", "target", "data_refs")
+    @classmethod
+    def _visible(cls, value: str | list[str]) -> str | list[str]:
+        # What a person confirms must read as what is sent: no bidi override or zero-width
+        # character may make one booking, target or data reference look like another. (Control
+        # characters are the client's to refuse: the published digest vectors escape them.)
+        for text in [value] if isinstance(value, str) else value:
+            if (hidden := invisible_character(text)) is not None:
+                raise ValueError(f"must not contain an invisible character (U+{ord(hidden):04X})")
+        return value
 
     @field_validator("budget_usd")
     @classmethod

@@ -72,6 +72,12 @@ BAD_PARAMETERS: list[tuple[str, Any]] = [
     ("booking", "bk-1\n--budget-usd 1"),
     ("booking", "bk-\x1b[2J"),
     ("booking", "bk-\x00"),
+    # Bidi overrides and zero-width characters make one id read as another.
+    ("booking", "bk-\u202e1-kb"),
+    ("booking", "bk\u200b-1"),
+    ("data", ["s3://team/\u2066corpus\u2069/"]),
+    ("target", "code\u200dassistant"),
+    ("target", "chat\ufeff"),
     ("booking", 42),
     ("data", []),
     ("data", [""]),

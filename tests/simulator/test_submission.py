@@ -238,3 +238,20 @@ def test_another_account_on_a_shared_booking_gets_busy_and_nothing_of_the_run(de
     assert run["run_id"] not in answer.text and "user:ada" not in answer.text
     assert read.status_code == 404
     assert len(desk.sim.runs()) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("target", "chat\u202e"),
+        ("data_refs", ["s3://team/\u200bcorpus/"]),
+        ("booking_id", "bk-h200-2x8-ib\u2066"),
+    ],
+)
+def test_an_invisible_character_in_what_a_person_confirms_is_refused(desk, field, value):
+    # Before: a bidi override or a zero-width space passed, so a quote could read as another.
+    quoted = desk.quote({**desk.body(), field: value})
+
+    assert quoted.status_code == 422, quoted.text
+    assert quoted.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert desk.sim.runs() == []
