@@ -20,7 +20,7 @@ from prefect_ito.backend.auth import resolve_api_url
 from prefect_ito.backend.origins import admit
 from prefect_ito.cli.errors import exit_with, run_command
 from prefect_ito.exceptions import InvalidParameters, ItoError
-from prefect_ito.request_fields import TrainingFields
+from prefect_ito.request_fields import TrainingFields, shown
 
 if TYPE_CHECKING:
     from prefect_ito.blocks import ItoCredentials
@@ -93,13 +93,28 @@ async def _parse(model: type[_Fields], fields: dict[str, Any]) -> _Fields:
     return model.parse(fields)
 
 
+DATA_FILE_MAX_BYTES = 1024 * 1024
+"""The most of a data file read: a request's references must fit in one request body, which a
+backend may refuse past 1 MiB (the simulator's default limit)."""
+
+
 def _read_refs(path: Path) -> list[str]:
     """Return the data references in ``path``: one a line; blank and # lines are skipped."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as file:
+            # Never more than the limit: `/dev/zero` or a stray log must not fill the memory.
+            raw = file.read(DATA_FILE_MAX_BYTES + 1)
+        if len(raw) > DATA_FILE_MAX_BYTES:
+            exit_with(
+                InvalidParameters(
+                    f"data_file: {shown(str(path))} is larger than {DATA_FILE_MAX_BYTES:,} "
+                    "bytes: the data references must fit in one request"
+                )
+            )
+        lines = raw.decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or error
-        exit_with(InvalidParameters(f"data_file: cannot read {str(path)!r} ({reason})"))
+        exit_with(InvalidParameters(f"data_file: cannot read {shown(str(path))} ({reason})"))
     stripped = (line.strip() for line in lines)
     return [line for line in stripped if line and not line.startswith("#")]
 

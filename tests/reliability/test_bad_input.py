@@ -283,6 +283,8 @@ BAD_OPTIONS: list[tuple[list[str], str]] = [
     ([*TRAIN, "--budget-usd", "1", "--api-url", "ftp://desk"], "api_url"),
     ([*TRAIN, "--budget-usd", "1", "--idempotency-key", "a b"], "idempotency_key"),
     ([*TRAIN, "--budget-usd", "1", "--approval-timeout", "-5"], "approval_timeout"),
+    # Before: read without bound (a /dev/zero ran the machine out of memory).
+    ([*TRAIN, "--budget-usd", "1", "--data-file", "/dev/zero"], "data_file"),
 ]
 
 
