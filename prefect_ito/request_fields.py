@@ -31,6 +31,7 @@ from prefect_ito.contract import (
     TrainingRequest,
     hidden_character,
     segment_problem,
+    shown,
 )
 from prefect_ito.exceptions import invalid_parameters
 
@@ -40,8 +41,6 @@ BookingT = TypeVar("BookingT")
 """What a booking may be beside its id: ``str`` alone on the command line."""
 
 _MODEL_SIZE = re.compile(MODEL_SIZE_PATTERN)
-_SHOWN_LENGTH = 40
-"""The most characters of a rejected value a message repeats: a huge value stays out of it."""
 
 
 def _booking_id_token(type_: Any, tokens: Any) -> str:
@@ -307,11 +306,3 @@ def clean_text(text: str, limit: int, what: str = "") -> str:
     if len(stripped) > limit:
         raise ValueError(f"{where}must be at most {limit} characters (got {len(stripped):,})")
     return stripped
-
-
-def shown(value: Any) -> str:
-    """Return ``repr(value)``, cut short: a message names a bad value without repeating it all."""
-    text = repr(value)
-    if len(text) <= _SHOWN_LENGTH:
-        return text
-    return f"{text[:_SHOWN_LENGTH]}… ({len(text):,} characters)"

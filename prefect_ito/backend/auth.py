@@ -39,7 +39,7 @@ from pydantic import SecretStr
 
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN, env_token_origin, origin_of
-from prefect_ito.contract import DeviceAuthorization
+from prefect_ito.contract import DeviceAuthorization, shown
 from prefect_ito.exceptions import (
     AuthorizationPending,
     ExpiredToken,
@@ -95,10 +95,11 @@ def normalise_api_url(url: str) -> str:
     except httpx.InvalidURL:
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ItoError(f"not an http(s) URL for an Itô backend: {text!r}")
+        raise ItoError(f"not an http(s) URL for an Itô backend: {shown(text)}")
     if parsed.userinfo or parsed.query or parsed.fragment:
         raise ItoError(
-            f"an Itô backend URL has no user, query or fragment: {parsed.copy_with(userinfo=b'')}"
+            "an Itô backend URL has no user, query or fragment: "
+            f"{shown(str(parsed.copy_with(userinfo=b'')))}"
         )
     return text
 

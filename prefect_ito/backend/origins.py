@@ -27,6 +27,7 @@ import re
 
 import httpx
 
+from prefect_ito.contract import shown
 from prefect_ito.exceptions import ItoError, OriginNotAllowed, TokenWithoutOrigin
 
 __all__ = [
@@ -57,7 +58,7 @@ def origin_of(url: str | httpx.URL) -> str:
     except httpx.InvalidURL:
         parsed = None
     if parsed is None or parsed.scheme not in ("http", "https") or not parsed.raw_host:
-        raise ItoError(f"not an http(s) URL for an Itô backend: {str(url)!r}")
+        raise ItoError(f"not an http(s) URL for an Itô backend: {shown(str(url))}")
     host = parsed.raw_host.decode("ascii").lower()
     if ":" in host:  # an IPv6 literal keeps its brackets in an origin
         host = f"[{host}]"

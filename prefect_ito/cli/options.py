@@ -19,8 +19,9 @@ from pydantic import Field
 from prefect_ito.backend.auth import resolve_api_url
 from prefect_ito.backend.origins import admit
 from prefect_ito.cli.errors import exit_with, run_command
+from prefect_ito.contract import shown
 from prefect_ito.exceptions import InvalidParameters, ItoError
-from prefect_ito.request_fields import TrainingFields, shown
+from prefect_ito.request_fields import TrainingFields
 
 if TYPE_CHECKING:
     from prefect_ito.blocks import ItoCredentials

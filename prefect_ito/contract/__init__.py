@@ -72,6 +72,7 @@ from prefect_ito.contract.envelope import (
     id_problem,
     invisible_character,
     segment_problem,
+    shown,
 )
 from prefect_ito.contract.open_enum import OpenEnum
 from prefect_ito.contract.quotes import CostRange, PlanPreview, TrainingQuote
@@ -234,4 +235,5 @@ __all__ = [
     "id_problem",
     "invisible_character",
     "segment_problem",
+    "shown",
 ]

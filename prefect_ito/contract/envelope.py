@@ -130,6 +130,18 @@ def id_problem(value: str) -> str | None:
     return segment_problem(value)
 
 
+_SHOWN_LENGTH = 40
+"""The most characters of a rejected value a message repeats: a huge value stays out of it."""
+
+
+def shown(value: object) -> str:
+    """Return ``repr(value)``, cut short: a message names a bad value without repeating it all."""
+    text = repr(value)
+    if len(text) <= _SHOWN_LENGTH:
+        return text
+    return f"{text[:_SHOWN_LENGTH]}… ({len(text):,} characters)"
+
+
 _INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
 """Format characters (bidi overrides, zero-width spaces and joiners, a byte order mark) and line
 or paragraph separators: none is ever meant in an id, a target or a data reference, and each can

@@ -547,3 +547,20 @@ def test_a_stored_authorization_with_bad_data_is_one_line_at_the_command_line(
     # that read, and nothing else, reached the backend.
     sent = {(entry.method, entry.path) for entry in cli_backend.requests()}
     assert sent <= {("GET", "/v0/capabilities")}, sent
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://desk.example.com/" + "a" * 70_000,
+        "https://user:pw@desk.example.com/" + "b" * 5_000 + "?q=1",
+    ],
+    ids=["longer-than-httpx-takes", "with-a-user-and-a-query"],
+)
+def test_a_huge_backend_url_is_named_short_not_echoed(url, capsys, sweep):
+    # Before: `whoami` echoed the whole 70,000-character URL in its one line.
+    code, err = run_cli(["whoami", "--api-url", url], capsys, sweep)
+
+    assert code != 0 and err.startswith("error: ") and err.count("\n") == 1, err[:200]
+    assert len(err) <= LONGEST_MESSAGE + 100, len(err)
+    assert "Traceback" not in err and "pw@" not in err
