@@ -367,7 +367,7 @@ class Watcher:
             if not await claim_turn(client, flow_run.id, prefix, held, ""):
                 return claims.held_until(held)
         try:
-            await aresume_flow_run(flow_run.id, run_input=answer)
+            await self._resume_past_junk(flow_run, answer)
         except _CHANGED_UNDER_US as error:  # resumed, cancelled or deleted meanwhile
             logger.info("Flow run %s was not resumed: %s", flow_run.id, error)
             return None
@@ -375,6 +375,44 @@ class Watcher:
         self._resumed_from[flow_run.id] = suspended.id
         logger.info("Resumed flow run %s: %s.", flow_run.id, why)
         return None
+
+    async def _resume_past_junk(self, flow_run: FlowRun, answer: dict[str, Any] | None) -> None:
+        """Resume ``flow_run``; first remove an answer that stands under its form's key but
+        resumed nothing (anyone with Prefect API access can write one, and Prefect then refuses
+        every resume with ``409``, so a person's answer at the backend would never take effect).
+        """
+        try:
+            await aresume_flow_run(flow_run.id, run_input=answer)
+        except PrefectHTTPStatusError as error:
+            if answer is None or error.response.status_code != 409:
+                raise
+            if not await self._remove_stale_answer(flow_run):
+                raise
+            await aresume_flow_run(flow_run.id, run_input=answer)
+
+    async def _remove_stale_answer(self, flow_run: FlowRun) -> bool:
+        """Delete the answer under a still-paused run's form key; tell whether there was one.
+
+        Prefect's server stores a Resume's answer in the same transaction as the state it
+        resumes to, so an answer beside a pause that still holds was never a resume: it was
+        written through the API, by hand.
+        """
+        async with get_client() as client:
+            now = await client.read_flow_run(flow_run.id)
+            state = now.state
+            keyset = state.state_details.run_input_keyset if state and state.is_paused() else None
+            if not keyset:
+                return False
+            try:
+                await client.delete_flow_run_input(flow_run.id, keyset["response"])
+            except ObjectNotFound:
+                return False
+        logger.warning(
+            "Flow run %s is paused with an answer under its form key that resumed nothing "
+            "(written through Prefect's API): removed, so that it can be resumed.",
+            flow_run.id,
+        )
+        return True
 
     # --- runs that ask a person for a spend ----------------------------------------------------
 

@@ -283,3 +283,32 @@ async def test_a_run_without_a_readable_record_is_left_alone_and_costs_the_sweep
     assert len(said) == 1, said
     assert not [r for r in caplog.records if "A sweep failed" in r.getMessage()]
     assert await is_paused(junk.id) and not await is_paused(other.id)
+
+
+async def test_an_invalid_answer_written_into_the_pause_does_not_block_the_resume(
+    start_simulator, flow_runs
+):
+    # Before: a colleague wrote an answer the form does not take under the pause's response key;
+    # every resume then met it (409, "changed meanwhile; skipped") and the run waited for good,
+    # though a person had confirmed at the backend.
+    simulator = start_simulator()
+    quote = await new_quote(simulator.url)
+    flow_run = await asking_flow_run(quote, api_url=simulator.url)
+    flow_runs.append(flow_run)
+    async with get_client() as client:
+        paused = (await client.read_flow_run(flow_run.id)).state
+        response = paused.state_details.run_input_keyset["response"]
+        await client.create_flow_run_input(flow_run.id, response, '{"decision": "spend-it-all"}')
+    await answer(simulator, quote.quote_id, "confirm")
+    watcher = Watcher(wait=0.5, lost_after=None)
+    try:
+        async with asyncio.timeout(30):
+            while await is_paused(flow_run.id):
+                await watcher.sweep()
+                await asyncio.sleep(0.3)
+    finally:
+        await watcher.close()
+
+    assert watcher.resumed == [flow_run.id]
+    (given,) = await resume_inputs(flow_run.id)
+    assert given["decision"] == "recheck"  # the watcher's, which decides nothing
