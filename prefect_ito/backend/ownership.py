@@ -10,6 +10,7 @@ run to look at: it is never what decides which run a flow run follows.
 from __future__ import annotations
 
 import logging
+import uuid
 
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import TrainingRequest, TrainingRun
@@ -198,8 +199,18 @@ async def _unfinished_on_booking(
             return run
         raise BookingBusy(
             f"booking {request.booking_id} already has an unfinished run {run.run_id} of this "
-            f"same request, which another submission made (client reference "
-            f"{run.client_reference or 'none'}): nothing was quoted or submitted; follow it with "
-            f"`prefect-ito attach {run.run_id}`"
+            f"same request, which {_maker(run)} made: nothing was quoted or submitted; it asks "
+            f"its own questions; follow it with `prefect-ito attach {run.run_id}`"
         )
     return None
+
+
+def _maker(run: TrainingRun) -> str:
+    """Say who submitted ``run``: prefect-ito's client reference is a flow run's id."""
+    reference = run.client_reference
+    if reference is None:
+        return "another submission"
+    try:
+        return f"flow run {uuid.UUID(reference)}"
+    except ValueError:
+        return f"another submission (client reference {reference})"

@@ -70,6 +70,8 @@ async def test_a_booking_busy_with_another_flow_run_s_run_is_not_followed(start_
     assert state.is_failed() and state.name == BookingBusy.state_name, state.name
     assert theirs in (state.message or "")
     assert f"prefect-ito attach {theirs}" in (state.message or "")
+    made_by = simulator.runs()[0].run.client_reference
+    assert f"flow run {made_by}" in (state.message or "")  # who owns its questions
     assert len(simulator.runs()) == 1
 
 
