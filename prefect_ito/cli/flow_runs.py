@@ -35,7 +35,7 @@ from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import FlowRunNotFound, ItoError, PrefectServerRequired
 from prefect_ito.reporting.forecast import Forecast, forecast
 from prefect_ito.reporting.report import FORECAST_PREFIX, status_facts
-from prefect_ito.waiting.cancellation import cancel_supervised_run, supervised_run
+from prefect_ito.waiting.cancellation import cancel_supervised_run, followed_run
 
 __all__ = ["cancel", "read_flow_run", "require_server", "status"]
 
@@ -65,7 +65,7 @@ async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
     state = flow_run.state
     try:
         async with await _backend_client(flow_run) as client:
-            backend_run = _run_facts(await supervised_run(client, flow_run))
+            backend_run = _run_facts(await followed_run(client, flow_run))
     except ItoError as error:  # not logged in, origin not allowed, backend down, …
         backend_run = await _card_facts(flow_run_id, stale_because=str(error))
     return {
@@ -223,7 +223,7 @@ async def _cancel_at_backend(
     no_process = state is None or state.is_final() or bool(state.state_details.pause_reschedule)
     try:
         if not no_process:  # the flow's own process cancels it as it stops
-            run = await supervised_run(client, flow_run)
+            run = await followed_run(client, flow_run)
             return _cancelled(
                 flow_run, requested=requested, here=False, backend_run=_run_facts(run)
             )
@@ -250,15 +250,16 @@ def _cancelled(
         and backend_run["source"] == "backend"
         and (backend_run["state"] in _FINISHED)
     )
-    left_to = None
-    if not here and not finished and requested:
-        left_to = "automation" if suspended else "flow_process"
     parameters = flow_run.parameters or {}
+    follows = None if "training" in parameters else parameters.get("run_id")
+    left_to = None
+    if not here and not finished and requested and follows is None:
+        left_to = "automation" if suspended else "flow_process"
     return {
         "flow_run_id": str(flow_run.id),
         "flow_run_state_before": state.name if state else None,
         # An attach flow run follows a run it did not make: its cancel only detaches.
-        "follows_run_id": None if "training" in parameters else parameters.get("run_id"),
+        "follows_run_id": follows,
         "cancel_requested_in_prefect": requested,
         "backend_cancelled_here": here,
         "left_to": left_to,

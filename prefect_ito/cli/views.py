@@ -400,13 +400,15 @@ def print_cancel(console: Console, sent: dict[str, Any]) -> None:
     else:
         console.print(f"{flow_run} had already ended: its state is left as it is.", markup=False)
     facts = sent["backend_run"]
-    if facts is None and sent.get("follows_run_id"):
+    if sent.get("follows_run_id"):
         console.print(
             f"It follows backend run {sent['follows_run_id']}, which it did not make: cancelling "
             "it only detaches, and the backend run goes on.",
             markup=False,
             soft_wrap=True,
         )
+        if facts is not None:
+            _print_backend_run(console, facts)
         return
     if facts is None:
         console.print("No backend run was found for it: nothing to cancel at the backend.")

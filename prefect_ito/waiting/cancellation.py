@@ -22,8 +22,8 @@ from prefect.client.schemas.objects import FlowRun
 from prefect_ito.backend import desk, ownership
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
-from prefect_ito.contract import TrainingRun
-from prefect_ito.exceptions import Detached
+from prefect_ito.contract import TrainingRun, id_problem
+from prefect_ito.exceptions import Detached, RunNotFound
 from prefect_ito.parameters import TrainingParameters, resolve_booking, submission_key
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -35,6 +35,7 @@ __all__ = [
     "cancel_supervised_run",
     "cancel_workload_of",
     "cancellation_requested",
+    "followed_run",
     "raise_if_detached",
     "request_detach",
     "stop_requested",
@@ -151,3 +152,16 @@ async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | 
     request = training.to_request(await resolve_booking(training))
     key = submission_key(training, request, flow_run.id)
     return await ownership.find_submitted_run(client, request, key, str(flow_run.id))
+
+
+async def followed_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | None:
+    """Return the backend run a flow run follows, to show it: the run it submitted, or, for an
+    ``ito-attach-training`` flow run, the run it was started on (shown, never acted on)."""
+    parameters = dict(flow_run.parameters or {})
+    run_id = parameters.get("run_id")
+    if "training" in parameters or not isinstance(run_id, str) or id_problem(run_id):
+        return await supervised_run(client, flow_run)
+    try:
+        return await client.get_training_run(run_id)
+    except RunNotFound:
+        return None

@@ -15,6 +15,7 @@ from prefect import get_client
 from prefect.flow_engine import run_flow_async
 from prefect.states import Cancelled
 
+from prefect_ito.cli.flow_runs import _read_status
 from prefect_ito.contract import RunState
 from prefect_ito.exceptions import BookingBusy
 from prefect_ito.flows import ito_attach_training, ito_cancel_training, ito_training
@@ -123,3 +124,18 @@ async def test_cancelling_an_attach_flow_run_detaches(start_simulator):
 
     assert "has no backend run" in said
     assert simulator.runs()[0].run.state is not RunState.CANCELLED
+
+
+async def test_status_of_an_attach_flow_run_shows_the_run_it_follows(start_simulator):
+    # Shown, never acted on: the one place a run_id parameter is read is to show it.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
+    theirs = await _unfinished(simulator)
+    async with get_client() as client:
+        attach = await client.create_flow_run(
+            ito_attach_training,
+            parameters={"run_id": theirs, "credentials": {"api_url": simulator.url}},
+        )
+
+    shown = await _read_status(attach.id)
+
+    assert shown["backend_run"]["run_id"] == theirs
