@@ -104,14 +104,15 @@ def simulator(
 def banner(scenario: str, host: str, port: int) -> str:
     """Return what the command prints first: where the simulator serves, and how to log in to it.
 
-    Never a token: the way to one is the device login the simulator serves, which keeps the
-    token in the OS keyring.
+    Never a token or a passphrase: the way to a token is the device login the simulator serves,
+    which keeps the token in the OS keyring, and a person's passphrase is the scenario's.
     """
     url = f"http://{_reachable(host)}:{port}"
     return (
         f"Itô desk simulator ({scenario}) on {url}; contract under /v0\n"
-        "To get a token for it, in another shell (a device login: approve it on the page it "
-        "shows):\n"
+        "To get a token for it, in another shell (a device login: on the page it shows, sign "
+        "in as a person of the scenario, whose passphrases docs/simulator.md gives, and "
+        "approve):\n"
         f"  export ITO_COMPUTE_API_URL={url}\n"
         "  prefect-ito login"
     )

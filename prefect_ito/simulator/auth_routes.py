@@ -1,4 +1,9 @@
-"""Device authorization routes (RFC 8628 shape) and the small HTML page a person approves on."""
+"""Device authorization routes (RFC 8628 shape) and the small HTML page a person approves on.
+
+The page signs the person in as the confirm page does (``person_session.py``: the passphrase,
+the CSRF token, the origin check, the throttle on wrong codes and passphrases); the browser
+stays signed in, so the confirm page needs no second sign-in.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +28,14 @@ from prefect_ito.simulator.envelopes import (
     documented,
     ok,
 )
-from prefect_ito.simulator.state import Info, SimStateDep, Token
+from prefect_ito.simulator.person_session import (
+    PageRefusal,
+    PageSession,
+    PersonFormDep,
+    form_fields,
+    respond,
+)
+from prefect_ito.simulator.state import Info, SimState, SimStateDep, Token
 
 router = APIRouter(prefix="/v0/auth", tags=["auth"])
 page_router = APIRouter(include_in_schema=False)
@@ -33,9 +45,8 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: device login</title></head>
 <body><h1>Device login</h1><p>{message}</p>{form}</body></html>
 """
-_FORM = """<form method="post" action="/device">
+_FORM = """<form method="post" action="/device">{person}
 <label>User code <input name="user_code" value="{user_code}" required></label>
-<label>Account <input name="account" value="sim-user" required></label>
 <button name="decision" value="approve" type="submit">Approve</button>
 <button name="decision" value="deny" type="submit">Deny</button>
 </form>"""
@@ -89,25 +100,55 @@ async def whoami(info: Info, request: Request) -> Envelope[WhoAmI]:
 
 
 @page_router.get("/device", response_class=HTMLResponse)
-async def device_page(user_code: Annotated[str, Query(max_length=32)] = "") -> HTMLResponse:
-    """The verification page: a form to enter the user code and approve or deny."""
-    form = _FORM.format(user_code=escape(user_code))
-    return HTMLResponse(_PAGE.format(message="Enter the code your terminal shows.", form=form))
+async def device_page(
+    request: Request, state: SimStateDep, user_code: Annotated[str, Query(max_length=32)] = ""
+) -> HTMLResponse:
+    """The verification page: a form to sign in, enter the user code and approve or deny."""
+    session = state.pages.open(request)
+    return _page(request, session, "Enter the code your terminal shows.", user_code)
 
 
 @page_router.post("/device", response_class=HTMLResponse)
 async def device_answer(
+    request: Request,
     state: SimStateDep,
+    form: PersonFormDep,
     user_code: Annotated[str, Form(max_length=32)],
     decision: Annotated[Literal["approve", "deny"], Form()],
-    account: Annotated[str, Form(min_length=1, max_length=128)] = "sim-user",
 ) -> HTMLResponse:
-    """Record the person's answer and say what happened."""
+    """Record the signed-in person's answer and say what happened."""
     approve = decision == "approve"
-    if not state.identity.verify(user_code, approve=approve, account=account):
-        form = _FORM.format(user_code=escape(user_code))
-        return HTMLResponse(
-            _PAGE.format(message="That code is unknown or expired.", form=form), status_code=400
-        )
+    session = state.pages.open(request)
+    try:
+        session = state.pages.admit(request, session, form)
+        _answer(state, request, session, user_code, approve)
+    except PageRefusal as refusal:
+        return _page(request, session, refusal.message, user_code, refusal)
     message = "Approved: return to your terminal." if approve else "Denied."
-    return HTMLResponse(_PAGE.format(message=message, form=""))
+    return respond(request, session, _PAGE.format(message=message, form=""))
+
+
+def _answer(
+    state: SimState, request: Request, session: PageSession, user_code: str, approve: bool
+) -> None:
+    """Answer the device grant the code names as the signed-in person (a wrong code counts)."""
+
+    def look_up() -> bool | None:
+        assert session.account is not None  # try_code asks for a sign-in first
+        return state.identity.verify(user_code, approve=approve, account=session.account) or None
+
+    state.pages.try_code(request, session, look_up)
+
+
+def _page(
+    request: Request,
+    session: PageSession,
+    message: str,
+    user_code: str,
+    refusal: PageRefusal | None = None,
+) -> HTMLResponse:
+    form = _FORM.format(person=form_fields(session), user_code=escape(user_code))
+    html = _PAGE.format(message=escape(message), form=form)
+    if refusal is None:
+        return respond(request, session, html)
+    return respond(request, session, html, refusal.status_code, refusal.headers)

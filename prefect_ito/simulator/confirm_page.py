@@ -1,10 +1,11 @@
-"""The confirm page a quote's ``confirm_url`` names (contract v0.4 draft, the device-login pattern).
+"""The confirm page a quote's ``confirm_url`` names (contract v0.4, the device-login pattern).
 
-A person opens it, signs in the way the simulator's device-login page identifies a person (by
-the account typed; the principal is ``user:<account>``), reads the quote as the backend states it
-(cost first: the estimate, the budget ceiling, the booking's term; then the manifest), and
-confirms or declines. Every string shown is escaped: booking ids, data references, targets, notes
-and accounts are whatever someone typed.
+A person opens it, signs in with their passphrase (or is signed in already, by a device login in
+the same browser: ``person_session.py`` holds the sign-in, the CSRF token, the origin check, the
+throttle and the headers, for every page), enters or keeps the quote's code, reads the quote as
+the backend states it (cost first: the estimate, the budget ceiling, the booking's term; then the
+manifest), and confirms or declines. Every string shown is escaped: booking ids, data
+references, targets, notes and accounts are whatever someone typed.
 """
 
 from __future__ import annotations
@@ -12,15 +13,22 @@ from __future__ import annotations
 from html import escape
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Query
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse
 
 from prefect_ito.contract import ERROR_STATUS, NOTE_MAX_LENGTH, QuoteAnswer, TrainingQuote
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
-from prefect_ito.simulator.quotes import CONFIRM_PAGE
+from prefect_ito.simulator.person_session import (
+    PageRefusal,
+    PageSession,
+    PersonFormDep,
+    form_fields,
+    respond,
+)
+from prefect_ito.simulator.quotes import CONFIRM_PAGE, HeldQuote
 from prefect_ito.simulator.spend_routes import answer_quote
-from prefect_ito.simulator.state import SimStateDep
+from prefect_ito.simulator.state import SimState, SimStateDep
 
 router = APIRouter(include_in_schema=False)
 
@@ -28,24 +36,38 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: confirm a spend</title>
 </head><body><h1>Confirm a training spend</h1><p>{message}</p>{body}</body></html>
 """
-_SIGN_IN = """<form method="post" action="{action}">
+_CODE = """<form method="post" action="{action}">{person}
 <label>Quote code <input name="user_code" value="{user_code}" required></label>
-<label>Account <input name="account" value="sim-user" required></label>
-<button type="submit">Sign in</button>
+<button type="submit">{button}</button>
 </form>"""
-_ANSWER = """<form method="post" action="{action}">
+_ANSWER = """<form method="post" action="{action}">{person}
 <input type="hidden" name="user_code" value="{user_code}">
-<input type="hidden" name="account" value="{account}">
 <label>Note (optional, e.g. your name) <input name="note" maxlength="{note_max}"></label>
 <button name="decision" value="confirm" type="submit">Confirm</button>
 <button name="decision" value="decline" type="submit">Decline</button>
 </form>"""
 UserCode = Annotated[str, Form(max_length=32)]
-Account = Annotated[str, Form(min_length=1, max_length=128)]
 
 
-def _page(message: str, body: str = "", status_code: int = 200) -> HTMLResponse:
-    return HTMLResponse(_PAGE.format(message=escape(message), body=body), status_code=status_code)
+def _page(
+    request: Request,
+    session: PageSession,
+    message: str,
+    body: str = "",
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    html = _PAGE.format(message=escape(message), body=body)
+    return respond(request, session, html, status, headers)
+
+
+def _code_form(session: PageSession, user_code: str) -> str:
+    """Return the form that asks for the quote's code, and for the sign-in if nobody is in."""
+    button = "Show the quote" if session.account else "Sign in"
+    person = form_fields(session)
+    return _CODE.format(
+        action=CONFIRM_PAGE, person=person, user_code=escape(user_code), button=button
+    )
 
 
 def _usd(value: float) -> str:
@@ -89,39 +111,84 @@ def quote_html(quote: TrainingQuote) -> str:
 
 
 @router.get(CONFIRM_PAGE, response_class=HTMLResponse)
-async def confirm_page(user_code: Annotated[str, Query(max_length=32)] = "") -> HTMLResponse:
-    """The sign-in form: the quote's code and the person's account."""
-    form = _SIGN_IN.format(action=CONFIRM_PAGE, user_code=escape(user_code))
-    return _page("Sign in to see the quote your terminal shows.", form)
+async def confirm_page(
+    request: Request, state: SimStateDep, user_code: Annotated[str, Query(max_length=32)] = ""
+) -> HTMLResponse:
+    """The code form: the quote's code, and the person's sign-in unless they are signed in."""
+    session = state.pages.open(request)
+    message = "Sign in to see the quote your terminal shows."
+    if session.account:
+        message = "Check the code against the one your terminal shows."
+    return _page(request, session, message, _code_form(session, user_code))
 
 
 @router.post(CONFIRM_PAGE, response_class=HTMLResponse)
 async def confirm_answer(
+    request: Request,
     state: SimStateDep,
-    user_code: UserCode,
-    account: Account,
+    form: PersonFormDep,
+    user_code: UserCode = "",
     decision: Annotated[Literal["confirm", "decline"] | None, Form()] = None,
     note: Annotated[str | None, Form(max_length=NOTE_MAX_LENGTH)] = None,
 ) -> HTMLResponse:
     """Without a decision, show the signed-in person the quote; with one, record it."""
-    held = state.engine.quotes.by_user_code(user_code)
-    if held is None or held.account != account:
-        form = _SIGN_IN.format(action=CONFIRM_PAGE, user_code=escape(user_code))
-        return _page("That code names no quote of this account.", form, status_code=400)
+    session = state.pages.open(request)
+    try:
+        session = state.pages.admit(request, session, form)
+        if not user_code and session.account:  # signed in, with no code yet: ask for it
+            return _page(request, session, "Enter the code.", _code_form(session, user_code))
+        held = _held(state, request, session, user_code)
+    except PageRefusal as refusal:
+        return _refused(request, session, refusal, user_code)
     quote = held.stated(state.engine.real_now())
     if decision is None:
-        form = _ANSWER.format(
-            action=CONFIRM_PAGE,
-            user_code=escape(user_code),
-            account=escape(account),
-            note_max=NOTE_MAX_LENGTH,
-        )
-        return _page(f"Quote {quote.quote_id}, state {quote.state}.", quote_html(quote) + form)
+        shown = quote_html(quote) + _answer_form(session, user_code)
+        return _page(request, session, f"Quote {quote.quote_id}, state {quote.state}.", shown)
+    return _record(request, state, session, quote, decision, note)
+
+
+def _held(state: SimState, request: Request, session: PageSession, user_code: str) -> HeldQuote:
+    """Return the signed-in person's quote the code names (a wrong code counts against them)."""
+
+    def look_up() -> HeldQuote | None:
+        held = state.engine.quotes.by_user_code(user_code)
+        return held if held is not None and held.account == session.account else None
+
+    return state.pages.try_code(request, session, look_up)
+
+
+def _refused(
+    request: Request, session: PageSession, refusal: PageRefusal, user_code: str
+) -> HTMLResponse:
+    body = _code_form(session, user_code)
+    return _page(request, session, refusal.message, body, refusal.status_code, refusal.headers)
+
+
+def _answer_form(session: PageSession, user_code: str) -> str:
+    return _ANSWER.format(
+        action=CONFIRM_PAGE,
+        person=form_fields(session),
+        user_code=escape(user_code),
+        note_max=NOTE_MAX_LENGTH,
+    )
+
+
+def _record(
+    request: Request,
+    state: SimState,
+    session: PageSession,
+    quote: TrainingQuote,
+    decision: Literal["confirm", "decline"],
+    note: str | None,
+) -> HTMLResponse:
+    """Record the signed-in person's answer to the quote, and say so."""
+    assert session.account is not None  # _held signed them in
     answer = QuoteAnswer.CONFIRMED if decision == "confirm" else QuoteAnswer.DECLINED
-    principal = default_principal(account)
+    principal = default_principal(session.account)
     try:
-        answer_quote(state, account, quote.quote_id, answer, principal, note or None)
+        answer_quote(state, session.account, quote.quote_id, answer, principal, note or None)
     except SimError as error:
-        return _page(error.message, quote_html(quote), status_code=ERROR_STATUS[error.code])
+        return _page(request, session, error.message, quote_html(quote), ERROR_STATUS[error.code])
     said = "Confirmed" if answer is QuoteAnswer.CONFIRMED else "Declined"
-    return _page(f"{said} as {principal}: return to your terminal.", quote_html(quote))
+    message = f"{said} as {principal}: return to your terminal."
+    return _page(request, session, message, quote_html(quote))

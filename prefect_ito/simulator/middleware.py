@@ -14,6 +14,7 @@ from prefect_ito.contract import IDEMPOTENCY_HEADER, REQUEST_ID_HEADER, ErrorCod
 from prefect_ito.simulator.envelopes import CACHE_CONTROL_HEADER, NO_STORE, error_response
 from prefect_ito.simulator.faults import was_dropped
 from prefect_ito.simulator.ids import mint
+from prefect_ito.simulator.person_session import PAGE_HEADERS
 from prefect_ito.simulator.request_scope import state_of
 from prefect_ito.simulator.state import RequestLogEntry
 
@@ -22,8 +23,8 @@ logger = logging.getLogger("prefect_ito.simulator")
 
 
 class RequestLogMiddleware:
-    """Give every answer an ``X-Request-Id`` and ``Cache-Control: no-store``, and log every
-    non-admin request (never a header).
+    """Give every answer an ``X-Request-Id``, ``Cache-Control: no-store`` and the pages' frame
+    and referrer headers, and log every non-admin request (never a header, a query or a body).
 
     It is the outermost of the simulator's own middleware, so it also turns an unexpected
     exception into the contract's 500 ``INTERNAL_ERROR`` envelope, with its request id; Starlette's
@@ -48,6 +49,8 @@ class RequestLogMiddleware:
                 headers.append(REQUEST_ID_HEADER, request_id)
                 # Answers carry tokens, quotes and run state, which no cache may keep.
                 headers[CACHE_CONTROL_HEADER] = NO_STORE
+                # Here, not in each page: no page (nor its error answer) can go without them.
+                headers.update(PAGE_HEADERS)
             await send(message)
 
         try:

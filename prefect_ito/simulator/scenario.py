@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from prefect_ito.contract import (
     ALL_SCOPES,
@@ -35,6 +43,10 @@ DEFAULT_QUOTE_TTL_SECONDS = 900.0
 """How long a training quote stays confirmable, in real seconds (15 minutes)."""
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """The largest request body the simulator reads (1 MiB); a larger one is answered 413."""
+DEFAULT_PAGE_ATTEMPT_LIMIT = 5
+"""Wrong codes and passphrases a page takes per session, client or account within the window."""
+DEFAULT_PAGE_ATTEMPT_WINDOW_SECONDS = 60.0
+"""The window, in real seconds, in which a page counts wrong codes and passphrases."""
 
 
 class _Spec(BaseModel):
@@ -96,6 +108,33 @@ class SimBooking(_Spec):
         reason = None if eligible else f"booking is {self.status.value}, not completed"
         fields = self.model_dump(exclude={"account"})
         return TrainingEligibility(**fields, eligible=eligible, reason=reason, account=account)
+
+
+class SimPerson(_Spec):
+    """A person who may sign in on the simulator's pages: an account and that person's secret.
+
+    The secret is shown by no repr, log or page; a scenario written out as JSON holds it, as the
+    scenario file it came from does.
+    """
+
+    account: str = Field(min_length=1, max_length=128)
+    secret: SecretStr = Field(
+        min_length=8, max_length=256, description="The passphrase the person signs in with."
+    )
+
+    @field_serializer("secret", when_used="json")
+    def _written(self, secret: SecretStr) -> str:
+        # A scenario's JSON is loaded again (PUT /_sim/scenario, a benchmark's child process):
+        # a masked secret would quietly become every person's passphrase.
+        return secret.get_secret_value()
+
+
+def default_people() -> list[SimPerson]:
+    """Return the people every scenario has unless it lists its own (docs/simulator.md)."""
+    return [
+        SimPerson(account=account, secret=SecretStr(f"{account}-passphrase"))
+        for account in ("sim-user", "ada", "ana")
+    ]
 
 
 class EvalSpec(_Spec):
@@ -279,6 +318,22 @@ class Scenario(_Spec):
         description="The largest request body read, in bytes; a larger one is answered "
         "413 PAYLOAD_TOO_LARGE while it arrives, never read whole.",
     )
+    people: list[SimPerson] = Field(
+        default_factory=default_people,
+        description="Who may sign in on the simulator's pages, each with a passphrase; default: "
+        "sim-user, ada and ana, each with the passphrase `<account>-passphrase`.",
+    )
+    page_attempt_limit: int = Field(
+        default=DEFAULT_PAGE_ATTEMPT_LIMIT,
+        ge=1,
+        description="Wrong codes and passphrases a page takes from one session, one client "
+        "address or one account within the window; the next attempt is answered 429.",
+    )
+    page_attempt_window_seconds: float = Field(
+        default=DEFAULT_PAGE_ATTEMPT_WINDOW_SECONDS,
+        gt=0,
+        description="The window, in real seconds, in which wrong attempts are counted.",
+    )
     bookings: list[SimBooking]
     run: RunScript
     booking_overrides: dict[str, dict[str, Any]] = Field(
@@ -290,6 +345,13 @@ class Scenario(_Spec):
     def _overrides_valid(self) -> Scenario:
         for booking_id in self.booking_overrides:
             self.script_for(booking_id)
+        return self
+
+    @model_validator(mode="after")
+    def _one_secret_per_account(self) -> Scenario:
+        accounts = [person.account for person in self.people]
+        if len(set(accounts)) != len(accounts):
+            raise ValueError("people: each account is listed once")
         return self
 
     def script_for(self, booking_id: str) -> RunScript:

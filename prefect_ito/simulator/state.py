@@ -15,6 +15,7 @@ from prefect_ito.contract import Scope
 from prefect_ito.simulator.engine import Engine
 from prefect_ito.simulator.faults import FaultInjector
 from prefect_ito.simulator.identity import Identity, TokenInfo
+from prefect_ito.simulator.person_session import PersonSessions
 from prefect_ito.simulator.request_scope import state_of
 from prefect_ito.simulator.scenario import Scenario
 
@@ -38,6 +39,8 @@ class SimState:
     engine: Engine
     identity: Identity
     faults: FaultInjector
+    pages: PersonSessions
+    """The sessions of the pages a person signs in on: the confirm and device-login pages."""
     requests: list[RequestLogEntry] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     closing: bool = False
@@ -46,7 +49,12 @@ class SimState:
     @classmethod
     def create(cls, scenario: Scenario) -> SimState:
         """Return fresh state for a scenario."""
-        return cls(Engine(scenario), Identity(scenario), FaultInjector(scenario.faults))
+        return cls(
+            Engine(scenario),
+            Identity(scenario),
+            FaultInjector(scenario.faults),
+            PersonSessions(scenario),
+        )
 
     async def close(self) -> None:
         """Answer every long-poll now, and every one that comes after, with the run as it is."""
@@ -55,9 +63,10 @@ class SimState:
             self.changed.notify_all()
 
     def load(self, scenario: Scenario) -> None:
-        """Load a scenario: bookings, runs, request log, clock and fault dice start over."""
+        """Load a scenario: bookings, runs, logs, clock, fault dice and page sessions start over."""
         self.engine.load(scenario)
         self.identity.configure(scenario)
+        self.pages.configure(scenario)
         self.faults = FaultInjector(scenario.faults)
         self.requests.clear()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -12,6 +11,7 @@ import time
 
 import httpx
 from cli_helpers import prefect_ito
+from device_login import approve_in_browser
 
 from prefect_ito.exceptions import ExitCode
 
@@ -41,9 +41,7 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes]) -> None:
 
 def _device_login(url: str) -> dict[str, str]:
     device = httpx.post(f"{url}/v0/auth/device").json()["data"]
-    page = httpx.get(device["verification_uri_complete"])
-    code = re.search(r'name="user_code" value="([^"]+)"', page.text).group(1)
-    httpx.post(f"{url}/device", data={"user_code": code, "account": "ada", "decision": "approve"})
+    approve_in_browser(device["verification_uri_complete"], device["user_code"], "ada")
     time.sleep(device["interval"])
     grant: dict[str, str] = httpx.post(
         f"{url}/v0/auth/token", json={"device_code": device["device_code"]}

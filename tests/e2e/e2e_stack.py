@@ -36,6 +36,8 @@ PROCESS_TEMPLATE = CHECKOUT / "deployments" / "process-base-job-template.json"
 POOL = "ito-process"
 ACCOUNT = "e2e"
 """The backend account of the worker's token, and of the person who allows its spend."""
+PASSPHRASE = "e2e-person-passphrase"
+"""The passphrase the account's person signs in with on the backend's pages (the scenario's)."""
 WORKLOAD = "service:e2e-worker"
 """The principal of the worker's token: a workload's, which no spend scope is granted to."""
 PLAIN_BOOKING = "bk-h200-2x8-ib"
@@ -92,6 +94,7 @@ def e2e_scenario() -> Scenario:
         {
             **base.model_dump(),
             "bookings": bookings,
+            "people": [*base.people, {"account": ACCOUNT, "secret": PASSPHRASE}],
             "booking_overrides": {
                 **{b: spike for b in spiky},
                 STALLED_BOOKING: stall,

@@ -8,9 +8,9 @@ chart, fills the form Prefect generates from the
 schema, is refused without a choice, approves and submits; then it looks at the flow run's
 Artifacts tab, the telemetry card and the decisions card. Beside that run, another one parks for
 the watcher: each run's page says in its state message which one waits for a person. For a
-spend (contract v0.4) it signs in on the simulator's confirm page (the quote's ``confirm_url``)
-and confirms there, and it declines another in the Resume form, which opens on the cost and can
-only decline or recheck. Screenshots of each are kept in
+spend (contract v0.4) it signs in with the person's passphrase on the simulator's confirm page
+(the quote's ``confirm_url``) and confirms there, and it declines another in the Resume form,
+which opens on the cost and can only decline or recheck. Screenshots of each are kept in
 ``test-output/browser/`` (or ``$PREFECT_ITO_TEST_OUTPUT/browser/``); those in ``docs/img/`` are
 copies of some, looked at by a person. SQLite only: the UI is the
 same for every database. Without Chromium or Playwright the test is skipped, unless
@@ -37,6 +37,7 @@ from e2e_stack import (
     BROWSER_CONFIRM_BOOKING,
     BROWSER_DECLINE_BOOKING,
     CHECKOUT,
+    PASSPHRASE,
     STALLED_BOOKING,
     WORKLOAD,
     Stack,
@@ -349,8 +350,9 @@ async def test_a_person_confirms_a_spend_at_the_backend_and_declines_one_in_the_
         assert quote.confirm_url and quote.user_code
         await page.goto(quote.confirm_url)
         await expect(page.get_by_label("Quote code")).to_have_value(quote.user_code)
-        # The simulator's page signs a person in by account; they speak as user:<account>.
+        # The person signs in with their passphrase (never the account alone): user:<account>.
         await page.get_by_label("Account").fill(ACCOUNT)
+        await page.get_by_label("Passphrase").fill(PASSPHRASE)
         await snapshot(page, page.locator("body"), shots / "confirm-page-sign-in.png")
         await page.get_by_role("button", name="Sign in").click()
         rows = page.locator("tr")

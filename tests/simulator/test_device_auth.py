@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 import httpx
 import pytest
+from device_login import answer_in_browser
+from page_browser import PageBrowser, passphrase
 
 
 def _start(desk):
@@ -17,14 +18,13 @@ def _poll(desk, device):
     return httpx.post(f"{desk.sim.url}/v0/auth/token", json={"device_code": device["device_code"]})
 
 
+def _approving(device):
+    return {"user_code": device["user_code"], "decision": "approve"}
+
+
 def _approve(device, decision="approve"):
-    page = httpx.get(device["verification_uri_complete"])
-    action = re.search(r'action="([^"]+)"', page.text).group(1)
-    code = re.search(r'name="user_code" value="([^"]+)"', page.text).group(1)
-    return httpx.post(
-        httpx.URL(device["verification_uri"]).join(action),
-        data={"user_code": code, "account": "ada", "decision": decision},
-    )
+    uri, code = device["verification_uri_complete"], device["user_code"]
+    return answer_in_browser(uri, code, "ada", decision)
 
 
 def test_device_flow_through_the_html_form(desk):
@@ -81,9 +81,53 @@ def test_unknown_device_code_is_expired(desk, device_code):
 
 
 def test_unknown_user_code_on_the_form_is_refused(desk):
-    response = httpx.post(
-        f"{desk.sim.url}/device", data={"user_code": "ZZZZ-ZZZZ", "decision": "approve"}
-    )
+    response = answer_in_browser(f"{desk.sim.url}/device", "ZZZZ-ZZZZ")
 
     assert response.status_code == 400
-    assert "unknown" in response.text
+    assert "names nothing" in response.text
+
+
+def test_an_account_name_alone_approves_no_device(desk):
+    # Before, the account typed was the whole sign-in: anyone could log in as anyone.
+    device = _start(desk)
+    fields = {"user_code": device["user_code"], "account": "ada", "decision": "approve"}
+
+    with PageBrowser(desk.sim.url) as browser:
+        browser.get("/device")
+        refused = browser.post("/device", fields)
+        guessed = browser.post("/device", {**fields, "secret": "ada"})
+    time.sleep(device["interval"])
+    polled = _poll(desk, device)
+
+    assert (refused.status_code, guessed.status_code) == (401, 401)
+    assert polled.json()["error"]["code"] == "AUTHORIZATION_PENDING"
+
+
+def test_a_device_approval_from_another_origin_is_refused(desk):
+    device = _start(desk)
+
+    with PageBrowser(desk.sim.url, origin="https://evil.example") as browser:
+        refused = browser.sign_in_at(
+            f"{desk.sim.url}/device", "ada", passphrase("ada"), **_approving(device)
+        )
+    time.sleep(device["interval"])
+    polled = _poll(desk, device)
+
+    assert refused.status_code == 403
+    assert polled.json()["error"]["code"] == "AUTHORIZATION_PENDING"
+
+
+def test_a_device_login_signs_the_browser_in_on_the_confirm_page(desk):
+    quote = desk.quote().json()["data"]
+    device = _start(desk)
+
+    with PageBrowser(desk.sim.url) as browser:
+        url = f"{desk.sim.url}/device"
+        browser.sign_in_at(url, "sim-user", passphrase("sim-user"), **_approving(device))
+        page = browser.get(quote["confirm_url"])
+        shown = browser.post("/confirm", {"user_code": quote["user_code"]})
+
+    assert "Signed in as sim-user" in page.text
+    assert 'name="secret"' not in page.text
+    assert shown.status_code == 200, shown.text
+    assert quote["manifest_digest"] in shown.text

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import time
 
 import httpx
+from device_login import approve_in_browser
 
 
 def _token_exchange(desk) -> list[httpx.Response]:
@@ -15,9 +15,7 @@ def _token_exchange(desk) -> list[httpx.Response]:
     device = started.json()["data"]
     body = {"device_code": device["device_code"]}
     pending = httpx.post(f"{url}/v0/auth/token", json=body)
-    page = httpx.get(device["verification_uri_complete"])
-    code = re.search(r'name="user_code" value="([^"]+)"', page.text).group(1)
-    httpx.post(f"{url}/device", data={"user_code": code, "decision": "approve"})
+    approve_in_browser(device["verification_uri_complete"], device["user_code"])
     time.sleep(device["interval"])
     granted = httpx.post(f"{url}/v0/auth/token", json=body)
     return [started, pending, granted]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 import httpx
 import pytest
+from device_login import approve_in_browser
 
 from prefect_ito.contract import (
     ALL_SCOPES,
@@ -114,11 +114,7 @@ def test_a_minted_token_speaks_for_the_account_user_by_default(desk):
 
 def _device_login(desk) -> dict[str, Any]:
     device = httpx.post(f"{desk.sim.url}/v0/auth/device").json()["data"]
-    page = httpx.get(device["verification_uri_complete"])
-    code = re.search(r'name="user_code" value="([^"]+)"', page.text).group(1)
-    httpx.post(
-        f"{desk.sim.url}/device", data={"user_code": code, "account": "ada", "decision": "approve"}
-    )
+    approve_in_browser(device["verification_uri_complete"], device["user_code"], "ada")
     time.sleep(device["interval"])
     answer = httpx.post(
         f"{desk.sim.url}/v0/auth/token", json={"device_code": device["device_code"]}

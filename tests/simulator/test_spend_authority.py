@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from device_login import approve_in_browser
 
 from prefect_ito.contract import IDEMPOTENCY_HEADER, SPEND_SCOPES, TRAINING_SCOPES
 
@@ -316,10 +317,7 @@ def test_another_accounts_authorization_is_not_found(desk):
 
 def test_a_device_login_gives_a_person_the_spend_scopes(desk):
     device = httpx.post(f"{desk.sim.url}/v0/auth/device").json()["data"]
-    httpx.post(
-        f"{desk.sim.url}/device",
-        data={"user_code": device["user_code"], "account": "ada", "decision": "approve"},
-    )
+    approve_in_browser(device["verification_uri_complete"], device["user_code"], "ada")
     time.sleep(device["interval"])
 
     grant = httpx.post(
