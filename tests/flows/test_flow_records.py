@@ -98,12 +98,15 @@ async def test_a_decoy_flow_run_cancelled_stops_nobody_else_s_run(start_simulato
 async def test_a_forged_cancelled_event_cancels_nothing(start_simulator):
     # Before: the cancel flow acted on the event's word for a flow run Prefect held as running.
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
-    flow = asyncio.ensure_future(ito_training(**parameters(simulator), return_state=True))
+    params = parameters(simulator)
+    async with get_client() as client:
+        flow_run = await client.create_flow_run(ito_training, parameters=params)
+    flow = asyncio.ensure_future(
+        run_flow_async(ito_training, flow_run=flow_run, parameters=params, return_type="state")
+    )
     async with asyncio.timeout(30):
         while not simulator.runs():
             await asyncio.sleep(0.1)
-    async with get_client() as client:
-        (flow_run,) = await client.read_flow_runs(limit=1, sort="EXPECTED_START_TIME_DESC")
 
     said = await ito_cancel_training(str(flow_run.id))
     flow.cancel()
@@ -116,9 +119,7 @@ async def test_cancelling_an_attach_flow_run_detaches(start_simulator):
     # Before: cancelling a flow run that only followed a run by its id cancelled that run.
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
     theirs = await _unfinished(simulator)
-    async with get_client() as client:
-        attach = await client.create_flow_run(ito_attach_training, parameters={"run_id": theirs})
-        await client.set_flow_run_state(attach.id, Cancelled(), force=True)
+    attach = await _attach_flow_run(simulator, theirs, cancelled=True)
 
     said = await ito_cancel_training(str(attach.id))
 
@@ -130,12 +131,20 @@ async def test_status_of_an_attach_flow_run_shows_the_run_it_follows(start_simul
     # Shown, never acted on: the one place a run_id parameter is read is to show it.
     simulator = start_simulator(builtin_scenario("default").with_options(time_scale=SLOW))
     theirs = await _unfinished(simulator)
-    async with get_client() as client:
-        attach = await client.create_flow_run(
-            ito_attach_training,
-            parameters={"run_id": theirs, "credentials": {"api_url": simulator.url}},
-        )
+    attach = await _attach_flow_run(simulator, theirs)
 
     shown = await _read_status(attach.id)
 
     assert shown["backend_run"]["run_id"] == theirs
+
+
+async def _attach_flow_run(simulator: SimulatorServer, run_id: str, *, cancelled: bool = False):
+    """Create an ``ito-attach-training`` flow run on ``run_id`` (cancelled in Prefect, if so)."""
+    async with get_client() as client:
+        attach = await client.create_flow_run(
+            ito_attach_training,
+            parameters={"run_id": run_id, "credentials": {"api_url": simulator.url}},
+        )
+        if cancelled:
+            await client.set_flow_run_state(attach.id, Cancelled(), force=True)
+    return attach
