@@ -113,6 +113,7 @@ from prefect_ito.contract.runs import (
 )
 from prefect_ito.contract.spend import (
     NOTE_MAX_LENGTH,
+    NewSpendLimits,
     QuoteAnswer,
     QuoteConfirmation,
     QuoteConfirmationRequest,
@@ -123,6 +124,8 @@ from prefect_ito.contract.spend import (
     SpendAuthorizationState,
     SpendLimits,
     SpendUsage,
+    data_ref_ambiguity,
+    data_ref_matches,
 )
 
 __all__ = [
@@ -189,6 +192,7 @@ __all__ = [
     "LossPoint",
     "ManifestDigest",
     "ModelSize",
+    "NewSpendLimits",
     "NonEmptyStr",
     "OpenEnum",
     "ParallelismPlan",
@@ -228,6 +232,8 @@ __all__ = [
     "TrainingRunList",
     "TrainingRunRequest",
     "WhoAmI",
+    "data_ref_ambiguity",
+    "data_ref_matches",
     "id_problem",
     "segment_problem",
 ]
