@@ -259,8 +259,9 @@ class ConfirmationRecord(_Model):
     note: str | None = Field(default=None, description="The person's note, if they left one.")
     carried_from: str | None = Field(
         default=None,
-        description="v0.4: the earlier quote of the same manifest the person confirmed, when "
-        "their confirmation carried to this run's quote (see `TrainingQuote.carried_from`).",
+        description="v0.4: the quote of the same manifest the person confirmed, when their "
+        "confirmation carried to this run's quote, however many carry-overs since (see "
+        "`TrainingQuote.carried_from`).",
     )
     submitted_by: Principal | None = Field(
         default=None,

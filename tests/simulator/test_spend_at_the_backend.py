@@ -261,6 +261,22 @@ def test_a_confirmation_carries_to_a_new_quote_of_the_same_manifest_when_nothing
     assert len(desk.sim.runs()) == 1
 
 
+def test_after_two_carry_overs_a_run_names_the_quote_a_person_confirmed(desk):
+    # Before: after two carry-overs, `carried_from` named the middle quote, which nobody
+    # confirmed; a client showing "confirmed on quote …" pointed at the wrong one.
+    first = desk.quote().json()["data"]
+    desk.confirm_quote(first["quote_id"])
+    second = desk.quote().json()["data"]
+    third = desk.quote().json()["data"]
+
+    run = desk.start({**desk.body(), "quote_id": third["quote_id"]})
+
+    assert (second["carried_from"], third["carried_from"]) == (first["quote_id"],) * 2
+    assert third["state"] == "confirmed"
+    assert run["confirmation"]["carried_from"] == first["quote_id"]
+    assert run["confirmation"]["quote_id"] == third["quote_id"]
+
+
 def test_a_pricier_requote_waits_for_a_person_and_says_what_changed(desk):
     # Before: a person confirmed $23k–$34k on 2 nodes; the booking became 20 nodes, the flow
     # quoted again and submitted on the old confirmation; the run ran to a $250,000 ceiling.
