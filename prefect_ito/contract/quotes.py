@@ -103,8 +103,9 @@ class TrainingQuote(_Model):
     )
     state: QuoteState | None = Field(
         default=None,
-        description="v0.4: `pending`, `confirmed`, `declined`, `expired` or `used`. An open "
-        "enum; a state a client does not know is not confirmed.",
+        description="v0.4: `pending`, `confirmed`, `declined`, `expired`, `used` or "
+        "`superseded` (its confirmation carried to a newer quote of the same manifest, which is "
+        "the one to use). An open enum; a state a client does not know is not confirmed.",
     )
     confirmation: QuoteConfirmation | None = Field(
         default=None,

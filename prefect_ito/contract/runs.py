@@ -347,7 +347,8 @@ class TrainingRun(_Model):
     outcome: RunOutcome | None = None
     confirmation: ConfirmationRecord | None = Field(
         default=None,
-        description="Contract v0.3: who confirmed the spend, and how (absent from older runs).",
+        description="Contract v0.3: who allowed the spend, and how; v0.4: as the backend "
+        "authenticated and recorded it (absent from older runs).",
     )
     client_reference: str | None = Field(
         default=None,
