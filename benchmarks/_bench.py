@@ -252,7 +252,11 @@ def standing_authorization(url: str) -> ItoSpendAuthorization:
     that covers the benchmarks' runs for a day; return the block that names it."""
     body = {
         "name": "prefect-ito benchmarks",
-        "limits": {"max_budget_usd": 1e9, "booking_id_patterns": ["bk-*"]},
+        "limits": {
+            "max_budget_usd": 1e9,
+            "booking_id_patterns": ["bk-*"],
+            "data_ref_patterns": ["*"],
+        },
         "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
     }
     response = httpx.post(

@@ -16,9 +16,9 @@ import httpx
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import (
     ALL_SCOPES,
+    NewSpendLimits,
     QuoteAnswer,
     SpendAuthorizationRequest,
-    SpendLimits,
     TrainingRunRequest,
 )
 from prefect_ito.simulator import SimulatorServer
@@ -55,7 +55,9 @@ def covering_authorization(
     """
     request = SpendAuthorizationRequest(
         name="prefect-ito's own tests",
-        limits=SpendLimits.model_validate({"max_budget_usd": 1e9, **limits}),
+        limits=NewSpendLimits.model_validate(
+            {"max_budget_usd": 1e9, "data_ref_patterns": ["*"], **limits}
+        ),
         expires_at=datetime.now(UTC) + timedelta(days=1),
     )
     made = simulator.add_spend_authorization(request, account=account, principal=PERSON)

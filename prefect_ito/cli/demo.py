@@ -29,7 +29,7 @@ from prefect_ito.backend.memory_keyring import MemoryKeyring
 from prefect_ito.backend.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.cli import terminal
-from prefect_ito.contract import ALL_SCOPES, SpendAuthorizationRequest, SpendLimits
+from prefect_ito.contract import ALL_SCOPES, NewSpendLimits, SpendAuthorizationRequest
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.flows import ito_training
 from prefect_ito.parameters import TrainingParameters
@@ -82,13 +82,14 @@ async def demo_authorization(api_url: str) -> ItoSpendAuthorization:
     """Create, as the demo's person, the standing authorization the demo runs under without a
     terminal, at its own simulator, and return the block that names it.
 
-    It covers one run on the demo's one booking, up to the demo's budget, for an hour.
+    It covers one run on the demo's one booking and data, up to the demo's budget, for an hour.
     """
     request = SpendAuthorizationRequest(
         name="prefect-ito demo",
-        limits=SpendLimits(
+        limits=NewSpendLimits(
             max_budget_usd=DEMO_TRAINING.budget_usd,
             booking_id_patterns=[DEMO_BOOKING],
+            data_ref_patterns=list(DEMO_TRAINING.data),
             max_runs=1,
         ),
         expires_at=datetime.now(UTC) + timedelta(hours=1),

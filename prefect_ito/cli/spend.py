@@ -34,6 +34,7 @@ from prefect_ito.cli.local import check_id, interactive
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.target import ApiUrl, CredentialsName, open_client
 from prefect_ito.contract import (
+    NewSpendLimits,
     QuoteConfirmation,
     QuoteConfirmationRequest,
     QuoteState,
@@ -282,6 +283,13 @@ def create(
     booking: Annotated[
         Patterns, Parameter(help="Per run: a booking id pattern, such as 'bk-nightly-*'.")
     ] = None,
+    data: Annotated[
+        Patterns,
+        Parameter(
+            help="Per run, required: a pattern each data reference must match, such as "
+            "'s3://team-bucket/corpus/*' ('*' covers any data). Repeat it for more."
+        ),
+    ] = None,
     total_spend: Annotated[Usd, Parameter(help="In total: the covered budgets' sum (USD).")] = None,
     max_runs: Annotated[int | None, Parameter(help="In total: the most runs covered.")] = None,
     credentials: CredentialsName = None,
@@ -291,8 +299,9 @@ def create(
     """Create a standing spend authorization at the backend, with its limits and expiry.
 
     Needs a person's own token (scope spend:authorize). Every limit given must hold for the
-    backend to create a run under it; a limit left out does not restrict. Prints its id and the
-    line that names it in a flow (an ItoSpendAuthorization block).
+    backend to create a run under it; a limit left out does not restrict, but the data is never
+    left out: name it with --data. Prints its id and the line that names it in a flow (an
+    ItoSpendAuthorization block).
     """
     output.use_json(json_output)
     limits = {
@@ -301,6 +310,7 @@ def create(
         "model_sizes": model_size,
         "targets": target,
         "booking_id_patterns": booking,
+        "data_ref_patterns": data,
         "total_spend_usd": total_spend,
         "max_runs": max_runs,
     }
@@ -339,9 +349,15 @@ def _authorization_request(
         )
     if not name.strip():
         raise InvalidParameters("name: must not be empty", field="name")
+    if not limits["data_ref_patterns"]:
+        raise InvalidParameters(
+            "data_ref_patterns: name the data it covers with --data PATTERN (such as --data "
+            "'s3://team-bucket/corpus/*'; --data '*' covers any data, on purpose)",
+            field="data_ref_patterns",
+        )
     try:
         return SpendAuthorizationRequest(
-            name=name, limits=SpendLimits(**limits), expires_at=expires_at
+            name=name, limits=NewSpendLimits(**limits), expires_at=expires_at
         )
     except ValidationError as error:
         raise invalid_parameters(error) from None
@@ -400,6 +416,7 @@ def _show_created(result: dict[str, Any]) -> None:
         f"Created standing authorization {created.authorization_id} ({created.name!r}) at the "
         f"backend, by {created.principal}; it expires {cards.when(created.expires_at)}."
     )
+    _say(f"Data: {_data(created.limits)}.")
     _say(f"Limits: {_limits(created.limits)}.")
     _say("To name it in a flow (from prefect_ito.blocks):")
     _say(result["block"])
@@ -410,7 +427,8 @@ def _say(line: str) -> None:
 
 
 def _limits(limits: SpendLimits) -> str:
-    """Return the limits in one line; those left out are not shown (they do not restrict)."""
+    """Return the limits but the data in one line; those left out are not shown (they do not
+    restrict)."""
     shown = [
         f"budget ≤ ${limits.max_budget_usd:,.2f}" if limits.max_budget_usd else "",
         f"estimate ≤ ${limits.max_estimate_high_usd:,.2f}" if limits.max_estimate_high_usd else "",
@@ -420,7 +438,14 @@ def _limits(limits: SpendLimits) -> str:
         f"total spend ≤ ${limits.total_spend_usd:,.2f}" if limits.total_spend_usd else "",
         f"at most {limits.max_runs} runs" if limits.max_runs else "",
     ]
-    return "; ".join(part for part in shown if part) or "none (any run ending before its term)"
+    return "; ".join(part for part in shown if part) or "none"
+
+
+def _data(limits: SpendLimits) -> str:
+    """Return the data an authorization covers; one made before v0.5 names none, so covers none."""
+    if limits.data_ref_patterns is None:
+        return "none named: it covers no run"
+    return ", ".join(limits.data_ref_patterns)
 
 
 @authorizations.command(name="list")
@@ -446,7 +471,7 @@ def _show_list(result: dict[str, Any]) -> None:
         return
     table = Table(title="Standing spend authorizations", title_justify="left")
     table.add_column("id", no_wrap=True)  # an id to copy: never broken or cut
-    for column in ("name", "state", "created by", "limits", "used", "expires"):
+    for column in ("name", "state", "created by", "data", "limits", "used", "expires"):
         table.add_column(column)
     for item in found:
         table.add_row(
@@ -454,6 +479,7 @@ def _show_list(result: dict[str, Any]) -> None:
             escape(item.name),
             escape(item.state.value),
             escape(item.principal),
+            escape(_data(item.limits)),
             escape(_limits(item.limits)),
             f"{item.used.runs} runs, ${item.used.spend_usd:,.2f}",
             cards.when(item.expires_at),

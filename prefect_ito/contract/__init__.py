@@ -116,6 +116,7 @@ from prefect_ito.contract.runs import (
 )
 from prefect_ito.contract.spend import (
     NOTE_MAX_LENGTH,
+    NewSpendLimits,
     QuoteAnswer,
     QuoteConfirmation,
     QuoteConfirmationRequest,
@@ -126,6 +127,8 @@ from prefect_ito.contract.spend import (
     SpendAuthorizationState,
     SpendLimits,
     SpendUsage,
+    data_ref_ambiguity,
+    data_ref_matches,
 )
 
 __all__ = [
@@ -192,6 +195,7 @@ __all__ = [
     "LossPoint",
     "ManifestDigest",
     "ModelSize",
+    "NewSpendLimits",
     "NonEmptyStr",
     "OpenEnum",
     "ParallelismPlan",
@@ -231,6 +235,8 @@ __all__ = [
     "TrainingRunList",
     "TrainingRunRequest",
     "WhoAmI",
+    "data_ref_ambiguity",
+    "data_ref_matches",
     "hidden_character",
     "id_problem",
     "invisible_character",

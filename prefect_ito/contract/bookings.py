@@ -57,8 +57,10 @@ class Capabilities(_Model):
     )
     spend_confirmation: bool = Field(
         default=False,
-        description="Contract v0.3: whether POST /v0/training-quotes is served and a submission "
-        "must carry a confirmation. prefect-ito submits nothing to a live backend without it.",
+        description="Contract v0.3: whether POST /v0/training-quotes is served and a new run "
+        "needs a confirmed quote (v0.4: a `quote_id` a person confirmed at the backend, or an "
+        "`authorization_id` that covers it). prefect-ito submits nothing to a live backend "
+        "without it.",
     )
     client_reference: bool = Field(
         default=False,
@@ -67,7 +69,7 @@ class Capabilities(_Model):
     )
     spend_authority: bool = Field(
         default=False,
-        description="Contract v0.4 (draft): whether a person confirms a quote at the backend "
+        description="Contract v0.4: whether a person confirms a quote at the backend "
         "(POST /v0/training-quotes/{quote_id}/confirmations, scope `spend:confirm`) and "
         "standing authorizations are backend objects (/v0/spend-authorizations).",
     )

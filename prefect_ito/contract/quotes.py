@@ -103,8 +103,9 @@ class TrainingQuote(_Model):
     )
     state: QuoteState | None = Field(
         default=None,
-        description="v0.4: `pending`, `confirmed`, `declined`, `expired` or `used`. An open "
-        "enum; a state a client does not know is not confirmed.",
+        description="v0.4: `pending`, `confirmed`, `declined`, `expired`, `used` or "
+        "`superseded` (its confirmation carried to a newer quote of the same manifest, which is "
+        "the one to use). An open enum; a state a client does not know is not confirmed.",
     )
     confirmation: QuoteConfirmation | None = Field(
         default=None,
@@ -113,10 +114,12 @@ class TrainingQuote(_Model):
     )
     carried_from: QuoteId | None = Field(
         default=None,
-        description="v0.4: the earlier quote of the same manifest whose confirmation carried "
-        "to this one. A person's confirmation carries to a new quote only while it is unused "
-        "and younger than the quotes' lifetime, and only if the new estimate's high end is no "
-        "higher and the run is still expected to end before the booking's term.",
+        description="v0.4: the quote of the same manifest a person confirmed, whose "
+        "confirmation carried to this one (after several carry-overs, still the quote the "
+        "person confirmed, never one in between). A person's confirmation carries to a new "
+        "quote only while it is unused and younger than the quotes' lifetime, and only if the "
+        "new estimate's high end is no higher and the run is still expected to end before the "
+        "booking's term.",
     )
     not_carried: list[str] = Field(
         default_factory=list,

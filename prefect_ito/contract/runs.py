@@ -259,8 +259,9 @@ class ConfirmationRecord(_Model):
     note: str | None = Field(default=None, description="The person's note, if they left one.")
     carried_from: str | None = Field(
         default=None,
-        description="v0.4: the earlier quote of the same manifest the person confirmed, when "
-        "their confirmation carried to this run's quote (see `TrainingQuote.carried_from`).",
+        description="v0.4: the quote of the same manifest the person confirmed, when their "
+        "confirmation carried to this run's quote, however many carry-overs since (see "
+        "`TrainingQuote.carried_from`).",
     )
     submitted_by: Principal | None = Field(
         default=None,
@@ -346,7 +347,8 @@ class TrainingRun(_Model):
     outcome: RunOutcome | None = None
     confirmation: ConfirmationRecord | None = Field(
         default=None,
-        description="Contract v0.3: who confirmed the spend, and how (absent from older runs).",
+        description="Contract v0.3: who allowed the spend, and how; v0.4: as the backend "
+        "authenticated and recorded it (absent from older runs).",
     )
     client_reference: str | None = Field(
         default=None,

@@ -4,7 +4,8 @@ A person's confirmation of a quote is something the backend authenticated: a tok
 (principal ``user:…``) holding ``spend:confirm`` confirms one quote
 (``POST /v0/training-quotes/{quote_id}/confirmations``), and the backend records its principal.
 A standing authorization is a backend object a person with ``spend:authorize`` creates
-(``POST /v0/spend-authorizations``), with limits the backend checks.
+(``POST /v0/spend-authorizations``), with limits the backend checks; from v0.5 the limits name
+the data it covers (:func:`data_ref_matches`).
 ``POST /v0/training-runs`` names the quote (and the authorization, if one is meant); the backend
 creates a run only on a person's confirmation of that quote, or an authorization that covers it.
 """
@@ -12,6 +13,7 @@ creates a run only on a person's confirmation of that quote, or an authorization
 from __future__ import annotations
 
 from datetime import datetime
+from fnmatch import fnmatchcase
 
 from pydantic import AwareDatetime, Field
 
@@ -102,13 +104,36 @@ class SpendLimits(_Model):
         "add up to.",
     )
     max_runs: int | None = Field(default=None, ge=1, description="In total: the most runs.")
+    data_ref_patterns: list[NonEmptyStr] | None = Field(
+        default=None,
+        description="v0.5: per run, shell-style patterns (`*`, `?`, `[…]`, case-sensitive) "
+        "over a whole data reference: each of the request's `data_refs` must match one, such "
+        "as `s3://team-bucket/corpus/*`. A data reference holding `%`, `\\`, `?`, `#`, a `.` "
+        "or `..` segment or an empty segment matches none. `*` alone covers any data. An "
+        "authorization without it (made before v0.5) covers no run.",
+    )
+
+
+class NewSpendLimits(SpendLimits):
+    """The limits of a new standing authorization (v0.5): a person names the data it covers.
+
+    Required here and optional in :class:`SpendLimits`, which also reads authorizations made
+    before v0.5 (those cover no run).
+    """
+
+    data_ref_patterns: list[NonEmptyStr] = Field(
+        min_length=1,
+        description="v0.5, required: shell-style patterns one of which each of a covered "
+        'run\'s `data_refs` matches in full (see `SpendLimits.data_ref_patterns`); `["*"]` '
+        "names any data, on purpose.",
+    )
 
 
 class SpendAuthorizationRequest(_Model):
     """The body of ``POST /v0/spend-authorizations``: a name, the limits, and an expiry."""
 
     name: NonEmptyStr = Field(description="A person's name for the authorization.")
-    limits: SpendLimits
+    limits: NewSpendLimits
     expires_at: AwareDatetime = Field(
         description="After this the authorization covers nothing: a time with its UTC offset (a "
         "time without one is refused, `422 VALIDATION_ERROR`)."
@@ -152,3 +177,38 @@ class SpendAuthorizationList(_Model):
     """The account's standing authorizations, newest first."""
 
     authorizations: list[SpendAuthorization]
+
+
+_UNRESOLVED_CHARACTERS = ("%", "\\", "?", "#")
+"""Characters a store may decode or cut (an escape, a separator, a query or a fragment)."""
+
+
+def data_ref_ambiguity(data_ref: str) -> str | None:
+    """Return why ``data_ref`` may name other data than its text shows, or None when it cannot.
+
+    A pattern is matched against the text, but a store resolves some text its own way:
+    ``s3://team-bucket/corpus/../poisoned-corpus/`` starts with the corpus's folder and names
+    another. So a data reference holding an escape, a backslash, a query, a fragment, a dot
+    segment or an empty segment (anywhere but at the end) matches no pattern: only a person may
+    confirm a run on it.
+    """
+    held = next((c for c in _UNRESOLVED_CHARACTERS if c in data_ref), None)
+    if held is not None:
+        return f"it holds {held!r}"
+    segments = data_ref.split("://", 1)[-1].split("/")
+    if any(segment in (".", "..") for segment in segments):
+        return "it holds a '.' or '..' segment"
+    if "" in segments[:-1]:
+        return "it holds an empty segment ('//')"
+    return None
+
+
+def data_ref_matches(pattern: str, data_ref: str) -> bool:
+    """Whether ``pattern`` (of ``SpendLimits.data_ref_patterns``) covers ``data_ref``.
+
+    Shell-style (:func:`fnmatch.fnmatchcase`: ``*``, ``?``, ``[…]``, case-sensitive) over the
+    whole data reference, so ``s3://team-bucket/corpus/*`` covers what is under that folder
+    and not ``s3://team-bucket/corpus-evil/``; never a data reference with an ambiguity
+    (:func:`data_ref_ambiguity`).
+    """
+    return data_ref_ambiguity(data_ref) is None and fnmatchcase(data_ref, pattern)

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
-from prefect_ito.contract import SCHEMA_VERSION, ErrorCode
+from prefect_ito.contract import SCHEMA_VERSION, ErrorCode, TrainingRunRequest
 from prefect_ito.simulator import admin, auth_routes, confirm_page, routes, spend_routes
 from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.envelopes import error_response
@@ -132,9 +132,10 @@ async def _sim_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    if any(_client_written_confirmation(error) for error in exc.errors()):
+    v03 = takes_a_submission(request.scope.get("route"))
+    if v03 and any(_client_written_confirmation(error) for error in exc.errors()):
         return error_response(
             ErrorCode.CONTRACT_VERSION_UNSUPPORTED,
             f"this backend speaks {SCHEMA_VERSION}: a client-written `confirmation` (v0.3) is "
@@ -148,6 +149,15 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     field = "body" if first.get("type") == "json_invalid" else ".".join(loc[1:]) or "body"
     message = str(first.get("msg", "invalid request"))
     return error_response(ErrorCode.VALIDATION_ERROR, message, field=field)
+
+
+def takes_a_submission(route: object) -> bool:
+    """Whether ``route``'s body is a submission (a quote's or a run's), where v0.3 carried a
+    client-written ``confirmation``: only there is one answered ``CONTRACT_VERSION_UNSUPPORTED``.
+    """
+    body = getattr(getattr(route, "body_field", None), "field_info", None)
+    annotation = getattr(body, "annotation", None)
+    return isinstance(annotation, type) and issubclass(annotation, TrainingRunRequest)
 
 
 def _client_written_confirmation(error: dict[str, object]) -> bool:

@@ -20,6 +20,8 @@ from prefect_ito.contract import (
     SpendAuthorizationState,
     SpendUsage,
     TrainingQuote,
+    data_ref_ambiguity,
+    data_ref_matches,
 )
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.ids import mint
@@ -162,7 +164,7 @@ def covers(authorization: SpendAuthorization, quote: TrainingQuote, now: datetim
     limits a covered run must be estimated to end before the booking's term. The reason is a
     sentence for a person.
     """
-    for check in (_standing, _plan, _per_run, _manifest, _totals):
+    for check in (_standing, _plan, _per_run, _manifest, _data, _totals):
         reason = check(authorization, quote, now)
         if reason is not None:
             return reason
@@ -220,6 +222,24 @@ def _manifest(authorization: SpendAuthorization, quote: TrainingQuote, _: dateti
         return f"the model size {manifest.model_size} is not among {', '.join(limits.model_sizes)}"
     if limits.targets is not None and manifest.target not in limits.targets:
         return f"the target {manifest.target!r} is not among the authorization's targets"
+    return None
+
+
+def _data(authorization: SpendAuthorization, quote: TrainingQuote, _: datetime) -> str | None:
+    """Refuse data the authorization's person did not name: the data is what a run learns."""
+    patterns = authorization.limits.data_ref_patterns
+    if patterns is None:
+        return "the authorization names no data (it was made before v0.5), so it covers no run"
+    if quote.manifest is None:
+        return "the quote states no manifest to check the data against"
+    for data_ref in quote.manifest.data_refs:
+        if not any(data_ref_matches(pattern, data_ref) for pattern in patterns):
+            ambiguity = data_ref_ambiguity(data_ref)
+            why = f" ({ambiguity}, which a store may resolve elsewhere)" if ambiguity else ""
+            return (
+                f"the data {data_ref!r} matches none of the authorization's data patterns "
+                f"{', '.join(patterns)}{why}"
+            )
     return None
 
 

@@ -270,7 +270,10 @@ class QuoteBook:
         earlier.superseded_by = new.quote.quote_id
         new.answer = earlier.answer.model_copy(update={"quote_id": new.quote.quote_id})
         new.answered = earlier.answered
-        new.quote = new.quote.model_copy(update={"carried_from": earlier.quote.quote_id})
+        # The quote the person confirmed, however many quotes the confirmation crossed since:
+        # an intermediate quote was never shown to anyone.
+        confirmed = earlier.quote.carried_from or earlier.quote.quote_id
+        new.quote = new.quote.model_copy(update={"carried_from": confirmed})
 
     def _standing_confirmation(
         self, account: str, digest: str, real_now: float

@@ -113,6 +113,7 @@ async def get_training_eligibility(
         ErrorCode.BOOKING_NOT_FOUND,
         ErrorCode.BOOKING_NOT_ELIGIBLE,
         ErrorCode.CAPABILITY_NOT_AVAILABLE,
+        ErrorCode.CONTRACT_VERSION_UNSUPPORTED,
         status=201,
     ),
 )

@@ -15,11 +15,11 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import (
     ALL_SCOPES,
     IDEMPOTENCY_HEADER,
+    NewSpendLimits,
     QuoteAnswer,
     QuoteState,
     SpendAuthorizationRequest,
     SpendAuthorizationState,
-    SpendLimits,
 )
 
 WORKLOAD = "service:nightly-train"
@@ -40,7 +40,7 @@ def _workload(sim: Any) -> ItoClient:
 def _authorization(**limits: Any) -> SpendAuthorizationRequest:
     return SpendAuthorizationRequest(
         name="nightly 8B",
-        limits=SpendLimits(**limits),
+        limits=NewSpendLimits(**{"data_ref_patterns": ["*"], **limits}),
         expires_at=datetime.now(UTC) + timedelta(days=7),
     )
 

@@ -261,10 +261,11 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
         "authorizations", "create", "--name", "Nightly runs", "--expires-in", "30d",
         "--max-budget", "300000", "--model-size", "8B", "--booking", "bk-h200-*",
         "--total-spend", "1000000", "--max-runs", "3",
+        "--data", "s3://team-bucket/corpus/*", "--data", "catalog://fineweb-edu",
     ]  # fmt: skip
 
     created = one_document(prefect_ito(*create, "--json", env=env), token)["data"]
-    human = prefect_ito(*create[:3], "Weekly", "--expires-in", "1w", env=env)
+    human = prefect_ito(*create[:3], "Weekly", "--expires-in", "1w", "--data", "*", env=env)
 
     made = created["authorization"]
     assert made["authorization_id"].startswith("sa_")
@@ -273,6 +274,10 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
     assert made["limits"]["model_sizes"] == ["8B"]
     assert made["limits"]["booking_id_patterns"] == ["bk-h200-*"]
     assert made["limits"]["max_runs"] == 3
+    assert made["limits"]["data_ref_patterns"] == [
+        "s3://team-bucket/corpus/*",
+        "catalog://fineweb-edu",
+    ]
     assert created["block"] == (
         f'ItoSpendAuthorization(authorization_id="{made["authorization_id"]}").save("nightly-runs")'
     )
@@ -280,6 +285,7 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
     assert "Traceback" not in human.stdout + human.stderr
     assert "Created standing authorization sa_" in human.stdout
     assert '.save("weekly")' in human.stdout
+    assert "Data: *." in human.stdout
     keys = [r.idempotency_key for r in simulator.requests() if r.method == "POST"]
     assert len(keys) == 2 and all(keys) and keys[0] != keys[1]
 
@@ -289,6 +295,7 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
     ids = [a["authorization_id"] for a in listed["data"]["authorizations"]]
     assert made["authorization_id"] in ids and len(ids) == 2
     assert table.returncode == ExitCode.SUCCESS, table.stderr
+    assert "s3://team-bucket/corpus/*, catalog://fineweb-edu" in table.stdout
     for shown in (made["authorization_id"], "Nightly runs", "active", PERSON, "budget ≤"):
         assert shown in table.stdout, shown
     assert "0 runs, $0.00" in table.stdout
@@ -315,6 +322,8 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
         (["--expires-in", "30d", "--max-estimate", "nan"], "max_estimate_high_usd"),
         (["--expires-in", "30d", "--max-runs", "0"], "max_runs"),
         (["--expires-in", "30d", "--expires-at", "2099-01-01T00:00Z"], None),
+        (["--expires-in", "30d", "--max-budget", "1000"], "data_ref_patterns"),
+        (["--expires-in", "30d", "--data", ""], "data_ref_patterns.0"),
     ],
 )
 def test_authorizations_create_refuses_a_past_expiry_or_a_bad_amount_locally(
@@ -335,7 +344,9 @@ def test_authorizations_create_refuses_a_past_expiry_or_a_bad_amount_locally(
 def test_a_workload_token_may_not_create_an_authorization(simulator):
     env = env_for(simulator, workload(simulator))
 
-    result = prefect_ito("authorizations", "create", "--name", "x", "--expires-in", "1d", env=env)
+    result = prefect_ito(
+        "authorizations", "create", "--name", "x", "--expires-in", "1d", "--data", "*", env=env
+    )
 
     line = one_line_error(result, ExitCode.FORBIDDEN)
     assert "INSUFFICIENT_SCOPE" in line

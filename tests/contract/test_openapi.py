@@ -20,6 +20,7 @@ from prefect_ito.contract import (
     GateStatus,
     PostTraining,
     QuoteAnswer,
+    QuoteState,
     RunState,
     SpendAuthorizationState,
     StageStatus,
@@ -206,6 +207,8 @@ OPEN_ENUMS = [
     (("Capabilities", "post_training_recipes", "[]"), PostTraining),
     (("ApiError", "code"), ErrorCode),
     (("QuoteConfirmation", "state"), QuoteAnswer),
+    (("TrainingQuote", "state"), QuoteState),
+    (("QuoteChange", "state"), QuoteState),
     (("SpendAuthorization", "state"), SpendAuthorizationState),
 ]
 
@@ -270,3 +273,57 @@ def test_the_docs_name_the_contract_version_the_simulator_serves():
     assert not set(re.findall(r"contract (v0\.[0-9]+)", simulator)) - {version}
     assert f"contract {version}" in contract.splitlines()[0]
     assert DOCUMENT["info"]["version"] == version.removeprefix("v")
+
+
+def _descriptions(node: Any, where: str = "") -> list[tuple[str, str]]:
+    """Return every ``description`` in ``node``, with where it stands."""
+    found: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        if isinstance(node.get("description"), str):
+            found.append((where, node["description"]))
+        for key, value in node.items():
+            found.extend(_descriptions(value, f"{where}/{key}"))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.extend(_descriptions(value, f"{where}/{index}"))
+    return found
+
+
+def test_no_description_calls_the_contract_a_draft():
+    # Before: `Capabilities.spend_authority` still said "Contract v0.4 (draft)" in v0.4.
+    drafts = [where for where, text in _descriptions(DOCUMENT) if "draft" in text.lower()]
+
+    assert drafts == []
+
+
+def _known_values(schema: dict[str, Any]) -> list[str]:
+    """Return the enum values a member may hold (closed or open), through refs and nulls."""
+    for branch in schema.get("anyOf", [schema]):
+        if branch.get("type") == "null":
+            continue
+        resolved = _resolve(branch)
+        values = resolved.get("enum") or resolved.get("x-extensible-enum")
+        if values:
+            return list(values)
+    return []
+
+
+MEMBERS = [
+    (f"{name}.{member}", schema)
+    for name, component in DOCUMENT["components"]["schemas"].items()
+    for member, schema in component.get("properties", {}).items()
+    if _known_values(schema)
+]
+
+
+@pytest.mark.parametrize(("where", "schema"), MEMBERS, ids=[where for where, _ in MEMBERS])
+def test_a_description_that_lists_an_enums_values_lists_them_all(
+    where: str, schema: dict[str, Any]
+):
+    # Before: `TrainingQuote.state` said "`pending`, `confirmed`, `declined`, `expired` or
+    # `used`", without `superseded`: a client written from the document never expected it.
+    values = _known_values(schema)
+    text = schema.get("description", "")
+    named = [value for value in values if f"`{value}`" in text]
+
+    assert len(named) < 2 or named == values, (where, sorted(set(values) - set(named)))

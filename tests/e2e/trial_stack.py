@@ -43,7 +43,7 @@ from pydantic import SecretStr
 from run_databases import new_database
 
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
-from prefect_ito.contract import SpendAuthorization, SpendAuthorizationRequest, SpendLimits
+from prefect_ito.contract import NewSpendLimits, SpendAuthorization, SpendAuthorizationRequest
 from prefect_ito.simulator import AdminRun, RequestLogEntry
 
 POSTGRES_URL = "PREFECT_ITO_POSTGRES_URL"
@@ -189,7 +189,9 @@ def save_blocks_and_pool(stack: TrialStack, account: str, name: str) -> None:
     authorization = stack.simulator.add_spend_authorization(
         SpendAuthorizationRequest(
             name=name,
-            limits=SpendLimits(max_budget_usd=1e7, booking_id_patterns=["bk-*"]),
+            limits=NewSpendLimits(
+                max_budget_usd=1e7, booking_id_patterns=["bk-*"], data_ref_patterns=["*"]
+            ),
             expires_at=datetime.now(UTC) + timedelta(days=1),
         ),
         account=account,

@@ -97,7 +97,9 @@ BAD_PARAMETERS: list[tuple[str, Any]] = [
     ("gpus", 8),
 ]
 VERBATIM: list[dict[str, Any]] = [
-    {"data": ["s3://corpus/$(rm -rf ~);`id`|&<>*?'\"\\"]},
+    # `?` and `\` stay out of the data reference: a standing authorization covers no reference
+    # a store may resolve elsewhere (see contract.data_ref_ambiguity); they travel in the target.
+    {"data": ["s3://corpus/$(rm -rf ~);`id`|&<>*'\""], "target": "code ?\\ assistant"},
     {"target": "assistant juridique — Zürich «été» 😀 中文 العربية"},
     {"data": ["s3://données/étiquetées/𝄞"], "target": "$HOME && echo pwned"},
 ]

@@ -50,8 +50,8 @@ from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import (
     ALL_SCOPES,
     IDEMPOTENCY_HEADER,
+    NewSpendLimits,
     SpendAuthorizationRequest,
-    SpendLimits,
     TrainingRequest,
 )
 from prefect_ito.flows import ito_training
@@ -146,7 +146,7 @@ class Attacker:
     def authorization(self, account: str = ACCOUNT, expires: float = 86_400, **limits: Any) -> str:
         request = SpendAuthorizationRequest(
             name="made by a person",
-            limits=SpendLimits.model_validate(limits),
+            limits=NewSpendLimits.model_validate({"data_ref_patterns": ["*"], **limits}),
             expires_at=datetime.now(UTC) + timedelta(seconds=expires),
         )
         principal = PERSON if account == ACCOUNT else "user:mallory"
@@ -207,7 +207,11 @@ def worker_authorizes(a: Attacker, booking: str) -> list[httpx.Response]:
     body = a.body(booking)
     request = {
         "name": "nightly",
-        "limits": {"max_budget_usd": 1e12, "booking_id_patterns": ["*"]},
+        "limits": {
+            "max_budget_usd": 1e12,
+            "booking_id_patterns": ["*"],
+            "data_ref_patterns": ["*"],
+        },
         "expires_at": "2099-01-01T00:00:00Z",
     }
     made = a.post(a.worker, "/v0/spend-authorizations", request)
@@ -529,7 +533,9 @@ class FlowRoutes:
             limits = {"max_budget_usd": 1_000.0} if named == "not covering" else {}
             request = SpendAuthorizationRequest(
                 name="a person's",
-                limits=SpendLimits.model_validate({"max_budget_usd": 1e9, **limits}),
+                limits=NewSpendLimits.model_validate(
+                    {"max_budget_usd": 1e9, "data_ref_patterns": ["*"], **limits}
+                ),
                 expires_at=datetime.now(UTC) + timedelta(days=1),
             )
             made = self.sim.add_spend_authorization(request, account=account, principal=PERSON)

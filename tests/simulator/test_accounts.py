@@ -31,7 +31,7 @@ def theirs(desk_for) -> tuple[Any, dict[str, str]]:
             "/v0/spend-authorizations",
             json={
                 "name": "nightly",
-                "limits": {"max_budget_usd": 1e6},
+                "limits": {"max_budget_usd": 1e6, "data_ref_patterns": ["*"]},
                 "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
             },
             headers={IDEMPOTENCY_HEADER: "authorize-theirs"},

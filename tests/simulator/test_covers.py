@@ -58,6 +58,7 @@ def _quote(**changes: Any) -> TrainingQuote:
 
 
 def _authorization(state: str = "active", runs: int = 0, spend: float = 0, **limits: Any):
+    limits.setdefault("data_ref_patterns", ["catalog://*"])
     return SpendAuthorization(
         authorization_id="sa_1",
         name="nightly",
@@ -121,6 +122,24 @@ CASES = [
         "past its total",
     ),
     ("no manifest to check", _authorization(targets=["x"]), _quote(manifest=None), "no manifest"),
+    (
+        "data pattern",
+        _authorization(data_ref_patterns=["s3://team-bucket/corpus/*"]),
+        _quote(),
+        "the data 'catalog://fineweb-edu' matches none of",
+    ),
+    (
+        "names no data (made before v0.5)",
+        _authorization(data_ref_patterns=None),
+        _quote(),
+        "names no data",
+    ),
+    (
+        "no manifest to check the data",
+        _authorization(),
+        _quote(manifest=None),
+        "no manifest",
+    ),
 ]
 
 

@@ -35,6 +35,7 @@ def _post(client: httpx.Client, path: str, body: Any, key: str) -> httpx.Respons
 
 
 def _authorize(desk: Any, **limits: Any) -> dict[str, Any]:
+    limits.setdefault("data_ref_patterns", ["*"])
     body = {
         "name": "nightly",
         "limits": limits,
@@ -123,6 +124,19 @@ def test_a_standing_authorization_a_person_made_lets_the_worker_submit_once_with
     assert used["data"]["state"] == "exhausted"
 
 
+CORPUS = "s3://team-bucket/corpus/*"
+CORPUS_ONLY = {"max_budget_usd": 1e9, "data_ref_patterns": [CORPUS]}
+# Before v0.5, naming a colleague's nightly authorization made a $300k run on the attacker's
+# poisoned corpus: the limits said nothing about data.
+POISONED = [
+    ["s3://team-bucket/poisoned-corpus/"],
+    ["s3://team-bucket/corpus-evil/shard-0"],
+    ["s3://team-bucket/corpus/../poisoned-corpus/"],
+    ["s3://team-bucket/corpus/%2e%2e/poisoned-corpus/"],
+    ["s3://team-bucket/corpus/web", "s3://attacker/poisoned-corpus/"],
+]
+
+
 @pytest.mark.parametrize(
     ("limits", "changes", "why"),
     [
@@ -130,8 +144,19 @@ def test_a_standing_authorization_a_person_made_lets_the_worker_submit_once_with
         ({"max_budget_usd": 1e9, "model_sizes": ["8B"]}, {"model_size": "150M"}, "model size"),
         ({"max_budget_usd": 1e9, "booking_id_patterns": ["bk-nightly-*"]}, {}, "matches none"),
         ({"max_budget_usd": 1e12}, {"model_size": "1.5T", "budget_usd": 1e10}, "term"),
+        *[(CORPUS_ONLY, {"data_refs": refs}, "the data") for refs in POISONED],
     ],
-    ids=["budget", "model-size", "booking", "outlasts-the-term"],
+    ids=[
+        "budget",
+        "model-size",
+        "booking",
+        "outlasts-the-term",
+        "data-in-another-folder",
+        "data-with-a-longer-name",
+        "data-with-dot-segments",
+        "data-percent-encoded",
+        "data-one-of-two",
+    ],
 )
 def test_an_authorization_that_does_not_cover_the_quote_makes_nothing(desk, limits, changes, why):
     authorization = _authorize(desk, **limits)
@@ -151,6 +176,36 @@ def test_an_authorization_that_does_not_cover_the_quote_makes_nothing(desk, limi
     assert desk.sim.runs() == []
     kept = worker.get(f"/v0/spend-authorizations/{authorization['authorization_id']}").json()
     assert kept["data"]["used"] == {"runs": 0, "spend_usd": 0.0}
+
+
+def test_a_standing_authorization_covers_the_data_its_person_named(desk):
+    authorization = _authorize(desk, **CORPUS_ONLY)
+    body = desk.body(data_refs=["s3://team-bucket/corpus/web/2026-10/", "s3://team-bucket/corpus/"])
+    quote = desk.quote(body).json()["data"]
+    named = {
+        **body,
+        "quote_id": quote["quote_id"],
+        "authorization_id": authorization["authorization_id"],
+    }
+
+    answer = desk.submit(named, confirm=False)
+
+    assert answer.status_code == 201, answer.text
+
+
+def test_a_new_standing_authorization_must_name_its_data(desk):
+    body = {
+        "name": "nightly",
+        "limits": {"max_budget_usd": 1e9},
+        "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+    }
+    with desk.person() as person:
+        answer = _post(person, "/v0/spend-authorizations", body, "no-data")
+        listed = person.get("/v0/spend-authorizations").json()["data"]["authorizations"]
+
+    assert _error(answer) == (422, "VALIDATION_ERROR")
+    assert answer.json()["error"]["field"] == "limits.data_ref_patterns"
+    assert listed == []
 
 
 def test_a_revoked_authorization_covers_nothing(desk):
@@ -204,6 +259,22 @@ def test_a_confirmation_carries_to_a_new_quote_of_the_same_manifest_when_nothing
     # The old quote's confirmation moved to the new one: confirming it again is refused.
     assert _error(desk.confirm_quote(first["quote_id"])) == (409, "CONFIRMATION_USED")
     assert len(desk.sim.runs()) == 1
+
+
+def test_after_two_carry_overs_a_run_names_the_quote_a_person_confirmed(desk):
+    # Before: after two carry-overs, `carried_from` named the middle quote, which nobody
+    # confirmed; a client showing "confirmed on quote …" pointed at the wrong one.
+    first = desk.quote().json()["data"]
+    desk.confirm_quote(first["quote_id"])
+    second = desk.quote().json()["data"]
+    third = desk.quote().json()["data"]
+
+    run = desk.start({**desk.body(), "quote_id": third["quote_id"]})
+
+    assert (second["carried_from"], third["carried_from"]) == (first["quote_id"],) * 2
+    assert third["state"] == "confirmed"
+    assert run["confirmation"]["carried_from"] == first["quote_id"]
+    assert run["confirmation"]["quote_id"] == third["quote_id"]
 
 
 def test_a_pricier_requote_waits_for_a_person_and_says_what_changed(desk):

@@ -236,6 +236,7 @@ def test_a_backend_without_spend_confirmation_serves_no_spend_authority(desk_for
 
 def _authorization(**limits: Any) -> dict[str, Any]:
     expires = datetime.now(UTC) + timedelta(days=7)
+    limits.setdefault("data_ref_patterns", ["*"])
     return {"name": "nightly 8B", "limits": limits, "expires_at": expires.isoformat()}
 
 

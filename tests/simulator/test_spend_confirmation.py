@@ -147,6 +147,18 @@ def test_a_v0_3_client_written_confirmation_gets_a_clear_error_and_no_run(desk):
     assert desk.sim.runs() == []
 
 
+def test_only_a_submissions_body_answers_a_v0_3_confirmation_as_an_old_contract(desk):
+    # A quote's body is a submission's (v0.3 carried a confirmation there too); a decision's
+    # never did, and an unknown member in it is a plain validation error.
+    decision = {"decision": "approve", "decided_by": "Ada", "reason": "ok", "confirmation": {}}
+
+    quoted = desk.quote({**desk.body(), "confirmation": {"via": "person"}})
+    decided = desk.http.post("/v0/training-runs/run_1/actions/act_1/decision", json=decision)
+
+    assert error(quoted) == (400, "CONTRACT_VERSION_UNSUPPORTED", "confirmation")
+    assert error(decided) == (422, "VALIDATION_ERROR", "confirmation")
+
+
 def test_a_quote_must_be_for_this_very_request(desk):
     other_data = desk.confirmed(desk.body(data_refs=["catalog://other"]))["quote_id"]
 
