@@ -35,7 +35,11 @@ from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import FlowRunNotFound, ItoError, PrefectServerRequired
 from prefect_ito.reporting.forecast import Forecast, forecast
 from prefect_ito.reporting.report import FORECAST_PREFIX, status_facts
-from prefect_ito.waiting.cancellation import cancel_supervised_run, followed_run
+from prefect_ito.waiting.cancellation import (
+    attached_run_id,
+    cancel_supervised_run,
+    followed_run,
+)
 
 __all__ = ["cancel", "read_flow_run", "require_server", "status"]
 
@@ -250,8 +254,7 @@ def _cancelled(
         and backend_run["source"] == "backend"
         and (backend_run["state"] in _FINISHED)
     )
-    parameters = flow_run.parameters or {}
-    follows = None if "training" in parameters else parameters.get("run_id")
+    follows = attached_run_id(flow_run)
     left_to = None
     if not here and not finished and requested and follows is None:
         left_to = "automation" if suspended else "flow_process"

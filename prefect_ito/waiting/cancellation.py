@@ -30,6 +30,7 @@ from prefect_ito.waiting.flow_run import current_flow_run_id
 __all__ = [
     "DETACHED_AT_TERMINAL",
     "CancelOutcome",
+    "attached_run_id",
     "cancel_asked",
     "cancel_for_flow_run",
     "cancel_supervised_run",
@@ -154,12 +155,21 @@ async def supervised_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | 
     return await ownership.find_submitted_run(client, request, key, str(flow_run.id))
 
 
+def attached_run_id(flow_run: FlowRun) -> str | None:
+    """Return the run id an ``ito-attach-training`` flow run was started on, to show it (it
+    made no run, so nothing acts on it); None for a training flow run or a malformed id."""
+    parameters = flow_run.parameters or {}
+    run_id = parameters.get("run_id")
+    if "training" in parameters or not isinstance(run_id, str) or id_problem(run_id):
+        return None
+    return run_id
+
+
 async def followed_run(client: ItoClient, flow_run: FlowRun) -> TrainingRun | None:
     """Return the backend run a flow run follows, to show it: the run it submitted, or, for an
     ``ito-attach-training`` flow run, the run it was started on (shown, never acted on)."""
-    parameters = dict(flow_run.parameters or {})
-    run_id = parameters.get("run_id")
-    if "training" in parameters or not isinstance(run_id, str) or id_problem(run_id):
+    run_id = attached_run_id(flow_run)
+    if run_id is None:
         return await supervised_run(client, flow_run)
     try:
         return await client.get_training_run(run_id)
