@@ -25,7 +25,8 @@ class Scope(StrEnum):
     SUBMIT = "training:submit"
     """Submitting training runs: the scope that spends."""
     DECIDE = "training:decide"
-    """Relaying a person's decision on a pending action."""
+    """Deciding a pending action (a proposed restart) as the person the token speaks for. v0.5:
+    only a person's token."""
     CANCEL = "training:cancel"
     """Cancelling a run's workload."""
     CONFIRM = "spend:confirm"
@@ -35,14 +36,20 @@ class Scope(StrEnum):
 
 
 TRAINING_SCOPES: Final = (Scope.READ, Scope.SUBMIT, Scope.DECIDE, Scope.CANCEL)
-"""The four training scopes: what a workload's token holds at most."""
+"""The four training scopes, one per ``/v0/training-runs`` route family."""
 SPEND_SCOPES: Final = (Scope.CONFIRM, Scope.AUTHORIZE)
 """The spend scopes (v0.4): held only by a person's token (principal ``user:…``)."""
+PERSON_SCOPES: Final = (Scope.DECIDE, *SPEND_SCOPES)
+"""What only a person's token (principal ``user:…``) may hold: a decision on a pending action
+(v0.5) and the spend scopes (v0.4). A backend grants none of them to any other principal."""
+WORKLOAD_SCOPES: Final = (Scope.READ, Scope.SUBMIT, Scope.CANCEL)
+"""What a workload's token (``service:…``) holds at most (v0.5): it reads, submits what a person
+allowed, and cancels; it never decides and never confirms."""
 ALL_SCOPES: Final = tuple(Scope)
 """Every scope, in the order above: what a person's device login grants unless the backend
 limits it."""
 PERSON_PRINCIPAL_PREFIX: Final = "user:"
-"""The principals of people; a backend grants a spend scope to no other principal."""
+"""The principals of people; a backend grants a person's scope to no other principal."""
 
 Principal = Annotated[
     str,

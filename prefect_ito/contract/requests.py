@@ -129,12 +129,20 @@ class DecisionChoice(StrEnum):
 
 
 class DecisionRequest(_Model):
-    """The body of ``POST …/actions/{action_id}/decision``: a person's answer."""
+    """The body of ``POST …/actions/{action_id}/decision``: a person's answer, with their token.
+
+    v0.5: only a person's token (``user:…``, holding ``training:decide``) decides; the backend
+    records its principal as who decided. ``decided_by`` is an optional note beside it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     decision: DecisionChoice
-    decided_by: NonEmptyStr = Field(description="The name the deciding person gave.")
+    decided_by: NonEmptyStr | None = Field(
+        default=None,
+        description="Optional: a note the person wants on record, such as their name; never "
+        "who decided (the token's principal is).",
+    )
     reason: NonEmptyStr
 
 

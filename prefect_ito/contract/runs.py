@@ -208,6 +208,15 @@ class PendingAction(_Model):
         description="What holding the run costs per hour, in US dollars: the booking's "
         "GPUs held idle while nobody decides (absent from older backends).",
     )
+    decide_url: str | None = Field(
+        default=None,
+        description="v0.5: the backend's own page where a signed-in person decides this action "
+        "(the device-login pattern, as a quote's `confirm_url`). Absent from older backends.",
+    )
+    user_code: str | None = Field(
+        default=None,
+        description="v0.5: the short code a person checks on (or types into) the decide page.",
+    )
 
     @model_validator(mode="after")
     def _spike_context(self) -> Self:
@@ -219,17 +228,26 @@ class PendingAction(_Model):
 
 
 class DecisionRecord(_Model):
-    """A decision the backend recorded: the name the person typed, and who was authenticated."""
+    """A decision the backend recorded: who decided, as it authenticated them, and why.
+
+    v0.5: ``principal`` is the person who decided (``user:…``): on the decide page, or with a
+    token of their own. ``decided_by`` is only a note they typed, if any.
+    """
 
     action_id: str
     decision: DecisionChoice
-    decided_by: str = Field(description="The name the deciding person gave.")
+    decided_by: str | None = Field(
+        default=None,
+        description="A note the person typed beside their decision, such as their name; only a "
+        "note: `principal` is who decided (before v0.5, the name a client relayed).",
+    )
     reason: str
     decided_at: datetime
     principal: Principal | None = Field(
         default=None,
-        description="The authenticated principal whose token relayed the decision (v0.2; "
-        "absent from older backends).",
+        description="Who decided, as the backend authenticated them: v0.5, always a person "
+        "(`user:…`); before, the principal whose token relayed the decision (absent before "
+        "v0.2).",
     )
 
 
