@@ -284,27 +284,33 @@ async def submit_training_run(
     return submission.run
 
 
-async def relay_decision(
+async def decide_action(
     client: ItoClient, run: TrainingRun, action_id: str, decision: DecisionRequest
 ) -> TrainingRun:
-    """Pass a person's decision to the backend, under one key per action.
+    """Decide a pending action at the backend as the person ``client``'s token speaks for.
+
+    Contract v0.5: only a person's token (``user:…``, holding ``training:decide``) decides, and
+    the backend records its principal. One key per action and answer, so a repeat is safe.
 
     Raises:
-        InsufficientScope: the token lacks ``training:decide``; the message says the decision
-            was not relayed and that the backend still waits for one.
+        InsufficientScope: the token may not decide (a workload's never may); the message says
+            nothing was decided and where a person decides instead.
     """
     try:
         return await client.decide(
             run.run_id,
             action_id,
             decision,
-            idempotency_key=f"ito-decision-{run.run_id}-{action_id}",
+            idempotency_key=f"ito-decision-{run.run_id}-{action_id}-{decision.decision.value}",
         )
     except InsufficientScope as error:
+        where = run.pending_action.decide_url if run.pending_action else None
         raise InsufficientScope(
-            f"the decision to {decision.decision.value} (by {decision.decided_by}) on action "
-            f"{action_id} was not relayed: {error.message}. Backend run {run.run_id} still "
-            f"waits for a decision; give it with a token that carries {Scope.DECIDE.value}",
+            f"nothing was decided on action {action_id}: {error.message}. Only a person decides, "
+            f"with a token of their own ({Scope.DECIDE.value}: log in as yourself with "
+            f"`prefect-ito login`)"
+            + (f", or on the backend's page {where}" if where else "")
+            + f"; backend run {run.run_id} still waits for a decision",
             status_code=error.status_code,
             request_id=error.request_id,
         ) from None

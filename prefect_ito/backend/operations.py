@@ -118,18 +118,19 @@ READ_TRAINING_RUN = Operation(
     desk.read_training_run,
     resendable=True,
 )
+POLL_TRAINING_RUN = Operation(
+    "poll_training_run",
+    "Read the run while a person is asked to decide on it.",
+    desk.read_training_run,
+    resendable=False,  # read again at the next poll anyway
+    shown=False,  # read at every poll of a wait: as tasks, the flow run would fill with them
+)
 AWAIT_STAGE_GATE = Operation(
     "await_stage_gate",
     "Long-poll the run until the current stage's gate has a result.",
     gates.await_stage_gate,
     resendable=True,
     task_run_name=_gate_task_run_name,
-)
-RELAY_DECISION = Operation(
-    "relay_decision",
-    "Pass a person's restart decision to the backend.",
-    desk.relay_decision,
-    resendable=True,
 )
 CANCEL_TRAINING_WORKLOAD = Operation(
     "cancel_training_workload",
@@ -148,8 +149,9 @@ OPERATIONS: tuple[Operation[Any, Any], ...] = (
     DECLINE_TRAINING_QUOTE,
     SUBMIT_TRAINING_RUN,
     READ_TRAINING_RUN,
+    POLL_TRAINING_RUN,
     AWAIT_STAGE_GATE,
-    RELAY_DECISION,
     CANCEL_TRAINING_WORKLOAD,
 )
-"""Every backend operation of supervision; only :data:`SUBMIT_TRAINING_RUN` creates work."""
+"""Every backend operation of supervision; only :data:`SUBMIT_TRAINING_RUN` creates work, and
+none decides: a person decides at the backend (contract v0.5), never a flow run."""

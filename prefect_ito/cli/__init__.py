@@ -79,8 +79,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the real training flow end to end on the built-in reference simulator.",
     ),
     "decide": (
-        "prefect_ito.cli.training:decide",
-        "Approve or reject the restart a paused training flow run waits for.",
+        "prefect_ito.cli.decide:decide",
+        "Approve or reject, as yourself, the restart a training flow run waits for.",
     ),
     "status": (
         "prefect_ito.cli.flow_runs:status",

@@ -5,9 +5,9 @@ process (it lives in an in-memory keyring, never in the environment a child proc
 and runs the real ``ito-training`` flow in Prefect's ephemeral mode. At a terminal, a person
 confirms the spend and decides the restart. Without one, the demo confirms the spend under a
 standing authorization it makes in memory for its own simulator booking and budget (the simulator
-spends nothing), and a scripted demo operator answers the restart through the same resume API a
-person would use — refusing to answer for any backend but the demo's own simulator. Real runs
-always wait for a human, or an authorization a human created.
+spends nothing), and a scripted demo operator decides the restart at the backend as the demo's
+person, exactly as a person's own login would — refusing to answer for any backend but the demo's
+own simulator. Real runs always wait for a person, or an authorization a person created.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 import keyring
 from prefect import State
-from prefect.client.schemas.objects import FlowRun
 from rich.console import Console
 from rich.markdown import Markdown
 
@@ -29,11 +28,17 @@ from prefect_ito.backend.memory_keyring import MemoryKeyring
 from prefect_ito.backend.origins import ENV_ALLOWED_ORIGINS, ENV_API_URL, ENV_TOKEN
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.cli import terminal
-from prefect_ito.contract import ALL_SCOPES, NewSpendLimits, SpendAuthorizationRequest
+from prefect_ito.cli.restart_answers import decide_here, stated_run
+from prefect_ito.contract import (
+    ALL_SCOPES,
+    DecisionChoice,
+    DecisionRequest,
+    NewSpendLimits,
+    SpendAuthorizationRequest,
+)
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.flows import ito_training
 from prefect_ito.parameters import TrainingParameters
-from prefect_ito.people.approval import RestartDecision
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 from prefect_ito.simulator.builtins import BUILTIN_NAMES
 
@@ -61,21 +66,25 @@ class ScriptedOperator:
         self._simulator_url = simulator_url
         self._console = console
 
-    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision | None:
-        credentials = (flow_run.parameters or {}).get("credentials") or {}
-        if not isinstance(credentials, dict) or credentials.get("api_url") != self._simulator_url:
+    async def __call__(self, pause: terminal.RestartPause) -> None:
+        record = pause.action
+        if record is None or record.api_url != self._simulator_url:
             self._console.print("[red]The demo operator acts only on the demo's own simulator.[/]")
-            return None
-        self._console.print(Markdown(terminal.without_images(description)))
+            return
+        run = await stated_run(record)
+        if run is None or run.pending_action is None:
+            return  # decided meanwhile, or gone: nothing to do
+        self._console.print(Markdown(terminal.without_images(pause.description)))
         self._console.print(
-            "[bold]No terminal: the scripted demo operator approves, through the same resume "
-            "API the Prefect UI uses. Real runs wait for a human.[/]"
+            f"[bold]No terminal: the scripted demo operator approves at the backend as the "
+            f"demo's person ({DEMO_PERSON}), with the demo's own login. Real runs wait for a "
+            "person's decision.[/]"
         )
-        return RestartDecision(
-            decision="approve",
-            decided_by="prefect-ito demo operator",
-            reason="scripted approval in the demo; real runs wait for a human",
+        decision = DecisionRequest(
+            decision=DecisionChoice.APPROVE,
+            reason="scripted approval in the demo; real runs wait for a person",
         )
+        await decide_here(record, run, decision, self._console)
 
 
 async def demo_authorization(api_url: str) -> ItoSpendAuthorization:

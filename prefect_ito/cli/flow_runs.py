@@ -68,7 +68,7 @@ async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
     flow_run = await read_flow_run(flow_run_id)
     state = flow_run.state
     try:
-        async with await _backend_client(flow_run) as client:
+        async with await backend_client(flow_run) as client:
             backend_run = _run_facts(await followed_run(client, flow_run))
     except ItoError as error:  # not logged in, origin not allowed, backend down, …
         backend_run = await _card_facts(flow_run_id, stale_because=str(error))
@@ -81,7 +81,7 @@ async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
     }
 
 
-async def _backend_client(flow_run: FlowRun) -> ItoClient:
+async def backend_client(flow_run: FlowRun) -> ItoClient:
     """Return a client for the flow run's backend, if this process may send it a token.
 
     Raises:
@@ -207,7 +207,7 @@ async def _request_cancel(flow_run_id: UUID) -> dict[str, Any]:
     state = flow_run.state
     ended = state is not None and state.is_final()
     try:
-        client = await _backend_client(flow_run)  # checked before anything is touched
+        client = await backend_client(flow_run)  # checked before anything is touched
     except ItoError as error:
         if ended:  # nothing would be done at all: say why, and change nothing
             raise

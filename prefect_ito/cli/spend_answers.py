@@ -19,7 +19,7 @@ from prefect_ito.cli.views import without_images
 from prefect_ito.contract import TrainingQuote
 from prefect_ito.exceptions import InsufficientScope, ItoAPIError, ItoError
 from prefect_ito.people.spend import SpendDecision
-from prefect_ito.waiting.quote_wait import QuoteWait
+from prefect_ito.waiting.waits import QuoteWait
 
 if TYPE_CHECKING:
     from prefect_ito.cli.terminal import SpendPause

@@ -1,10 +1,11 @@
 """Running a training flow from a terminal: a live view, and a person answering at the prompt.
 
 The flow runs in this process (against ``PREFECT_API_URL`` when set, else Prefect's ephemeral
-mode). When it pauses for a restart decision or a spend confirmation, the answer goes back through
-Prefect's resume API — the same one the Prefect UI uses — so the flow cannot tell a terminal from
-the UI. Ctrl-C detaches: supervision stops at its next check and the flow run ends
-``Detached``, while the backend run goes on; a second Ctrl-C stops at once.
+mode). When it waits for a person — a spend to confirm, a restart to decide — the person at the
+prompt answers at the backend with their own token, which records who they are; the flow, which
+reads the backend at every poll, goes on by itself. Nothing answered through Prefect decides.
+Ctrl-C detaches: supervision stops at its next check and the flow run ends ``Detached``, while the
+backend run goes on; a second Ctrl-C stops at once.
 
 Just past ~400 lines: running the flow, noticing its pauses and reading a person's answer at the
 prompt share one event loop and one console, and are read together. Starting the temporary
@@ -34,9 +35,8 @@ from prefect.settings import PREFECT_UI_URL
 from rich.console import Console
 from rich.markdown import Markdown
 
-from prefect_ito.backend.auth import resolve_api_url, resolve_token
-from prefect_ito.backend.client import ItoClient
 from prefect_ito.cli.local import interactive
+from prefect_ito.cli.restart_answers import decide_here, stated_run
 from prefect_ito.cli.spend_answers import (
     ConfirmedBeforehand,
     NobodyHere,
@@ -49,15 +49,15 @@ from prefect_ito.cli.temporary_prefect import (
     prefect_api,
 )
 from prefect_ito.cli.views import quiet_tasks, without_images
-from prefect_ito.exceptions import ItoError
-from prefect_ito.people import answers
-from prefect_ito.people.approval import Choice, RestartDecision
+from prefect_ito.contract import DecisionChoice, DecisionRequest
+from prefect_ito.people import answers, approval
+from prefect_ito.people.approval import Choice
 from prefect_ito.people.notices import decide_command
 from prefect_ito.people.spend import SpendDecision
 from prefect_ito.reporting.quote_card import describe
 from prefect_ito.waiting.cancellation import request_detach
 from prefect_ito.waiting.keys import SPEND_PREFIX
-from prefect_ito.waiting.quote_wait import QuoteWait, latest_quote_wait
+from prefect_ito.waiting.waits import ActionWait, QuoteWait, latest_wait
 
 __all__ = [
     "EPHEMERAL_STARTUP_SECONDS",
@@ -65,6 +65,7 @@ __all__ = [
     "Confirmer",
     "NobodyHere",
     "Operator",
+    "RestartPause",
     "SpendPause",
     "ask_at_terminal",
     "confirm_at_terminal",
@@ -72,15 +73,26 @@ __all__ = [
     "has_real_server",
     "interactive",
     "leave_to_others",
-    "login_principal",
     "prefect_api",
     "run_training",
     "stated_quote",
     "without_images",
 ]
 
-Operator = Callable[[FlowRun, str], Awaitable[RestartDecision | None]]
-"""Answers a restart decision, given the markdown it shows a person; None leaves it waiting."""
+
+@dataclass(frozen=True)
+class RestartPause:
+    """A flow run waiting for a person to decide a proposed restart at the backend: what it
+    shows, and the action it recorded (None if it recorded none)."""
+
+    flow_run: FlowRun
+    description: str
+    action: ActionWait | None
+
+
+Operator = Callable[[RestartPause], Awaitable[None]]
+"""Acts on a restart decision at the backend (or leaves it to others); the flow, which reads the
+run from the backend at every poll, goes on by itself once the backend has a decision."""
 
 
 @dataclass(frozen=True)
@@ -212,11 +224,13 @@ async def _answer_new_pause(
 
 async def _answer(pause: _Pause, answerers: _Answerers) -> RunInput | None:
     if not pause.spend:
-        return await answerers.operator(pause.flow_run, pause.description)
+        action = await latest_wait(pause.flow_run.id, ActionWait)
+        await answerers.operator(RestartPause(pause.flow_run, pause.description, action))
+        return None
     if answerers.confirmer is None:
         return None
-    record = await latest_quote_wait(pause.flow_run.id)
-    return await answerers.confirmer(SpendPause(pause.flow_run, pause.description, record))
+    quote = await latest_wait(pause.flow_run.id, QuoteWait)
+    return await answerers.confirmer(SpendPause(pause.flow_run, pause.description, quote))
 
 
 async def _waiting_pause(client: PrefectClient, flow_run_id: UUID) -> _Pause | None:
@@ -258,15 +272,10 @@ def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False)
                 soft_wrap=True,
             )
         return
-    console.print("[bold yellow]A restart needs a decision.[/]")
+    console.print("[bold yellow]A restart needs a person's decision at the backend.[/]")
     if has_real_server():
-        ui = PREFECT_UI_URL.value()
-        if ui:
-            console.print(
-                f"Decide in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}", soft_wrap=True
-            )
-        console.print(  # a link and a command to copy: never broken across lines
-            f"or: {decide_command(flow_run_id)}",
+        console.print(  # a command to copy: never broken across lines
+            f"Anyone logged in as themselves can also decide: {decide_command(flow_run_id)}",
             soft_wrap=True,
         )
 
@@ -274,74 +283,42 @@ def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False)
 def _elsewhere() -> str:
     """Say where else a person can answer: only a real server lets anyone else reach the run."""
     if has_real_server():
-        return "(the Prefect UI, or `prefect-ito decide`)"
+        return "(the backend's decide page, or `prefect-ito decide`)"
     return "(no Prefect server: nobody else can reach this flow run; it stops at its deadline)"
 
 
-async def ask_at_terminal(flow_run: FlowRun, description: str) -> RestartDecision | None:
-    """Ask the person at this terminal; the answer is relayed exactly as the UI would.
+async def ask_at_terminal(pause: RestartPause) -> None:
+    """Ask the person at this terminal, and decide at the backend with their own token.
 
-    Approve or reject must be typed out (or ``a`` / ``r``): an empty answer asks again, and the
-    end of input leaves the decision to someone else instead of rejecting by accident. So does
-    the name: it is required (the login's principal is offered when the backend says it), and
-    the end of input at it decides nothing.
+    What they read is the run the flow recorded, as the backend states it. Approve or reject
+    must be typed out (or ``a`` / ``r``): an empty answer asks again, and the end of input
+    leaves the decision to someone else instead of rejecting by accident. The backend records
+    who decided from the token (a workload's token may not decide: it is told where a person
+    does); the reason goes beside it.
     """
     console = Console()
-    console.print(Markdown(without_images(description)))
-    decision = await _read_choice(console, "Approve or reject the restart?", _CHOICES)
-    if decision is None:
+    record = pause.action
+    run = await stated_run(record) if record is not None else None
+    action = run.pending_action if run is not None else None
+    if record is None or run is None or action is None or action.action_id != record.action_id:
+        console.print(Markdown(without_images(pause.description)))
+        console.print(
+            "[yellow]The run could not be read from the backend, or waits for no decision any "
+            f"more, so nothing is decided here {_elsewhere()}.[/]"
+        )
+        return
+    console.print(Markdown(without_images(approval.describe(run, action))))
+    choice = await _read_choice(console, "Approve or reject the restart?", _CHOICES)
+    if choice is None:
         console.print(
             f"[yellow]No answer: the restart still waits for a decision {_elsewhere()}.[/]"
         )
-        return None
-    name = await _read_name(console, await login_principal())
-    if name is None:
-        console.print(
-            "[yellow]No name: nothing was decided; the restart still waits for a decision.[/]"
-        )
-        return None
+        return
     reason = await _read_line(console, "Why: ")
-    return RestartDecision(
-        decision=decision, decided_by=name, reason=(reason or "").strip() or "no reason given"
+    decision = DecisionRequest(
+        decision=DecisionChoice(choice), reason=(reason or "").strip() or "no reason given"
     )
-
-
-PRINCIPAL_LOOKUP_SECONDS = 5.0
-"""How long the name prompt waits to learn the login's principal before offering no default."""
-
-
-async def login_principal() -> str | None:
-    """Return the principal of this terminal's own login, or None when it cannot be learnt soon.
-
-    The token is opaque, so only the backend can say whom it speaks for (``whoami``, one call,
-    as ``prefect-ito whoami`` makes it). The backend is this terminal's configured one — never
-    one read from Prefect — and no login, a backend that does not answer within
-    :data:`PRINCIPAL_LOOKUP_SECONDS`, or one that reports no principal all mean no default.
-    """
-    try:
-        api_url = resolve_api_url()
-        async with ItoClient.from_settings(api_url, resolve_token(api_url)) as client:
-            me = await asyncio.wait_for(client.whoami(), PRINCIPAL_LOOKUP_SECONDS)
-    except (ItoError, TimeoutError):
-        return None
-    return me.principal
-
-
-async def _read_name(console: Console, default: str | None) -> str | None:
-    """Ask for the person's name until one is given; None at the end of input.
-
-    The backend records the name beside the decision, so there is no anonymous answer: Enter
-    takes ``default`` (shown in brackets) when there is one, and otherwise asks again.
-    """
-    prompt = f"Your name [{default}]: " if default else "Your name: "
-    while True:
-        answer = await _read_line(console, prompt)
-        if answer is None:
-            return None
-        name = answer.strip() or default
-        if name:
-            return name
-        console.print("A name is required: the backend records who decided.")
+    await decide_here(record, run, decision, console)
 
 
 async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
@@ -442,6 +419,5 @@ def _settle(future: asyncio.Future[str | None], value: str | None) -> None:
         future.set_result(value)
 
 
-async def leave_to_others(flow_run: FlowRun, description: str) -> RestartDecision | None:
-    """Answer nothing: a person decides in the Prefect UI or with ``prefect-ito decide``."""
-    return None
+async def leave_to_others(pause: RestartPause) -> None:
+    """Answer nothing: a person decides on the backend's page or with ``prefect-ito decide``."""

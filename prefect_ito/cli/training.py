@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, NoReturn
-from uuid import UUID
 
 from cyclopts import Parameter
 from prefect import Flow, State
@@ -21,8 +20,7 @@ from rich.console import Console
 
 from prefect_ito.backend import provenance
 from prefect_ito.cli import output, terminal, views
-from prefect_ito.cli.errors import exit_with, respond, run_command
-from prefect_ito.cli.flow_runs import read_flow_run, require_server
+from prefect_ito.cli.errors import exit_with, run_command
 from prefect_ito.cli.options import (
     CommandLineTraining,
     DataFile,
@@ -40,11 +38,9 @@ from prefect_ito.cli.train_checks import (
     spend_confirmer,
 )
 from prefect_ito.exceptions import (
-    AnsweredByAnother,
     ExitCode,
     InvalidParameters,
     ItoError,
-    NothingToDecide,
 )
 from prefect_ito.flows import ito_attach_training, ito_training
 from prefect_ito.parameters import (
@@ -52,11 +48,9 @@ from prefect_ito.parameters import (
     check_id,
     quote_submission_key,
 )
-from prefect_ito.people import answers
-from prefect_ito.people.approval import RestartDecision
 from prefect_ito.supervision.outcomes import exit_code, outcome_error
 
-__all__ = ["attach", "decide", "demo", "train"]
+__all__ = ["attach", "demo", "train"]
 
 _console = Console()
 
@@ -234,69 +228,6 @@ def demo(
     except ItoError as error:
         _fail(error)
     _report(state)
-
-
-def decide(
-    flow_run_id: UUID,
-    *,
-    approve: bool = False,
-    reject: bool = False,
-    reason: str,
-    name: str,
-    json_output: JsonOption = False,
-) -> None:
-    """Approve or reject the restart a paused training flow run waits for.
-
-    Args:
-        flow_run_id: The paused ito-training flow run.
-        approve: Approve the proposed restart.
-        reject: Reject it; the run goes on without restarting.
-        reason: Why; recorded at the backend.
-        name: Your name; recorded at the backend as who decided.
-    """
-    command = _decide(flow_run_id, approve=approve, reject=reject, reason=reason, name=name)
-    respond(json_output, command, _show_decision)
-
-
-async def _decide(
-    flow_run_id: UUID, *, approve: bool, reject: bool, reason: str, name: str
-) -> dict[str, Any]:
-    require_server("decide")
-    if approve == reject:
-        raise InvalidParameters("give exactly one of --approve and --reject")
-    decision = RestartDecision(
-        decision="approve" if approve else "reject", decided_by=name, reason=reason
-    )
-    await _resume(flow_run_id, decision)
-    return {"flow_run_id": str(flow_run_id), **decision.model_dump(mode="json")}
-
-
-def _show_decision(sent: dict[str, Any]) -> None:
-    _console.print(f"Sent: {sent['decision']} by {sent['decided_by']}.", markup=False)
-
-
-async def _resume(flow_run_id: UUID, decision: RestartDecision) -> None:
-    """Resume the flow run with ``decision``, and make sure it is the answer Prefect kept.
-
-    Raises:
-        NothingToDecide: the flow run waits for no decision, or stopped waiting meanwhile.
-        AnsweredByAnother: another answer to the question was taken first.
-    """
-    flow_run = await read_flow_run(flow_run_id)
-    state = flow_run.state
-    if state is None or not state.is_paused() or not state.state_details.run_input_keyset:
-        raise NothingToDecide(
-            f"flow run {flow_run_id} waits for no decision "
-            f"(it is {state.name if state else 'without a state'})"
-        )
-    try:
-        kept = await answers.resume_with(flow_run_id, state, decision.model_dump(mode="json"))
-    except RuntimeError as error:  # the server refused the resume, e.g. the pause timed out
-        raise NothingToDecide(f"flow run {flow_run_id} could not be resumed: {error}") from None
-    if kept.answer is None:
-        raise NothingToDecide(f"flow run {flow_run_id} stopped waiting before this answer came")
-    if not kept.ours:
-        raise AnsweredByAnother(f"another answer was taken first: {kept.describe()}")
 
 
 def _fail(error: ItoError) -> NoReturn:

@@ -209,8 +209,9 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         table.add_column("what")
         table.add_column("value")
         table.add_row("decision", escape(row.outcome()))
-        table.add_row("decided by", escape(row.decided_by or "—"))
-        table.add_row("authenticated as", escape(row.principal or "—"))
+        table.add_row("decided by", escape(row.who() or "—"))
+        if row.note():
+            table.add_row("note", escape(row.note() or ""))
         table.add_row("decided at", cards.when(row.decided_at))
         table.add_row("why", escape(row.reason or "—"))
         if row.step is not None and row.loss is not None:

@@ -1,25 +1,31 @@
-"""Asking a person whether a proposed loss-spike restart may go ahead.
+"""Waiting for a person to decide a proposed loss-spike restart at the backend (contract v0.5).
 
-The backend holds the run and proposes a restart; only a person decides. The main flow (never a
-subflow: Prefect cannot suspend subflows) waits for a typed :class:`RestartDecision`, which the
-Prefect UI renders as a form under the spike's context, asked through
-:mod:`prefect_ito.people.asking`: a
-flow run from a deployment suspends, holding no infrastructure while it waits; any other flow run
-pauses in its process.
+The backend holds the run and proposes a restart; only a person decides, and only at the backend,
+which knows who they are: on its decide page (the action's ``decide_url`` and ``user_code``), or
+with a token of their own (``prefect-ito decide``, or the terminal ``train`` runs in). The backend
+records their principal. Nothing written in Prefect decides anything: a flow run never relays a
+decision, whatever its token may do.
+
+So the flow only waits: for the backend to say the action is no longer pending. A flow run from a
+deployment suspends (holding no infrastructure; ``prefect-ito watch`` resumes it once the action
+is answered), any other pauses in-process and reads the run at every poll. The Prefect form shows
+the evidence, the chart, the decide link and its code, and offers only **recheck**: read the
+backend again. Asked through :mod:`prefect_ito.people.asking`; the main flow (never a subflow:
+Prefect cannot suspend subflows) waits.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import logging
+from typing import Literal, Protocol
 
-from prefect import get_run_logger
 from prefect.input import RunInput
-from pydantic import Field, model_validator
+from pydantic import Field
 
+from prefect_ito.backend.operations import POLL_TRAINING_RUN, Operation, P, R
 from prefect_ito.contract import (
     CheckpointRef,
-    DecisionChoice,
-    DecisionRequest,
+    DecisionRecord,
     PendingAction,
     TrainingRun,
 )
@@ -29,51 +35,45 @@ from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.cards import when
 from prefect_ito.reporting.holding import held_for
-from prefect_ito.settings import current_settings
 from prefect_ito.waiting.keys import restart_pause_key
+from prefect_ito.waiting.waits import recheck_answer
 
 Choice = Literal["approve", "reject"]
 
 WHAT_EACH_ANSWER_DOES = (
     "approve: the backend restarts from the proposed checkpoint and trains the steps since "
-    "again. reject: the run goes on from where it is, without restarting. There is no default: "
-    "nothing happens until you choose."
+    "again. reject: the run goes on from where it is, without restarting."
+)
+WHAT_THE_FORM_DOES = (
+    "recheck: you decided at the backend (its page, the link above, or prefect-ito decide with "
+    "your own login); the flow reads the run from the backend again. Only a decision made there "
+    "counts: nothing typed here approves or rejects a restart."
 )
 
 
-class RestartDecision(RunInput):
-    """A person's answer to a proposed loss-spike restart: an explicit choice, a name, a reason.
+class RestartCheck(RunInput):
+    """What a person can do about a proposed restart in Prefect: have the backend read again.
 
-    ``decision`` is required and has no default, so a form submitted untouched is refused (by the
-    Prefect UI, and by Prefect's server, which checks every answer against this schema) instead
-    of rejecting the restart by accident.
+    Approving and rejecting are not among the choices: a person decides at the backend, which
+    knows who they are. ``decision`` is required and has no default, so a form submitted
+    untouched is refused.
     """
 
-    decision: Choice = Field(title="Decision", description=WHAT_EACH_ANSWER_DOES)
-    decided_by: str = Field(
-        min_length=1, description="Your name, as the backend should record who decided."
-    )
-    reason: str = Field(min_length=1, description="Why: recorded with the decision.")
+    decision: Literal["recheck"] = Field(title="Decision", description=WHAT_THE_FORM_DOES)
+    reason: str = Field(default="", description="Anything to note in the flow run's log.")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_the_earlier_form(cls, data: Any) -> Any:
-        """Read an answer to a pause saved with the earlier form, a tick box ``approve``."""
-        if isinstance(data, dict) and "decision" not in data and "approve" in data:
-            data = dict(data)
-            data["decision"] = "approve" if data.pop("approve") is True else "reject"
-        return data
 
-    @property
-    def approves(self) -> bool:
-        """Tell whether the person approved the restart."""
-        return self.decision == "approve"
+class Supervisor(Protocol):
+    """What waiting for a decision needs of a supervisor
+    (:class:`~prefect_ito.supervision.steps.Steps`)."""
 
-    def to_request(self) -> DecisionRequest:
-        """Return the decision as the backend's contract states it."""
-        return DecisionRequest(
-            decision=DecisionChoice(self.decision), decided_by=self.decided_by, reason=self.reason
-        )
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+    async def perform(self, operation: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Do a backend operation (see :mod:`prefect_ito.backend.operations`)."""
+
+    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:
+        """Record the action a person is asked about, for a watcher and for a terminal."""
 
 
 def pause_key(action: PendingAction) -> str:
@@ -124,15 +124,31 @@ def describe(run: TrainingRun, action: PendingAction) -> str:
             "",
             charts.markdown_image(svg, "Training loss by step, up to the spike"),
             "",
-            "**Choose one** — the form has no default:",
+            "**Decide at the backend**, signed in as yourself — "
+            + _where_md(action)
+            + ". Nothing typed in Prefect approves or rejects a restart.",
             "",
             f"- **approve**: the backend restarts from {md.code(checkpoint.checkpoint_id)} at step "
             f"{checkpoint.step:,} and trains the {back:,} steps since again; spend goes on "
             "meanwhile.",
             f"- **reject**: the run goes on from step {action.step:,} as it is, without "
             "restarting.",
+            "",
+            "Then choose **recheck** here, or just wait: `prefect-ito watch` (or this flow run, "
+            "while it waits in its process) sees the decision and goes on.",
         ]
     )
+
+
+def _where_md(action: PendingAction) -> str:
+    """Return where a person decides ``action``, as markdown: the page's link and its code."""
+    command = f"or with {md.code('prefect-ito decide')} and your own login"
+    if action.decide_url and md.is_http_url(action.decide_url):
+        # The address is shown too: a terminal shows a link's text, not where it points.
+        code = f", code {md.code(action.user_code)}" if action.user_code else ""
+        page = f"[the decide page]({action.decide_url}) ({md.code(action.decide_url)})"
+        return f"on {page}{code}, {command}"
+    return command.removeprefix("or ")
 
 
 def _held_rows(action: PendingAction) -> list[str]:
@@ -152,14 +168,22 @@ def _held_rows(action: PendingAction) -> list[str]:
     return rows
 
 
-async def ask_person(
-    run: TrainingRun, *, timeout: float, poll_interval: float
-) -> RestartDecision | None:
-    """Wait for a person's decision on the run's pending action; None if the flow run was cancelled.
+def still_pending(run: TrainingRun, action: PendingAction) -> bool:
+    """Tell whether ``run`` still waits for a decision on ``action``."""
+    return run.pending_action is not None and run.pending_action.action_id == action.action_id
 
-    Asked through :func:`prefect_ito.people.asking.ask`: a flow run from a deployment suspends, any
-    other
-    pauses in-process; the stable pause key returns the same answer after a resumed suspension.
+
+def decision_on(run: TrainingRun, action: PendingAction) -> DecisionRecord | None:
+    """Return the backend's record of the decision on ``action``, if it made one."""
+    return next((d for d in reversed(run.decisions) if d.action_id == action.action_id), None)
+
+
+async def wait_for_decision(
+    steps: Supervisor, run: TrainingRun, *, timeout: float, poll_interval: float
+) -> TrainingRun | None:
+    """Wait until the backend says the run's pending action was decided; return the run then.
+
+    Returns None if the flow run was cancelled while it waited.
 
     Raises:
         AwaitingDecision: nobody decided in time; the action stays pending at the backend.
@@ -167,15 +191,48 @@ async def ask_person(
     action = run.pending_action
     if action is None:
         raise ValueError(f"run {run.run_id} waits for no decision")
+    await steps.record_action(run, action)
+    fresh = False
+    while True:
+        answer = await _ask(steps, run, action, timeout, poll_interval, fresh=fresh)
+        if answer is None:
+            return None
+        now = await steps.perform(POLL_TRAINING_RUN, run.run_id)
+        if not still_pending(now, action):
+            _log_decision(steps, now, action)
+            return now
+        steps.logger.info(
+            "Rechecked: backend run %s still waits for a decision on %s; nothing was decided. "
+            "Asking again.",
+            run.run_id,
+            action.action_id,
+        )
+        fresh = True
+
+
+async def _ask(
+    steps: Supervisor,
+    run: TrainingRun,
+    action: PendingAction,
+    timeout: float,
+    poll_interval: float,
+    *,
+    fresh: bool,
+) -> RestartCheck | None:
+    async def settled() -> RestartCheck | None:
+        now = await steps.perform(POLL_TRAINING_RUN, run.run_id)
+        if still_pending(now, action):
+            return None
+        return RestartCheck.model_validate(recheck_answer(f"{action.action_id} was decided"))
 
     def waiting() -> None:
-        get_run_logger().warning(
+        steps.logger.warning(
             "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the "
-            "run. Waiting for a person to approve or reject it (the form under Resume on this flow "
-            "run, or prefect-ito decide).",
+            "run. Waiting for a person to approve or reject it at the backend: %s.",
             action.stage,
             action.step,
             _spike(action)[2].checkpoint_id,
+            where_to_decide(action),
         )
         notices.restart_needed(run, action, timeout=timeout)
 
@@ -187,40 +244,42 @@ async def ask_person(
             run_id=run.run_id,
         )
 
-    decision = await asking.ask(
-        RestartDecision,
+    return await asking.ask(
+        RestartCheck,
         key=pause_key(action),
         description=describe(run, action),
-        asks=f"approve or reject a restart from {_spike(action)[2].checkpoint_id}",
+        asks=f"approve or reject a restart from {_spike(action)[2].checkpoint_id} at the backend",
         timeout=timeout,
         poll_interval=poll_interval,
         waiting=waiting,
         timed_out=timed_out,
+        settled=settled,
+        fresh=fresh,
     )
-    if decision is not None:
-        notices.restart_answered(
-            action,
-            decision=decision.decision,
-            decided_by=decision.decided_by,
-            reason=decision.reason,
+
+
+def where_to_decide(action: PendingAction) -> str:
+    """Say where a person decides ``action``: the backend's page and code, or their own login."""
+    if action.decide_url:
+        return f"{action.decide_url} (code {action.user_code or 'on the page'})"
+    return "prefect-ito decide, logged in as yourself"
+
+
+def _log_decision(steps: Supervisor, run: TrainingRun, action: PendingAction) -> None:
+    record = decision_on(run, action)
+    if record is None:
+        steps.logger.info(
+            "The backend no longer holds run %s for %s (state %s).",
+            run.run_id,
+            action.action_id,
+            run.state.value,
         )
-    return decision
-
-
-async def ask_and_log(run: TrainingRun, *, timeout: float) -> DecisionRequest | None:
-    """Ask a person (see :func:`ask_person`), log what they decided, and return it for the backend.
-
-    Returns None when the flow run was cancelled while waiting.
-    """
-    decision = await ask_person(
-        run, timeout=timeout, poll_interval=current_settings().state_poll_seconds
+        return
+    who = record.principal or "someone the backend did not name"
+    steps.logger.info(
+        "%s %s the restart at the backend: %s",
+        who,
+        "approved" if record.decision.value == "approve" else "rejected",
+        record.reason,
     )
-    if decision is None:
-        return None
-    get_run_logger().info(
-        "%s %s the restart: %s",
-        decision.decided_by,
-        "approved" if decision.approves else "rejected",
-        decision.reason,
-    )
-    return decision.to_request()
+    notices.restart_answered(action, record)

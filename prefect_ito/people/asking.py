@@ -1,8 +1,9 @@
 """Asking a person through a Prefect pause or suspension, and reading the answer back.
 
-A restart and a spend are both decided by people, through a typed :class:`~prefect.input.RunInput`
-form the Prefect UI renders on the **Resume** button. The flow (never a subflow: Prefect cannot
-suspend subflows) asks with :func:`ask`:
+A restart and a spend are both decided by people at the backend; in Prefect, a flow run waits
+for them with a typed :class:`~prefect.input.RunInput` form on the **Resume** button, which shows
+the question and offers what Prefect may do about it (read the backend again, or decline a
+spend). The flow (never a subflow: Prefect cannot suspend subflows) asks with :func:`ask`:
 
 - A flow run from a deployment (and no subflow) **suspends**: it holds no process while a person
   thinks. Resuming runs the flow again from the top, where the stable pause key hands back the
@@ -12,10 +13,10 @@ suspend subflows) asks with :func:`ask`:
   any final state into "never resumed".
 
 Answers are taken only for questions asked (:mod:`prefect_ito.people.answers`): an input stored
-under
-a pause's response key before that pause began, or for a pause that never happened, is deleted
-and logged as a warning, and the person is asked as usual; a question asked again gets a pause
-key of its own, since Prefect returns at once from a pause under a key that already fired.
+under a pause's response key before that pause began, for a pause that never happened, or in a
+shape the form does not take, is deleted and logged as a warning, and the person is asked as usual;
+a question asked again gets a pause key of its own, since Prefect returns at once from a pause
+under a key that already fired.
 """
 
 from __future__ import annotations
@@ -157,7 +158,14 @@ async def stored_answer(form: type[F], key: str, *, only: str | None = None) -> 
                      f"{question.asked_at}")  # fmt: skip
             await answers.discard(client, record)
             return None
-    return form.model_validate(record.decoded_value)
+        try:
+            return form.model_validate(record.decoded_value)
+        except ValidationError:
+            # Written through Prefect's API, not the form (an "approve" where only "recheck"
+            # is taken, say): no answer, and it must not stop the question being asked again.
+            _ignored(record.key, "in a shape the question's form does not take")
+            await answers.discard(client, record)
+            return None
 
 
 async def _unused_key(key: str, kind: str) -> str:
@@ -181,12 +189,12 @@ async def _unused_key(key: str, kind: str) -> str:
     return asked_key
 
 
-def _ignored(response_key: str, when: str) -> None:
+def _ignored(response_key: str, how: str) -> None:
     get_run_logger().warning(
-        "Ignored the answer stored under %s: it was written %s. Only an answer given after a "
-        "question is asked counts; a person is asked as usual.",
+        "Ignored the answer stored under %s: it was written %s. Only an answer given to the "
+        "form after a question is asked counts; a person is asked as usual.",
         response_key,
-        when,
+        how,
     )
 
 

@@ -34,7 +34,7 @@ from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.utilities.urls import url_for
 from pydantic import BaseModel, Field
 
-from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRun
+from prefect_ito.contract import DecisionRecord, PendingAction, TrainingQuote, TrainingRun
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import (
@@ -188,15 +188,15 @@ def spend_answered(quote: TrainingQuote) -> None:
     )
 
 
-def restart_answered(action: PendingAction, *, decision: str, decided_by: str, reason: str) -> None:
-    """Announce that a person decided the restart ``action`` proposed."""
+def restart_answered(action: PendingAction, record: DecisionRecord) -> None:
+    """Announce that a person decided the restart ``action`` proposed, as the backend recorded."""
     _answered(
         "restart",
         _restart_key(action),
         action.action_id,
-        answered_by=decided_by,
-        answer=decision,
-        note=reason,
+        answered_by=record.principal,
+        answer=record.decision.value,
+        note=record.reason,
     )
 
 
@@ -272,7 +272,7 @@ def _record(question: Question) -> None:
 
 def decide_command(flow_run_id: UUID | str) -> str:
     """Return the command that answers a flow run's restart question (one line, to copy)."""
-    return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+    return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT"
 
 
 def confirm_command(quote_id: str) -> str:

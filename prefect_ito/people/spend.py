@@ -67,7 +67,7 @@ from prefect_ito.reporting.publishing import Card
 from prefect_ito.reporting.quote_card import describe, estimate, spend_question
 from prefect_ito.reporting.report import PUBLISHER, artifact_key
 from prefect_ito.waiting.keys import spend_pause_key as pause_key
-from prefect_ito.waiting.quote_wait import recheck_answer
+from prefect_ito.waiting.waits import recheck_answer
 
 __all__ = [
     "SpendDecision",
@@ -132,7 +132,7 @@ class SpendDecision(RunInput):
 
 def recheck(why: str) -> SpendDecision:
     """Return the answer that resumes a spend question settled at the backend (see
-    :func:`~prefect_ito.waiting.quote_wait.recheck_answer`)."""
+    :func:`~prefect_ito.waiting.waits.recheck_answer`)."""
     return SpendDecision.model_validate(recheck_answer(why))
 
 

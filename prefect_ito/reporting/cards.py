@@ -126,9 +126,9 @@ class DecisionSummary(BaseModel):
     decision: DecisionChoice | None = None
     """None while nobody has decided."""
     decided_by: str | None = None
-    """The name the person gave."""
+    """A note the person typed beside the decision (before contract v0.5: the name relayed)."""
     principal: str | None = None
-    """Who the backend authenticated when the decision was relayed (contract v0.2)."""
+    """Who decided, as the backend authenticated them (v0.5: always a person's principal)."""
     reason: str | None = None
     decided_at: datetime | None = None
     stage: str | None = None
@@ -137,6 +137,15 @@ class DecisionSummary(BaseModel):
     checkpoint_id: str | None = None
     checkpoint_step: int | None = None
     proposed_at: datetime | None = None
+
+    def who(self) -> str | None:
+        """Return who decided: the principal the backend authenticated, else the name relayed
+        (a backend before contract v0.2 kept no principal)."""
+        return self.principal or self.decided_by
+
+    def note(self) -> str | None:
+        """Return what the person typed beside an authenticated decision, if anything."""
+        return self.decided_by if self.principal and self.decided_by else None
 
     def outcome(self) -> str:
         """Return what the decision did, in a few words."""
@@ -201,14 +210,14 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             if row.stage
             else "—"
         )
-        by = f" by {md.text(row.decided_by)}" if row.decided_by else ""
+        by = f" by {md.text(row.who())}" if row.who() else ""
         lines += [
             f"### {number}. {row.outcome().split(':')[0].capitalize()}{by}",
             "",
             f"| decision | **{row.outcome()}** |",  # the header row says the most
             "|---|---|",
-            f"| decided by | {_cell(row.decided_by)} |",
-            f"| authenticated as | {_code(row.principal)} |",
+            f"| decided by | {_code(row.principal) if row.principal else _cell(row.who())} |",
+            *([f"| note | {_cell(row.note())} |"] if row.note() else []),
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
             f"| loss spike | {spike} |",

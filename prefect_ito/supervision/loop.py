@@ -21,7 +21,6 @@ from prefect_ito.backend.operations import (
     CANCEL_TRAINING_WORKLOAD,
     CHECK_TRAINING_CAPABILITY,
     FIND_ATTACHABLE_RUN,
-    RELAY_DECISION,
     TRANSIENT_FAULTS,
     VERIFY_BOOKING,
 )
@@ -131,12 +130,11 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
                 raise CancelRequested(run)
             _note_unknown(steps, run, noted)
             if run.pending_action is not None and gates.decidable(run.pending_action):
-                decision = await steps.ask_person(run)
-                if decision is None:
+                # A person decides at the backend; the flow only waits to be told (v0.5).
+                decided = await steps.await_decision(run)
+                if decided is None:
                     raise CancelRequested(run)
-                run = await steps.perform(
-                    RELAY_DECISION, run, run.pending_action.action_id, decision
-                )
+                run = decided
                 continue
             run = await steps.await_gate(run, watchdog, seen)
     except Detached:

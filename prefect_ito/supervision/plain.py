@@ -15,10 +15,9 @@ from prefect_ito.backend.operations import (
 )
 from prefect_ito.backend.provenance import Provenance
 from prefect_ito.blocks import ItoSpendAuthorization
-from prefect_ito.contract import DecisionRequest, TrainingQuote, TrainingRequest, TrainingRun
+from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import ConfirmationRequired, DecisionRequired
 from prefect_ito.parameters import SupervisionParameters
-from prefect_ito.people import approval
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Logger, Steps
 from prefect_ito.waiting.flow_run import current_flow_run_id
@@ -77,12 +76,12 @@ class ClientSteps(Steps):
         # Reads and re-sent events (Prefect keeps one of each id): safe to make again.
         return await self._resend(lambda: reporting.report(self.client, run, after_seq))
 
-    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
+    async def await_decision(self, run: TrainingRun) -> TrainingRun | None:
         action = run.pending_action
         assert action is not None
         if current_flow_run_id() is None:
             raise DecisionRequired(action, run_id=run.run_id)
-        return await approval.ask_and_log(run, timeout=self.supervision.approval_timeout)
+        return await super().await_decision(run)
 
     def provenance(self) -> Provenance | None:
         return self.client.provenance

@@ -20,9 +20,9 @@ from prefect_ito.backend.gates import Watchdog
 from prefect_ito.backend.operations import AWAIT_STAGE_GATE, Operation, P, R
 from prefect_ito.backend.provenance import Provenance
 from prefect_ito.blocks import ItoSpendAuthorization
-from prefect_ito.contract import DecisionRequest, TrainingQuote, TrainingRequest, TrainingRun
+from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.parameters import SupervisionParameters
-from prefect_ito.people import spend
+from prefect_ito.people import approval, spend
 from prefect_ito.settings import current_settings
 from prefect_ito.waiting.cancellation import stop_requested
 from prefect_ito.waiting.flow_run import current_flow_run_id
@@ -101,9 +101,19 @@ class Steps(ABC):
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         """Relay events after ``after_seq`` and refresh artifacts; return the last seq seen."""
 
-    @abstractmethod
-    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
-        """Return a person's decision on the pending action; None if the flow run was cancelled."""
+    async def await_decision(self, run: TrainingRun) -> TrainingRun | None:
+        """Wait for a person to decide the run's pending action at the backend; return the run
+        then, or None if the flow run was cancelled (see
+        :func:`prefect_ito.people.approval.wait_for_decision`)."""
+        return await approval.wait_for_decision(
+            self,
+            run,
+            timeout=self.supervision.approval_timeout,
+            poll_interval=current_settings().state_poll_seconds,
+        )
+
+    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:  # noqa: B027
+        """Record the action a person is asked about, for a watcher and for a terminal."""
 
     @abstractmethod
     def provenance(self) -> Provenance | None:

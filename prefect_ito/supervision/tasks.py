@@ -33,14 +33,13 @@ from prefect_ito.backend.operations import (
 )
 from prefect_ito.backend.provenance import Provenance, last_seen
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
-from prefect_ito.contract import DecisionRequest, TrainingQuote, TrainingRequest, TrainingRun
+from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.parameters import SupervisionParameters
-from prefect_ito.people import approval
 from prefect_ito.reporting import event_relay
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Steps
-from prefect_ito.waiting import deferral, quote_wait
+from prefect_ito.waiting import deferral, waits
 from prefect_ito.waiting.cancellation import stop_requested
 from prefect_ito.waiting.deferral import Deferral
 from prefect_ito.waiting.flow_run import can_suspend, current_flow_run_id
@@ -157,7 +156,7 @@ class TaskSteps(Steps):
     async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
         if self.flow_run_id is None:
             return None
-        record = await quote_wait.latest_quote_wait(self.flow_run_id)
+        record = await waits.latest_wait(self.flow_run_id, waits.QuoteWait)
         if record is None or record.manifest_digest != request.digest():
             return None
         return await self.perform(READ_TRAINING_QUOTE, request, record.quote_id)
@@ -165,14 +164,14 @@ class TaskSteps(Steps):
     async def record_quote(self, quote: TrainingQuote) -> None:
         if self.flow_run_id is None:
             return
-        record = quote_wait.QuoteWait(
+        record = waits.QuoteWait(
             api_url=self.credentials.api_url,
             keyring_entry=self.credentials.keyring_entry,
             quote_id=quote.quote_id,
             manifest_digest=quote.manifest_digest,
             expires_at=quote.expires_at,
         )
-        await quote_wait.record_quote_wait(self.flow_run_id, record)
+        await waits.record_wait(self.flow_run_id, record)
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         seq = await report_progress(self.credentials, run, after_seq)
@@ -244,8 +243,16 @@ class TaskSteps(Steps):
             deadline_at=watchdog.deadline_at,
         )
 
-    async def ask_person(self, run: TrainingRun) -> DecisionRequest | None:
-        return await approval.ask_and_log(run, timeout=self.supervision.approval_timeout)
+    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:
+        if self.flow_run_id is None:
+            return
+        record = waits.ActionWait(
+            api_url=self.credentials.api_url,
+            keyring_entry=self.credentials.keyring_entry,
+            run_id=run.run_id,
+            action_id=action.action_id,
+        )
+        await waits.record_wait(self.flow_run_id, record)
 
     def provenance(self) -> Provenance | None:
         # Each task has a client of its own; what they saw is kept per backend in the process.

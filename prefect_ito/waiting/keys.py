@@ -1,10 +1,9 @@
 """Every key prefect-ito writes on a flow run — pause keys and flow-run input keys — in one place.
 
 Prefect keys a pause's answer and any other flow-run input by a string. Who reads what goes by
-these prefixes: the watcher resumes only ``defer-`` pauses on its own, answers a ``spend-`` pause
-only with a recheck once the backend settled the quote, and never touches a ``restart-`` pause,
-which only a person answers. The records and claims beside them (``ito-…``) are never pause keys,
-so nobody can answer one.
+these prefixes: the watcher resumes only ``defer-`` pauses on its own, and answers a ``spend-`` or
+``restart-`` pause only with a recheck once the backend says a person answered there. The records
+and claims beside them (``ito-…``) are never pause keys, so nobody can answer one.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "ACTION_RECORD_PREFIX",
     "BACKEND_RUN_KEY",
     "DEFER_PREFIX",
     "QUESTION_RECORD_PREFIX",
@@ -51,6 +51,9 @@ BACKEND_RUN_KEY = "ito-backend-run"
 
 QUOTE_RECORD_PREFIX = "ito-quote-"
 """Input keys of the records of quotes a flow run waits on a person for."""
+
+ACTION_RECORD_PREFIX = "ito-action-"
+"""Input keys of the records of backend runs' pending actions a flow run waits on a person for."""
 
 QUESTION_RECORD_PREFIX = "ito-question-"
 """Input keys of the records of questions put to a person (what ``prefect-ito inbox`` shows):

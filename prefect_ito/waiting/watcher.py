@@ -1,28 +1,30 @@
 """``prefect-ito watch``: resume deferred training flow runs when their backend run changes, and
-those waiting for a person's spend confirmation once the backend's quote is answered; re-enter
-flow runs whose process was lost (:mod:`prefect_ito.waiting.recovery`).
+those waiting for a person (a spend to confirm, a restart to decide) once the backend says the
+person answered there; re-enter flow runs whose process was lost
+(:mod:`prefect_ito.waiting.recovery`).
 
-The watcher keeps no state of its own. Each sweep lists the watched flow runs once, re-enters
-the lost ones, then looks at the ``ito-training`` flow runs that are suspended: deferred (under a
-``defer-`` pause key, with a :class:`Deferral` record beside it), or asking for a spend (under a
-``spend-`` pause key, with a :class:`QuoteWait` record). It reads each deferred run's backend run
-once, resumes the flow runs whose run changed in a way the flow must handle, then waits for the
-next change: on the backend's account-wide change feed when the backend offers one, else on one
-long-poll per run, a bounded number at a time. It reads the quote of each run that asks for a
-spend every sweep, and resumes the run once the quote is no longer pending. A restarted watcher
-loses nothing (its first sweep reads everything again), and two watchers resume nothing twice
-(each resume is claimed first, :mod:`prefect_ito.waiting.claims`; a claim whose holder died is
-taken over once stale).
+The watcher keeps no state of its own. Each sweep lists the watched flow runs once, re-enters the
+lost ones, then looks at the ``ito-training`` flow runs that are suspended: deferred (under a
+``defer-`` pause key, with a :class:`Deferral` record beside it), or asking a person (under a
+``spend-`` or ``restart-`` pause key, with a :class:`~prefect_ito.waiting.waits.WaitRecord`). It
+reads each deferred run's backend run once, resumes the flow runs whose run changed in a way the
+flow must handle, then waits for the next change: on the backend's account-wide change feed when
+the backend offers one, else on one long-poll per run, a bounded number at a time. It reads what
+each run that asks a person waits on (its quote, or its backend run's pending action) every sweep,
+and resumes the run once the backend says that question is settled. A restarted watcher loses
+nothing (its first sweep reads everything again), and two watchers resume nothing twice (each
+resume is claimed first, :mod:`prefect_ito.waiting.claims`; a claim whose holder died is taken over
+once stale).
 
 It never decides anything, never confirms or declines a spend, and never submits; it resumes a
-spend question only with ``recheck`` (Prefect resumes a form's pause only with an answer), which
-decides nothing: a re-entered or resumed flow run re-attaches to the run it recorded, or reads its
-quote at the backend itself, and asks again while it is pending. A run that waits for a person
-under any other key (a decision at a gate) is never resumed.
+question only with ``recheck`` (Prefect resumes a form's pause only with an answer), which
+decides nothing: a resumed flow run reads its quote or its run at the backend itself, and asks
+again while the question is open. A run that waits under any other key is never resumed.
 
-Past ~400 lines on purpose: one sweep — deferred runs, spend questions, lost runs — and the
-rules for when it may resume each, kept together so that no rule is read without the others;
-recovery's own rules live in :mod:`prefect_ito.waiting.recovery`.
+One sweep — deferred runs, questions, lost runs — and the rules for when it may resume each are
+kept together so that no rule is read without the others; recovery's own rules live in
+:mod:`prefect_ito.waiting.recovery`, and what settles each kind of question in
+:mod:`prefect_ito.waiting.waits`.
 """
 
 from __future__ import annotations
@@ -52,14 +54,14 @@ from pydantic import ValidationError
 from prefect_ito.backend import gates
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.contract import QuoteState, TrainingRun
-from prefect_ito.exceptions import ItoError, QuoteNotFound
-from prefect_ito.waiting import claims, deferral, quote_wait
+from prefect_ito.contract import TrainingRun
+from prefect_ito.exceptions import ItoError
+from prefect_ito.waiting import claims, deferral
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import Deferral
-from prefect_ito.waiting.keys import DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
-from prefect_ito.waiting.quote_wait import QuoteWait, recheck_answer
+from prefect_ito.waiting.keys import DEFER_PREFIX, RESTART_PREFIX, RESUME_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
+from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord, latest_wait, recheck_answer
 from prefect_ito.waiting.watched import in_state, watched_flow_runs
 
 __all__ = ["Watcher"]
@@ -90,8 +92,10 @@ class _Seen:
 
 
 Waiting = tuple[FlowRun, Deferral]
-Asking = tuple[FlowRun, QuoteWait]
-_Record = TypeVar("_Record", Deferral, QuoteWait)
+Asking = tuple[FlowRun, WaitRecord]
+_Record = TypeVar("_Record", Deferral, WaitRecord)
+_ASKED: dict[str, type[WaitRecord]] = {SPEND_PREFIX: QuoteWait, RESTART_PREFIX: ActionWait}
+"""The pause-key prefix of each question put to a person, and the record a flow writes beside it."""
 
 
 @dataclass
@@ -101,7 +105,7 @@ class Watcher:
     What it holds in memory is only a cache of what Prefect and the backends say (records, which
     never change under their key, and the last version and heartbeat seen of each run), so that
     an idle sweep costs one change-feed request per backend, whatever the number of deferred
-    runs (and one quote read per run that asks a person for a spend).
+    runs (and one read per run that asks a person).
 
     Attributes:
         wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
@@ -123,8 +127,8 @@ class Watcher:
     _look_again_at: dict[str, float] = field(default_factory=dict)
     _refused: set[tuple[str, str | None]] = field(default_factory=set)
     _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
-    _quote_waits: dict[UUID, tuple[UUID, QuoteWait | None]] = field(default_factory=dict)
-    """Per flow run asking for a spend: its suspended state, and the record read beside it."""
+    _waits: dict[UUID, tuple[UUID, WaitRecord | None]] = field(default_factory=dict)
+    """Per flow run asking a person: its suspended state, and the record read beside it."""
     _resumed_from: dict[UUID, UUID] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -186,9 +190,9 @@ class Watcher:
             # Read a run only when first seen or when a watchdog limit comes due; else wait.
             due = [item for item in group if self._needs_reading(item[1])]
             await self._read_and_judge(backend, due)
-            # Quotes every sweep: expiry, supersession and loss come on no feed, and the
-            # backend's clock may not be ours; few runs wait for a person at a time.
-            await self._read_quotes(backend, quotes)
+            # Questions every sweep: a quote's expiry comes on no feed, and the backend's clock
+            # may not be ours; few runs wait for a person at a time.
+            await self._read_questions(backend, quotes)
             pending = [item for item in group if item[0].id not in self.resumed]
             asked = [item for item in quotes if item[0].id not in self.resumed]
             if pending or asked:
@@ -319,7 +323,7 @@ class Watcher:
         elif pending:
             await self._wait_per_run(backend, pending, wait)
         else:
-            await asyncio.sleep(wait)  # a quote has no long-poll: the next sweep reads it again
+            await asyncio.sleep(wait)  # a question has no long-poll: the next sweep reads it again
 
     async def _wait_on_feed(
         self, backend: _Backend, pending: list[Waiting], asked: list[Asking], wait: float
@@ -327,9 +331,8 @@ class Watcher:
         page = await backend.client.list_changes(after=backend.cursor, wait=wait)
         backend.cursor = page.cursor
         moved = {change.run_id for change in page.changes}
-        answered = {change.quote_id for change in page.quotes}
         await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
-        await self._read_quotes(backend, [item for item in asked if item[1].quote_id in answered])
+        await self._read_questions(backend, [item for item in asked if item[1].woken_by(page)])
 
     async def _wait_per_run(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
         await self._read_and_judge(backend, pending, wait=wait)
@@ -414,66 +417,63 @@ class Watcher:
         )
         return True
 
-    # --- runs that ask a person for a spend ----------------------------------------------------
+    # --- runs that ask a person ----------------------------------------------------------------
 
     async def _asking(self, paused: list[FlowRun]) -> list[Asking]:
-        """Return every suspended training flow run that waits on a quote, with its record."""
+        """Return every suspended training flow run that asks a person, with its record."""
         found = []
         for flow_run in paused:
             state = flow_run.state
             key = state.state_details.pause_key if state else None
-            if state is None or not key or not key.startswith(SPEND_PREFIX):
+            kind = next((k for p, k in _ASKED.items() if key and key.startswith(p)), None)
+            if state is None or not key or kind is None:
                 continue
-            record = await self._quote_wait(flow_run, state.id, key)
+            record = await self._wait_record(flow_run, state.id, key, kind)
             if record is not None:
                 found.append((flow_run, record))
         current = {flow_run.id for flow_run in paused}
-        self._quote_waits = {k: v for k, v in self._quote_waits.items() if k in current}
+        self._waits = {k: v for k, v in self._waits.items() if k in current}
         return found
 
-    async def _quote_wait(self, flow_run: FlowRun, state_id: UUID, key: str) -> QuoteWait | None:
-        """Return the record of the quote a suspended run waits on, read once per suspension."""
-        cached = self._quote_waits.get(flow_run.id)
+    async def _wait_record(
+        self, flow_run: FlowRun, state_id: UUID, key: str, kind: type[WaitRecord]
+    ) -> WaitRecord | None:
+        """Return the record of what a suspended run asks, read once per suspension."""
+        cached = self._waits.get(flow_run.id)
         if cached is not None and cached[0] == state_id:
             return cached[1]
         # The flow writes its record before it suspends: none readable now means none at all
         # (an older flow, or an input someone wrote by hand). Said once per suspension.
-        record = await quote_wait.latest_quote_wait(flow_run.id)
-        self._quote_waits[flow_run.id] = (state_id, record)
+        record = await latest_wait(flow_run.id, kind)
+        self._waits[flow_run.id] = (state_id, record)
         if record is None:
             logger.warning(
-                "Flow run %s is suspended under %s without a record of the quote it waits on; "
-                "it is not watched.",
+                "Flow run %s is suspended under %s without a record of what it asks; it is not "
+                "watched.",
                 flow_run.id,
                 key,
             )
         return record
 
-    async def _read_quotes(self, backend: _Backend, items: list[Asking]) -> None:
-        """Read each quote at the backend, and resume its flow run once it is no longer pending.
+    async def _read_questions(self, backend: _Backend, items: list[Asking]) -> None:
+        """Read each question at the backend, and resume its flow run once it is settled.
 
-        Nothing in a record is trusted, and nothing needs to be: the quote is read with this
-        watcher's own token, and the resumed flow reads it at the backend again itself.
+        Nothing in a record is trusted, and nothing needs to be: the backend is read with this
+        watcher's own token, the resume is a ``recheck`` that decides nothing, and the resumed
+        flow reads its own quote or run at the backend again itself.
         """
         limit = asyncio.Semaphore(self.max_concurrency)
 
-        async def read(flow_run: FlowRun, record: QuoteWait) -> None:
+        async def read(flow_run: FlowRun, record: WaitRecord) -> None:
             async with limit:
                 try:
-                    state = (await backend.client.get_quote(record.quote_id)).state
-                except QuoteNotFound:
-                    state = None  # gone: the flow, run again, makes a new quote
+                    why = await record.settled(backend.client)
                 except ItoError as error:
-                    logger.warning("Could not read quote %s: %s", record.quote_id, error)
+                    logger.warning("Could not read %s: %s", record.names(), error)
                     return
-                else:
-                    # A quote without a state (no v0.4 backend) tells nothing: the flow would
-                    # ask again at once, so it is left to its own timeout.
-                    if state is None or state is QuoteState.PENDING:
-                        return
+            if why is None:
+                return
             with _unless_changed(flow_run):
-                what = state.value if state is not None else "gone"
-                why = f"quote {record.quote_id} is {what}"
                 await self._resume_once(flow_run, why, recheck_answer(why))
 
         await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))

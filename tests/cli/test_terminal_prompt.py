@@ -18,7 +18,7 @@ from prefect_ito.cli import terminal, views
 from prefect_ito.cli.terminal import SpendPause
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.simulator import SimulatorServer
-from prefect_ito.waiting.quote_wait import QuoteWait
+from prefect_ito.waiting.waits import QuoteWait
 
 
 @pytest.fixture

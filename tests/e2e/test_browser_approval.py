@@ -59,7 +59,7 @@ from prefect_ito.contract import DecisionChoice, QuoteState, RunState, TrainingQ
 from prefect_ito.reporting.quote_card import estimate
 from prefect_ito.reporting.report import artifact_key
 from prefect_ito.waiting.keys import DEFER_PREFIX, SPEND_PREFIX
-from prefect_ito.waiting.quote_wait import latest_quote_wait
+from prefect_ito.waiting.waits import QuoteWait, latest_wait
 
 if TYPE_CHECKING:
     from playwright.async_api import Locator, Page
@@ -438,7 +438,7 @@ async def suspended_for_spend(stack: Stack, flow_run_id: UUID) -> TrainingQuote:
     suspended = await wait_for_flow_run(flow_run_id, asking_for_spend)
     assert suspended.state_name == "Suspended"
     await wait_for(lambda: not flow_run_processes(flow_run_id))  # it holds no process
-    record = await latest_quote_wait(flow_run_id)
+    record = await latest_wait(flow_run_id, QuoteWait)
     assert record is not None and record.api_url == stack.simulator.url
     return await read_quote(stack, record.quote_id)
 

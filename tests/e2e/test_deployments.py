@@ -58,7 +58,7 @@ from prefect_ito.blocks import ItoBooking, ItoSpendAuthorization
 from prefect_ito.contract import DecisionChoice, RunState
 from prefect_ito.parameters import BookingClaim, TrainingParameters
 from prefect_ito.reporting.chaining import emit_booking_completed
-from prefect_ito.waiting.quote_wait import latest_quote_wait
+from prefect_ito.waiting.waits import QuoteWait, latest_wait
 
 pytestmark = pytest.mark.e2e
 
@@ -305,7 +305,7 @@ async def test_a_spend_nobody_authorized_suspends_until_a_person_confirms_it(sta
     assert (suspended.state.state_details.pause_key or "").startswith("spend-")
     await wait_for(lambda: not flow_run_processes(flow_run.id))  # holds no process meanwhile
     assert backend_runs(stack, CONFIRM_BOOKING) == []
-    record = await latest_quote_wait(flow_run.id)
+    record = await latest_wait(flow_run.id, QuoteWait)
     assert record is not None and record.manifest_digest == digest
     await asyncio.to_thread(confirm_at_backend, stack.simulator, record.quote_id, ACCOUNT)
     await wait_for_flow_run(flow_run.id, completed)

@@ -25,7 +25,7 @@ from prefect_ito.parameters import BookingClaim, SupervisionParameters, Training
 from prefect_ito.people.spend import SpendDecision, submit_with_consent
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.supervision.tasks import TaskSteps
-from prefect_ito.waiting import quote_wait
+from prefect_ito.waiting import waits
 
 
 class Confirmer:
@@ -260,14 +260,14 @@ async def test_a_re_entered_flow_run_takes_up_the_quote_it_recorded(start_simula
     @flow
     async def re_entered() -> Any:
         steps = TaskSteps(credentials, SupervisionParameters())
-        record = quote_wait.QuoteWait(
+        record = waits.QuoteWait(
             api_url=simulator.url,
             quote_id=quote.quote_id,
             manifest_digest=quote.manifest_digest,
             expires_at=quote.expires_at,
         )
         assert steps.flow_run_id is not None
-        await quote_wait.record_quote_wait(steps.flow_run_id, record)
+        await waits.record_wait(steps.flow_run_id, record)
         return await submit_with_consent(steps, request, "key-re-entered", None)
 
     run = await re_entered()

@@ -57,7 +57,7 @@ from prefect_ito.contract import (
 from prefect_ito.flows import ito_training
 from prefect_ito.parameters import BookingClaim, TrainingParameters
 from prefect_ito.people import answers, spend
-from prefect_ito.waiting.quote_wait import latest_quote_wait
+from prefect_ito.waiting.waits import QuoteWait, latest_wait
 
 SEED = 20_260_504
 HTTP_ATTEMPTS = count(full=240, everyday=112)
@@ -598,7 +598,7 @@ class FlowRoutes:
 
     async def control(self, booking: str) -> Any:
         async def confirm(flow_run_id: Any, _: Any) -> None:
-            record = await latest_quote_wait(flow_run_id)
+            record = await latest_wait(flow_run_id, QuoteWait)
             assert record is not None
             confirm_at_backend(self.sim, record.quote_id, ACCOUNT)
 

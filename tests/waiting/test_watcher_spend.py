@@ -25,7 +25,7 @@ from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.people import spend
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.waiting.keys import QUOTE_RECORD_PREFIX
-from prefect_ito.waiting.quote_wait import QuoteWait, record_quote_wait
+from prefect_ito.waiting.waits import QuoteWait, record_wait
 from prefect_ito.waiting.watcher import Watcher
 
 QUOTE_REQUEST = TrainingRequest(
@@ -78,7 +78,7 @@ async def ask_again(flow_run, quote, *, api_url: str, keyring_entry: str | None 
         manifest_digest=quote.manifest_digest,
         expires_at=quote.expires_at,
     )
-    await record_quote_wait(flow_run.id, record)
+    await record_wait(flow_run.id, record)
     # A question asked again gets a key of its own (see prefect_ito.people.answers), as the flow's
     # do.
     asked = _ASKED.setdefault(flow_run.id, 0)

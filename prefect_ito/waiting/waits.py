@@ -1,0 +1,163 @@
+"""The records of what a suspended flow run waits on a person for, kept as its flow-run inputs.
+
+A flow run from a deployment suspends while a person answers at the backend — confirms a spend
+(a quote) or decides a proposed restart (a run's pending action) — and holds no process meanwhile.
+Before it does, it writes a record: which backend, which quote or action. ``prefect-ito watch``
+resumes it once the backend says the question was answered, and the flow, run again from the top,
+asks about the same quote (the same link and code a person may already have open) instead of
+making a new one.
+
+Anyone with Prefect API access can write such a record. Nothing in it is taken on trust: the
+backend's URL must be one this process may send its token to
+(:mod:`prefect_ito.backend.origins`), what it names is read from the backend, the flow acts only
+on its own quote or run (:mod:`prefect_ito.backend.ownership`), and what a person answered is the
+backend's to say. A forged record at most resumes a flow run with ``recheck``, which decides
+nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import ClassVar, TypeVar
+from uuid import UUID
+
+from prefect import get_client
+from prefect.exceptions import PrefectHTTPStatusError
+from pydantic import ValidationError
+
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.contract import ChangePage, QuoteState
+from prefect_ito.exceptions import QuoteNotFound, RunNotFound
+from prefect_ito.waiting.deferral import BackendRecord
+from prefect_ito.waiting.keys import ACTION_RECORD_PREFIX, QUOTE_RECORD_PREFIX
+
+__all__ = [
+    "ActionWait",
+    "QuoteWait",
+    "WaitRecord",
+    "latest_wait",
+    "recheck_answer",
+    "record_wait",
+]
+
+
+class WaitRecord(BackendRecord):
+    """What a suspended flow run waits on a person for, at which backend; no secret."""
+
+    prefix: ClassVar[str]
+    """The input keys of this kind of record start with it."""
+
+    def names(self) -> str:
+        """Return the backend object the record names (the input key is derived from it)."""
+        raise NotImplementedError
+
+    def key(self) -> str:
+        """Return the input key of the record: letters, digits and dashes."""
+        return self.prefix + hashlib.sha256(self.names().encode()).hexdigest()[:20]
+
+    async def settled(self, client: ItoClient) -> str | None:
+        """Read the backend: say why the question is settled there, or None while it is open.
+
+        Raises:
+            ItoError: the backend could not be read; nothing is known.
+        """
+        raise NotImplementedError
+
+    def woken_by(self, page: ChangePage) -> bool:
+        """Tell whether a page of the change feed may have settled the question."""
+        raise NotImplementedError
+
+
+class QuoteWait(WaitRecord):
+    """Which quote a flow run waits on a person to confirm or decline."""
+
+    prefix: ClassVar[str] = QUOTE_RECORD_PREFIX
+
+    quote_id: str
+    manifest_digest: str
+    expires_at: datetime
+
+    def names(self) -> str:
+        return self.quote_id
+
+    async def settled(self, client: ItoClient) -> str | None:
+        try:
+            state = (await client.get_quote(self.quote_id)).state
+        except QuoteNotFound:
+            return f"quote {self.quote_id} is gone"  # the flow, run again, makes a new quote
+        # A quote without a state (no v0.4 backend) tells nothing: the flow would ask again at
+        # once, so it is left to its own timeout.
+        if state is None or state is QuoteState.PENDING:
+            return None
+        return f"quote {self.quote_id} is {state.value}"
+
+    def woken_by(self, page: ChangePage) -> bool:
+        return any(change.quote_id == self.quote_id for change in page.quotes)
+
+
+class ActionWait(WaitRecord):
+    """Which pending action of which backend run a flow run waits on a person to decide."""
+
+    prefix: ClassVar[str] = ACTION_RECORD_PREFIX
+
+    run_id: str
+    action_id: str
+
+    def names(self) -> str:
+        return f"{self.run_id}/{self.action_id}"
+
+    async def settled(self, client: ItoClient) -> str | None:
+        try:
+            run = await client.get_training_run(self.run_id)
+        except RunNotFound:
+            return None  # not this account's run, or gone: the flow's own timeout ends the wait
+        pending = run.pending_action
+        if pending is not None and pending.action_id == self.action_id:
+            return None
+        return f"backend run {self.run_id} no longer waits for {self.action_id}"
+
+    def woken_by(self, page: ChangePage) -> bool:
+        return any(change.run_id == self.run_id for change in page.changes)
+
+
+W = TypeVar("W", bound=WaitRecord)
+
+
+async def record_wait(flow_run_id: UUID, record: WaitRecord) -> None:
+    """Write the record, once per quote or action (a re-entry asking the same keeps it)."""
+    async with get_client() as client:
+        try:
+            await client.create_flow_run_input(flow_run_id, record.key(), record.model_dump_json())
+        except PrefectHTTPStatusError as error:
+            if error.response.status_code != 409:  # written before, by this very flow run
+                raise
+
+
+async def latest_wait(flow_run_id: UUID, kind: type[W]) -> W | None:
+    """Return the newest readable record of ``kind`` on the flow run (by the server's clock)."""
+    async with get_client() as client:
+        inputs = await client.filter_flow_run_input(
+            flow_run_id, key_prefix=kind.prefix, limit=1000, exclude_keys=set()
+        )
+    newest: tuple[datetime, W] | None = None
+    for item in inputs:
+        try:
+            record = kind.model_validate_json(item.value)
+        except ValidationError:
+            continue  # not one of ours: someone wrote it by hand; it names nothing to wait on
+        created = item.created
+        if created is not None and (newest is None or created > newest[0]):
+            newest = (created, record)
+    return newest[1] if newest else None
+
+
+def recheck_answer(why: str) -> dict[str, str]:
+    """Return the answer that resumes a question the backend settled: read it again.
+
+    Prefect resumes a pause that waits for a form only with an answer the form's schema takes;
+    every question's form takes this one. A recheck decides nothing: the flow reads the quote or
+    the run from the backend, and asks again if nobody answered there. The watcher sends it once
+    the backend settled the question; the flow itself, when it waits in-process.
+    """
+    return {"decision": "recheck", "reason": why}
