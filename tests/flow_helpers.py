@@ -9,7 +9,6 @@ from typing import Any
 
 from prefect import Flow, State, get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.input import create_flow_run_input
 from prefect.states import Running, Suspended
@@ -17,10 +16,10 @@ from rich.console import Console
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.cli.terminal import run_training
-from prefect_ito.contract import RunEvent, TrainingRequest
+from prefect_ito.cli.restart_answers import decide_here, stated_run
+from prefect_ito.cli.terminal import RestartPause, run_training
+from prefect_ito.contract import DecisionChoice, DecisionRequest, RunEvent, TrainingRequest
 from prefect_ito.people import answers
-from prefect_ito.people.approval import RestartDecision
 from prefect_ito.reporting.report import EVENT_NAMES, event_id
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
@@ -62,16 +61,21 @@ async def wait_for_pause(flow_run_id: Any, timeout: float = 60) -> Any:
 
 
 class Person:
-    """Answers every pause through Prefect's resume API, as the UI does, and remembers what."""
+    """Decides every restart at the backend with this process's token (a person's, ``user:``),
+    as ``prefect-ito decide`` does, and remembers what it was shown."""
 
     def __init__(self, approve: bool) -> None:
         self.approve = approve
         self.asked: list[str] = []
 
-    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
-        self.asked.append(description)
-        choice = "approve" if self.approve else "reject"
-        return RestartDecision(decision=choice, decided_by="Ada", reason="looked at it")
+    async def __call__(self, pause: RestartPause) -> None:
+        self.asked.append(pause.description)
+        assert pause.action is not None, "the flow recorded no action before it paused"
+        run = await stated_run(pause.action)
+        assert run is not None and run.pending_action is not None
+        choice = DecisionChoice.APPROVE if self.approve else DecisionChoice.REJECT
+        decision = DecisionRequest(decision=choice, decided_by="Ada", reason="looked at it")
+        await decide_here(pause.action, run, decision, Console(quiet=True))
 
 
 async def answer_pauses_with(
@@ -198,3 +202,32 @@ async def prefect_events(
             if enough(events) or asyncio.get_running_loop().time() > deadline:
                 return events
             await asyncio.sleep(1)
+
+
+class DecidedAtTheBackend:
+    """What :func:`prefect_ito.people.approval.wait_for_decision` needs of a supervisor, with a
+    backend whose answer is scripted: the run still waits for ``pending_reads`` reads, then a
+    person has decided there (the run comes back without its pending action)."""
+
+    def __init__(self, run: Any, pending_reads: int = 0) -> None:
+        self.run = run
+        self.pending_reads = pending_reads
+        self.reads = 0
+        self.recorded: list[Any] = []
+        self.logger = logging.getLogger("tests.decided_at_the_backend")
+
+    async def perform(self, operation: Any, *args: Any, **kwargs: Any) -> Any:
+        from prefect_ito.backend.operations import POLL_TRAINING_RUN
+
+        assert operation is POLL_TRAINING_RUN, operation.name
+        self.reads += 1
+        if self.reads <= self.pending_reads:
+            return self.run
+        return self.run.model_copy(update={"pending_action": None})
+
+    async def record_action(self, run: Any, action: Any) -> None:
+        self.recorded.append(action.action_id)
+
+
+RECHECK = {"decision": "recheck", "reason": "decided at the backend"}
+"""The only answer a restart's form takes (contract v0.5): read the backend again."""

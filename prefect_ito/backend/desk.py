@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import uuid
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -236,6 +237,16 @@ async def read_training_run(client: ItoClient, run_id: str) -> TrainingRun:
     return await client.get_training_run(run_id)
 
 
+async def poll_training_run(client: ItoClient, run_id: str) -> TrainingRun:
+    """Return the run as the backend states it now: read often while a person is asked to
+    decide on it, so neither retried nor shown as a step of its own.
+
+    Raises:
+        RunNotFound: the backend has no such run (for this account).
+    """
+    return await client.get_training_run(run_id)
+
+
 async def poll_training_quote(client: ItoClient, quote_id: str) -> TrainingQuote:
     """Return the quote as the backend states it now: read often while a person is asked, so
     neither retried nor shown as a step of its own.
@@ -290,7 +301,9 @@ async def decide_action(
     """Decide a pending action at the backend as the person ``client``'s token speaks for.
 
     Contract v0.5: only a person's token (``user:…``, holding ``training:decide``) decides, and
-    the backend records its principal. One key per action and answer, so a repeat is safe.
+    the backend records its principal. One idempotency key per call, so that the client's
+    retries of a lost answer are safe, while two people deciding at once never share a key (the
+    backend records the first decision and says so to the second).
 
     Raises:
         InsufficientScope: the token may not decide (a workload's never may); the message says
@@ -301,7 +314,7 @@ async def decide_action(
             run.run_id,
             action_id,
             decision,
-            idempotency_key=f"ito-decision-{run.run_id}-{action_id}-{decision.decision.value}",
+            idempotency_key=f"ito-decision-{uuid.uuid4()}",
         )
     except InsufficientScope as error:
         where = run.pending_action.decide_url if run.pending_action else None

@@ -121,7 +121,7 @@ READ_TRAINING_RUN = Operation(
 POLL_TRAINING_RUN = Operation(
     "poll_training_run",
     "Read the run while a person is asked to decide on it.",
-    desk.read_training_run,
+    desk.poll_training_run,
     resendable=False,  # read again at the next poll anyway
     shown=False,  # read at every poll of a wait: as tasks, the flow run would fill with them
 )

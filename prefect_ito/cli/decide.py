@@ -14,9 +14,10 @@ nothing; the flow reads the run from the backend — so that it goes on even wit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
+from cyclopts import Parameter
 from prefect.client.schemas.objects import FlowRun
 from rich.console import Console
 
@@ -43,7 +44,7 @@ def decide(
     approve: bool = False,
     reject: bool = False,
     reason: str,
-    note: str | None = None,
+    note: Annotated[str | None, Parameter(name=["--note", "--name"])] = None,
     json_output: JsonOption = False,
 ) -> None:
     """Approve or reject, as yourself, the restart a training flow run waits for.
@@ -55,7 +56,8 @@ def decide(
         approve: Approve the proposed restart.
         reject: Reject it; the run goes on without restarting.
         reason: Why; recorded at the backend with the decision.
-        note: Anything else to keep beside it at the backend (who decided is your login).
+        note: Anything to keep beside it at the backend, such as your name (``--name``, as
+            before contract v0.5); who decided is your login.
     """
     command = _decide(flow_run_id, approve=approve, reject=reject, reason=reason, note=note)
     respond(json_output, command, _show)

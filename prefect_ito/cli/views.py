@@ -209,7 +209,8 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         table.add_column("what")
         table.add_column("value")
         table.add_row("decision", escape(row.outcome()))
-        table.add_row("decided by", escape(row.who() or "—"))
+        unproven = " (a name; the backend authenticated nobody)" if not row.principal else ""
+        table.add_row("decided by", escape(row.who() or "—") + (unproven if row.who() else ""))
         if row.note():
             table.add_row("note", escape(row.note() or ""))
         table.add_row("decided at", cards.when(row.decided_at))

@@ -59,7 +59,12 @@ class RestartCheck(RunInput):
     untouched is refused.
     """
 
-    decision: Literal["recheck"] = Field(title="Decision", description=WHAT_THE_FORM_DOES)
+    decision: Literal["recheck"] = Field(
+        title="Decision",
+        description=WHAT_THE_FORM_DOES,
+        # One choice: as a list, so that Prefect's UI draws it as one to pick, not a fixed value.
+        json_schema_extra={"enum": ["recheck"]},
+    )
     reason: str = Field(default="", description="Anything to note in the flow run's log.")
 
 

@@ -216,7 +216,7 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             "",
             f"| decision | **{row.outcome()}** |",  # the header row says the most
             "|---|---|",
-            f"| decided by | {_code(row.principal) if row.principal else _cell(row.who())} |",
+            f"| decided by | {_decider(row)} |",
             *([f"| note | {_cell(row.note())} |"] if row.note() else []),
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
@@ -228,6 +228,15 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
     if any(row.checkpoint_id is None for row in rows):
         lines += ["— : proposed before this supervisor attached; the backend keeps no more."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _decider(row: DecisionSummary) -> str:
+    """Return who decided, for a card: the principal, or a name nobody authenticated."""
+    if row.principal:
+        return _code(row.principal)
+    if row.decided_by:
+        return f"{_cell(row.decided_by)} (a name; the backend authenticated nobody)"
+    return "—"
 
 
 def decisions_headline(rows: list[DecisionSummary], run: TrainingRun) -> str:

@@ -11,7 +11,7 @@ from ito_fakes import NOW, Script, Sleeps, fail, mock_client, ok, sample_run
 
 from prefect_ito import exceptions as exc
 from prefect_ito.backend.auth import ENV_API_URL, ENV_TOKEN
-from prefect_ito.backend.desk import relay_decision, verify_booking
+from prefect_ito.backend.desk import decide_action, verify_booking
 from prefect_ito.cli import auth as cli_auth
 from prefect_ito.contract import (
     ALL_SCOPES,
@@ -76,18 +76,19 @@ async def test_a_403_on_a_read_is_never_retried() -> None:
     assert "training:read" in str(caught.value)
 
 
-async def test_a_decision_the_token_may_not_relay_says_so_and_is_sent_once() -> None:
+async def test_a_decision_the_token_may_not_make_says_so_and_is_sent_once() -> None:
     script = Script(
         fail(ErrorCode.INSUFFICIENT_SCOPE, message="this token lacks the scope training:decide")
     )
     async with mock_client(script, max_retries=3) as client:
         with pytest.raises(exc.InsufficientScope) as caught:
-            await relay_decision(client, sample_run(), "act-1", DECISION)
+            await decide_action(client, sample_run(), "act-1", DECISION)
 
     assert script.calls == ["POST /v0/training-runs/run-1/actions/act-1/decision"]
     message = caught.value.message
-    assert "approve (by Ada) on action act-1 was not relayed" in message
+    assert "nothing was decided on action act-1" in message and "Only a person decides" in message
     assert "run-1 still waits" in message and "training:decide" in message
+    assert "prefect-ito login" in message
 
 
 async def test_a_booking_the_backend_places_in_another_account_is_refused() -> None:

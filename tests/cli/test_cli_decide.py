@@ -1,70 +1,115 @@
-"""``prefect-ito decide`` says truthfully whether its answer was the one Prefect took."""
+"""``prefect-ito decide`` decides at the backend as the person whose token it sends (contract
+v0.5): a workload's token decides nothing, a decoy flow run names nobody else's run, and the
+record is the person's principal. Subprocesses against a real Prefect server and the simulator.
+"""
 
 from __future__ import annotations
 
-import os
+import json
+import time
 from typing import Any
 
-from cli_helpers import one_document, prefect_ito
-from prefect import flow, get_client
-from prefect.input.run_input import keyset_from_paused_state
-from prefect.states import Paused, Running
+from cli_helpers import confirming_env, prefect_ito, read_flow_run_id, start_train, worker_env
+from prefect import get_client
+from prefect.states import Paused
+from prefect.utilities.asyncutils import run_coro_as_sync
 
+from prefect_ito.contract import WORKLOAD_SCOPES
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.people.approval import RestartDecision
+from prefect_ito.flows import ito_training
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.waiting.keys import BACKEND_RUN_KEY, RESTART_PREFIX
+from prefect_ito.waiting.waits import ActionWait, record_wait
 
-GRACE = {"decision": "approve", "decided_by": "Grace", "reason": "a data blip"}
-DECIDE = ["--reject", "--reason", "the loss keeps rising", "--name", "Ada"]
-
-
-@flow
-def waits_for_a_restart_decision() -> None:
-    """Never run: its flow run's records stand for one paused on a restart question."""
+REASON = ["--reason", "the loss keeps rising"]
 
 
-async def answered_while_ada_looked() -> str:
-    """Return a flow run whose restart question Grace answered after Ada saw it still paused.
-
-    Two answers sent at once each find the run paused; Prefect takes one. The run is put back
-    as Ada's ``decide`` read it — paused, Grace's answer already stored — so her resume is the
-    one that comes second, every time.
-    """
-    async with get_client() as client:
-        flow_run = await client.create_flow_run(waits_for_a_restart_decision)
-        await client.set_flow_run_state(flow_run.id, Running(), force=True)
-        paused = paused_on_a_restart()
-        await client.set_flow_run_state(flow_run.id, paused)  # Prefect counts the key fired
-        await RestartDecision.asave(keyset_from_paused_state(paused), flow_run_id=flow_run.id)
-        taken = await client.resume_flow_run(flow_run.id, run_input=GRACE)
-        assert taken.status.value == "ACCEPT", taken.details
-        await client.set_flow_run_state(flow_run.id, paused_on_a_restart(), force=True)
-    return str(flow_run.id)
+def _workload_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:
+    """A deployment's environment: a workload's token, which may submit but never decide."""
+    token = simulator.mint_token(
+        "cli", principal="service:nightly", scopes=[scope.value for scope in WORKLOAD_SCOPES]
+    ).get_secret_value()
+    return {**worker_env(simulator, prefect_server), "ITO_COMPUTE_TOKEN": token}
 
 
-def paused_on_a_restart() -> Any:
-    paused = Paused(timeout_seconds=600, pause_key="restart-act-1")
-    paused.state_details.run_input_keyset = keyset_from_paused_state(paused)
-    return paused
+def _paused_on_restart(flow_run_id: str, timeout: float = 120) -> None:
+    async def wait() -> None:
+        async with get_client() as client:
+            give_up = time.monotonic() + timeout
+            while time.monotonic() < give_up:
+                state = (await client.read_flow_run(flow_run_id)).state
+                key = state.state_details.pause_key if state else None
+                if state is not None and state.is_paused() and (key or "").startswith("restart"):
+                    return
+                time.sleep(0.5)
+        raise AssertionError(f"flow run {flow_run_id} never paused for a restart")
+
+    run_coro_as_sync(wait())
 
 
-async def test_an_answer_that_came_second_is_told_whose_was_taken(prefect_server):
-    env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    flow_run_id = await answered_while_ada_looked()
+def _decoy(simulator: SimulatorServer, victim_run: str, action_id: str) -> str:
+    """A flow run an attacker with only Prefect API access made: paused on a restart, its
+    records naming a colleague's run and action."""
 
-    result = prefect_ito("decide", flow_run_id, *DECIDE, env=env)
+    async def make() -> str:
+        async with get_client() as client:
+            flow_run = await client.create_flow_run(
+                ito_training, parameters=dict(training=dict(booking="bk-h200-2x8-ib"))
+            )
+            record = ActionWait(api_url=simulator.url, run_id=victim_run, action_id=action_id)
+            await record_wait(flow_run.id, record)
+            await client.create_flow_run_input(
+                flow_run.id, BACKEND_RUN_KEY, json.dumps({"run_id": victim_run})
+            )
+            paused = Paused(timeout_seconds=600, pause_key=f"{RESTART_PREFIX}{action_id}")
+            await client.set_flow_run_state(flow_run.id, paused, force=True)
+            return str(flow_run.id)
 
-    assert result.returncode == ExitCode.ANSWERED_BY_ANOTHER, result.stdout + result.stderr
-    # Before: a traceback of Prefect's 409 here, or "Sent: reject by Ada." where Prefect's server
-    # had turned the second resume away without an error (the run no longer paused).
-    assert "Sent" not in result.stdout
-    assert result.stderr.strip() == "error: another answer was taken first: approve by Grace"
+    return run_coro_as_sync(make())
 
-    result = prefect_ito("decide", flow_run_id, *DECIDE, "--json", env=env)
 
-    document = one_document(result)
-    assert document["ok"] is False
-    assert document["error"] == {
-        "code": "ANSWERED_BY_ANOTHER",
-        "message": "another answer was taken first: approve by Grace",
-        "exit_code": ExitCode.ANSWERED_BY_ANOTHER,
-    }
+def _pending(simulator: SimulatorServer) -> Any:
+    return simulator.runs()[0].run.pending_action
+
+
+def test_only_a_person_s_own_token_decides_and_the_backend_records_who(prefect_server):
+    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+        workload = _workload_env(simulator, prefect_server)
+        person = confirming_env(simulator, prefect_server)
+        train = start_train(workload)
+        try:
+            flow_run_id = read_flow_run_id(train)
+            _paused_on_restart(flow_run_id)
+            action = _pending(simulator)
+            assert action is not None
+
+            # The deployment's own token: refused at the backend, and said so in one line.
+            refused = prefect_ito("decide", flow_run_id, "--approve", *REASON, env=workload)
+            assert refused.returncode == ExitCode.FORBIDDEN, refused.stdout + refused.stderr
+            assert "nothing was decided" in refused.stderr and "Traceback" not in refused.stderr
+            assert _pending(simulator) == action and not simulator.runs()[0].run.decisions
+
+            # A decoy whose Prefect records name the colleague's run decides nothing for it:
+            # before, the backend recorded an approval of the colleague's restart.
+            decoy = _decoy(simulator, simulator.runs()[0].run.run_id, action.action_id)
+            fooled = prefect_ito("decide", decoy, "--approve", *REASON, env=person)
+            assert fooled.returncode == ExitCode.INVALID_INPUT, fooled.stdout + fooled.stderr
+            assert _pending(simulator) == action and not simulator.runs()[0].run.decisions
+
+            # The person, as themselves: the record is their principal, the typed note a note.
+            decided = prefect_ito(
+                "decide", flow_run_id, "--reject", *REASON, "--note", "Ada", "--json", env=person
+            )
+            assert decided.returncode == ExitCode.SUCCESS, decided.stdout + decided.stderr
+            sent = json.loads(decided.stdout)["data"]
+            assert (sent["decision"], sent["decided_by"]) == ("reject", "user:ada")
+            record = simulator.runs()[0].run.decisions[-1]
+            assert (record.principal, record.decided_by) == ("user:ada", "Ada")
+
+            output, _ = train.communicate(timeout=180)
+        finally:
+            if train.poll() is None:
+                train.kill()
+                train.wait(timeout=30)
+        assert train.returncode == ExitCode.SUCCESS, output
+        assert "user:ada rejected the restart at the backend" in output, output

@@ -12,28 +12,28 @@ import logging
 from typing import Any
 
 import pytest
-from flow_helpers import answered_suspension, parameters, spiked_run, wait_for_pause
+from flow_helpers import (
+    DecidedAtTheBackend,
+    answered_suspension,
+    parameters,
+    spiked_run,
+    wait_for_pause,
+)
 from prefect import flow, get_client
-from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext
 from prefect.flow_engine import run_flow_async
-from prefect.flow_runs import aresume_flow_run
 from prefect.input import create_flow_run_input
 from prefect.states import Paused, Running, Suspended
-from rich.console import Console
 
 from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials
-from prefect_ito.cli.terminal import run_training
-from prefect_ito.cli.training import _decide
-from prefect_ito.exceptions import AnsweredByAnother
 from prefect_ito.parameters import BookingClaim, SupervisionParameters, TrainingParameters
 from prefect_ito.people import answers, approval, asking, spend
-from prefect_ito.people.approval import RestartDecision
 from prefect_ito.supervision.tasks import TaskSteps
 
-EVE = {"decision": "approve", "decided_by": "Eve", "reason": "written before anyone saw it"}
-ADA = {"decision": "reject", "decided_by": "Ada", "reason": "looked at the chart"}
+EVE = {"decision": "recheck", "reason": "written before anyone saw it"}
+ADA = {"decision": "recheck", "reason": "Ada decided at the backend"}
+FORGED = {"decision": "approve", "decided_by": "Eve", "reason": "the form of before v0.5"}
 
 
 class Suspension(Exception):
@@ -78,6 +78,7 @@ async def test_a_restart_answer_written_before_the_suspension_is_ignored_and_a_p
     prefect_server, suspensions, caplog
 ):
     run = spiked_run()
+    steps = DecidedAtTheBackend(run)
     key = approval.pause_key(run.pending_action)
     response = answers.response_key("suspended", key)
 
@@ -85,7 +86,7 @@ async def test_a_restart_answer_written_before_the_suspension_is_ignored_and_a_p
     async def asked() -> Any:
         await create_flow_run_input(response, EVE, flow_run_id=flow_run_id())
         try:
-            return await approval.ask_person(run, timeout=60, poll_interval=1)
+            return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
         except Suspension:
             return await stored(response)
 
@@ -136,6 +137,7 @@ async def test_an_answer_older_than_its_suspension_is_ignored_and_asked_again_un
     # input written beside it may still outlive it (or a state may be written directly). It is
     # older than the question: no answer to it.
     run = spiked_run()
+    steps = DecidedAtTheBackend(run)
     key = approval.pause_key(run.pending_action)
     response = answers.response_key("suspended", key)
 
@@ -147,7 +149,7 @@ async def test_an_answer_older_than_its_suspension_is_ignored_and_asked_again_un
             await client.set_flow_run_state(flow_run_id(), suspended, force=True)
             await client.set_flow_run_state(flow_run_id(), Running(), force=True)
         try:
-            return await approval.ask_person(run, timeout=60, poll_interval=1)
+            return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
         except Suspension:
             return await stored(response)
 
@@ -163,17 +165,18 @@ async def test_an_answer_given_after_the_suspension_is_taken_and_nobody_asked_tw
     prefect_server, suspensions
 ):
     run = spiked_run()
+    steps = DecidedAtTheBackend(run)
     key = approval.pause_key(run.pending_action)
 
     @flow
     async def resumed() -> Any:
         await answered_suspension(key, ADA)
-        return await approval.ask_person(run, timeout=60, poll_interval=1)
+        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
 
     decision = await resumed()
 
     assert suspensions == []
-    assert (decision.decision, decision.decided_by) == ("reject", "Ada")
+    assert decision.pending_action is None and steps.reads == 1  # the backend, read once
 
 
 async def test_an_answer_is_found_behind_many_inputs_whose_keys_start_with_its_key(
@@ -181,6 +184,7 @@ async def test_an_answer_is_found_behind_many_inputs_whose_keys_start_with_its_k
 ):
     # Prefect's input filter matches a key prefix, oldest first, a page at a time.
     run = spiked_run()
+    steps = DecidedAtTheBackend(run)
     key = approval.pause_key(run.pending_action)
     response = answers.response_key("suspended", key)
 
@@ -189,21 +193,21 @@ async def test_an_answer_is_found_behind_many_inputs_whose_keys_start_with_its_k
         for n in range(120):
             await create_flow_run_input(f"{response}-{n}", EVE, flow_run_id=flow_run_id())
         await answered_suspension(key, ADA)
-        return await approval.ask_person(run, timeout=60, poll_interval=1)
+        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
 
     decision = await resumed()
 
     assert suspensions == []  # before: the answer went unseen and the person was asked again
-    assert (decision.decision, decision.decided_by) == ("reject", "Ada")
+    assert decision.pending_action is None and steps.reads == 1  # the backend, read once
 
 
-async def in_process(asked: Any, answer: dict[str, Any]) -> Any:
-    """Run ``asked`` here; once it pauses, answer through Prefect's resume API, as the UI does."""
+async def in_process(asked: Any) -> Any:
+    """Run ``asked`` here until it pauses, then until a person's decision at the backend (which
+    the flow reads at every poll) resumes it; return the pause and the result."""
     async with get_client() as client:
         flow_run = await client.create_flow_run(asked)
     running = asyncio.ensure_future(run_flow_async(asked, flow_run=flow_run, return_type="state"))
     paused = await wait_for_pause(flow_run.id)
-    await aresume_flow_run(flow_run.id, run_input=answer)
     state = await asyncio.wait_for(running, timeout=120)
     return paused, await state.result()
 
@@ -213,18 +217,19 @@ async def test_an_answer_written_before_an_in_process_pause_is_logged_and_the_pe
 ):
     # Prefect 3.9.1's server deletes it when the pause begins, silently; now the log says so.
     run = spiked_run()
+    steps = DecidedAtTheBackend(run, pending_reads=1)
     key = approval.pause_key(run.pending_action)
     response = answers.response_key("paused", key)
 
     @flow
     async def asked() -> Any:
         await create_flow_run_input(response, EVE, flow_run_id=flow_run_id())
-        return await approval.ask_person(run, timeout=60, poll_interval=1)
+        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
 
-    paused, decision = await in_process(asked, ADA)
+    paused, decision = await in_process(asked)
 
     assert paused.state_details.pause_key == key
-    assert (decision.decision, decision.decided_by) == ("reject", "Ada")
+    assert decision.pending_action is None and steps.reads >= 2
     assert ignored(caplog, response)
 
 
@@ -232,6 +237,7 @@ async def test_a_question_whose_pause_key_fired_unanswered_is_asked_again(prefec
     # Before, Prefect returned at once from the pause under a used key, with an empty form: the
     # flow run failed on a validation error instead of asking.
     run = spiked_run()
+    steps = DecidedAtTheBackend(run, pending_reads=1)
     key = approval.pause_key(run.pending_action)
 
     @flow
@@ -242,70 +248,37 @@ async def test_a_question_whose_pause_key_fired_unanswered_is_asked_again(prefec
                 flow_run_id(), Paused(pause_key=key, timeout_seconds=60)
             )
             await client.set_flow_run_state(flow_run_id(), Running(), force=True)
-        return await approval.ask_person(run, timeout=60, poll_interval=1)
+        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
 
-    paused, decision = await in_process(asked, ADA)
+    paused, decision = await in_process(asked)
 
     assert paused.state_details.pause_key == f"{key}-again-2"
-    assert (decision.decision, decision.decided_by) == ("reject", "Ada")
+    assert decision.pending_action is None and steps.reads >= 2
 
 
-async def test_of_four_answers_at_once_one_is_taken_and_the_three_others_are_told(
-    prefect_server, monkeypatch
+async def test_an_approval_written_in_prefect_decides_nothing_and_the_person_is_asked_again(
+    prefect_server, suspensions, caplog
 ):
+    # Before v0.5, an answer anyone with Prefect API access stored ("approve", any name) was
+    # relayed to the backend as a person's decision. Now the form takes only "recheck", and an
+    # answer of another shape is no answer: removed, logged, and the person asked again.
     run = spiked_run()
-    # All four have seen the pause before any resumes: four people pressing at once.
-    everyone_saw_it = asyncio.Barrier(4)
-    resume_with = answers.resume_with
-
-    async def at_once(*args: Any) -> answers.Kept:
-        await everyone_saw_it.wait()
-        return await resume_with(*args)
-
-    monkeypatch.setattr(answers, "resume_with", at_once)
+    steps = DecidedAtTheBackend(run, pending_reads=10)
+    key = approval.pause_key(run.pending_action)
 
     @flow
-    async def asked() -> Any:
-        return await approval.ask_person(run, timeout=120, poll_interval=1)
+    async def resumed() -> Any:
+        await answered_suspension(key, FORGED)
+        try:
+            return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+        except Suspension:
+            return await stored(answers.response_key("suspended", key))
 
-    async with get_client() as client:
-        flow_run = await client.create_flow_run(asked)
-    running = asyncio.ensure_future(run_flow_async(asked, flow_run=flow_run, return_type="state"))
-    await wait_for_pause(flow_run.id)
-    people = [("approve", "Ann"), ("reject", "Bo"), ("approve", "Cy"), ("reject", "Di")]
+    left = await resumed()
 
-    async def decide(choice: str, name: str) -> dict[str, Any]:
-        approve = choice == "approve"
-        return await _decide(
-            flow_run.id, approve=approve, reject=not approve, reason="seen it", name=name
-        )
-
-    results = await asyncio.gather(*(decide(*person) for person in people), return_exceptions=True)
-    decision = await (await asyncio.wait_for(running, timeout=120)).result()
-
-    sent = [result for result in results if isinstance(result, dict)]
-    told = [result for result in results if isinstance(result, AnsweredByAnother)]
-    assert len(sent) == 1 and len(told) == 3, results  # before: four "Sent"
-    assert (sent[0]["decision"], sent[0]["decided_by"]) == (decision.decision, decision.decided_by)
-    taken = f"another answer was taken first: {decision.decision} by {decision.decided_by}"
-    assert all(str(error) == taken for error in told)
-
-
-async def test_the_terminal_says_when_another_answer_was_taken_first(prefect_server):
-    run = spiked_run()
-
-    @flow
-    async def asked() -> Any:
-        return await approval.ask_person(run, timeout=120, poll_interval=1)
-
-    async def ada(flow_run: FlowRun, description: str) -> RestartDecision:
-        # While Ada reads the evidence, someone answers in the Prefect UI.
-        await aresume_flow_run(flow_run.id, run_input=EVE)
-        return RestartDecision.model_validate(ADA)
-
-    console = Console(record=True, width=200)
-    state = await run_training(asked, {}, ada, console, poll=0.3)
-
-    decision = await state.result()
-    assert (decision.decision, decision.decided_by) == ("approve", "Eve")
-    assert "Another answer was taken first: approve by Eve." in console.export_text()
+    assert left is None and steps.reads == 0  # nothing taken, nothing read as an answer
+    assert suspensions == [f"{key}-again-2"]  # asked again, under a key of its own
+    assert any(
+        "in a shape the question's form does not take" in record.getMessage()
+        for record in caplog.records
+    )

@@ -1,4 +1,5 @@
-"""People decide loss-spike restarts; the flow relays their decision exactly once."""
+"""People decide loss-spike restarts at the backend, as themselves (contract v0.5); the flow only
+waits for the backend to say so, and never relays a decision."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
-from flow_helpers import Person, answered_suspension, parameters, spiked_run, wait_for_pause
+from flow_helpers import (
+    RECHECK,
+    DecidedAtTheBackend,
+    Person,
+    answered_suspension,
+    parameters,
+    spiked_run,
+    wait_for_pause,
+)
 from prefect import flow, get_client
 from rich.console import Console
 
@@ -27,7 +36,7 @@ def decision_posts(simulator: Any) -> list[Any]:
     return [r for r in simulator.requests() if r.method == "POST" and r.path.endswith("/decision")]
 
 
-async def test_approval_is_relayed_once_and_the_run_completes(start_simulator):
+async def test_an_approval_at_the_backend_is_recorded_once_and_the_run_completes(start_simulator):
     simulator = start_simulator("loss-spike")
     person = Person(approve=True)
     state = await run_training(
@@ -36,12 +45,13 @@ async def test_approval_is_relayed_once_and_the_run_completes(start_simulator):
 
     assert state.is_completed(), state.message
     assert len(person.asked) == 1 and "Loss spike in `pretrain`" in person.asked[0]
-    assert len([p for p in decision_posts(simulator) if p.status < 300]) == 1
+    assert len([p for p in decision_posts(simulator) if p.status < 300]) == 1  # the person's
     run = simulator.runs()[0].run
     assert [(d.decision, d.decided_by) for d in run.decisions] == [(DecisionChoice.APPROVE, "Ada")]
+    assert (run.decisions[0].principal or "").startswith("user:")  # who decided: a person
 
 
-async def test_rejection_is_relayed_and_the_run_goes_on(start_simulator):
+async def test_a_rejection_at_the_backend_lets_the_run_go_on(start_simulator):
     simulator = start_simulator("loss-spike")
     state = await run_training(
         ito_training, parameters(simulator), Person(approve=False), Console(quiet=True), poll=0.3
@@ -95,7 +105,9 @@ async def test_nobody_deciding_ends_as_awaiting_decision_and_leaves_it_pending(s
     assert len(simulator.runs()) == 1
 
 
-async def test_a_person_in_another_process_resumes_through_the_api(start_simulator, prefect_server):
+async def test_a_person_in_another_process_decides_at_the_backend_and_the_form_only_rechecks(
+    start_simulator, prefect_server
+):
     simulator = start_simulator("loss-spike")
     async with get_client() as client:
         flow_run = await client.create_flow_run(ito_training, parameters=parameters(simulator))
@@ -110,30 +122,34 @@ async def test_a_person_in_another_process_resumes_through_the_api(start_simulat
     keyset = paused.state_details.run_input_keyset
     async with get_client() as client:
         schema = json.loads(await client.read_flow_run_input(flow_run.id, keyset["schema"]))
-    # Approve or reject is an explicit, required choice: no tick box that defaults to reject.
-    assert set(schema["properties"]) == {"decision", "decided_by", "reason"}
-    assert schema["properties"]["decision"]["enum"] == ["approve", "reject"]
+    # The form decides nothing: its one choice reads the backend again, and it has no default.
+    assert schema["properties"]["decision"]["enum"] == ["recheck"]
     assert "default" not in schema["properties"]["decision"]
-    assert set(schema["required"]) == {"decision", "decided_by", "reason"}
+    assert "approve" not in json.dumps(schema["properties"]["decision"]["enum"])
     async with get_client() as client:
-        # The form submitted without choosing: Prefect's server checks it against the schema.
-        untouched = {"decided_by": "Grace", "reason": "pressed Submit"}
-        refused = await client.resume_flow_run(flow_run.id, run_input=untouched)
+        # An approval through Prefect's API, as before v0.5: Prefect's server refuses it.
+        forged = {"decision": "approve", "decided_by": "Eve", "reason": "pressed Submit"}
+        refused = await client.resume_flow_run(flow_run.id, run_input=forged)
     assert refused.status.value == "REJECT", refused.details
-    assert "decision" in str(refused.details)
+    assert simulator.runs()[0].run.decisions == []
 
+    person = simulator.mint_token("flow-tests", principal="user:grace").get_secret_value()
     decide = subprocess.run(
         [sys.executable, "-m", "prefect_ito.cli", "decide", str(flow_run.id), "--approve",
          "--reason", "spike was a data blip", "--name", "Grace"],
-        env={**os.environ, "PREFECT_API_URL": prefect_server}, capture_output=True, text=True,
-        timeout=120,
+        env={**os.environ, "PREFECT_API_URL": prefect_server, "ITO_COMPUTE_TOKEN": person,
+             "ITO_COMPUTE_API_URL": simulator.url},
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert decide.returncode == 0, decide.stdout + decide.stderr
+    assert "Approved at the backend as user:grace" in decide.stdout
 
     state = await asyncio.wait_for(flow, timeout=120)
     assert state.is_completed(), state.message
     run = simulator.runs()[0].run
-    assert [(d.decided_by, d.reason) for d in run.decisions] == [("Grace", "spike was a data blip")]
+    assert [(d.principal, d.decided_by, d.reason) for d in run.decisions] == [
+        ("user:grace", "Grace", "spike was a data blip")
+    ]
 
 
 async def test_the_form_shows_evidence_with_headers_the_chart_the_spend_and_the_choices(
@@ -152,6 +168,8 @@ async def test_the_form_shows_evidence_with_headers_the_chart_the_spend_and_the_
     assert "| spike | loss 17.28 at step 12,000 |" in form
     assert "| its step | 10,000 (2,000 steps back) |" in form
     assert re.search(r"\| spent so far \| \$[\d,]+ of \$250,000 \(\d+%\) \|", form)
+    assert "**Decide at the backend**, signed in as yourself" in form
+    assert "`prefect-ito decide`" in form and "choose **recheck** here" in form
     assert "- **approve**: the backend restarts from `ckpt-pretrain-" in form
     assert "- **reject**: the run goes on from step" in form
     # Before, the run's simulated clock dated the proposal ahead (2035 in one run, eight days
@@ -170,7 +188,7 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
     monkeypatch, prefect_server
 ):
     # After a resume from the UI, the logs said "Waiting for a person… Suspending flow run"
-    # once more before "approved": the flow proposed a suspension Prefect then refused.
+    # once more: the flow proposed a suspension Prefect then refused.
     from prefect_ito.people import approval, asking
 
     async def no_second_suspension(*_: Any, **__: Any) -> None:
@@ -179,18 +197,16 @@ async def test_a_resumed_suspension_takes_the_stored_answer_without_suspending_a
     monkeypatch.setattr(asking, "can_suspend", lambda: True)
     monkeypatch.setattr(asking, "suspend", no_second_suspension)
     run = spiked_run()
+    steps = DecidedAtTheBackend(run)
 
     @flow
-    async def resumed() -> approval.RestartDecision | None:
-        # What Prefect stored when a person resumed with the earlier form's tick box.
-        answer = {"approve": True, "decided_by": "Grace", "reason": "blip"}
-        await answered_suspension(approval.pause_key(run.pending_action), answer)
-        return await approval.ask_person(run, timeout=60, poll_interval=1)
+    async def resumed() -> Any:
+        await answered_suspension(approval.pause_key(run.pending_action), RECHECK)
+        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
 
-    decision = await resumed()
+    decided = await resumed()
 
-    assert decision is not None and decision.decision == "approve"
-    assert decision.to_request().decided_by == "Grace"
+    assert decided.pending_action is None and steps.reads == 1
 
 
 async def test_a_restart_wait_says_what_it_asks_and_names_the_checkpoint(
@@ -215,7 +231,9 @@ async def test_a_restart_wait_says_what_it_asks_and_names_the_checkpoint(
 
     @flow
     async def asked() -> None:
-        await approval.ask_person(run, timeout=3_600, poll_interval=1)
+        await approval.wait_for_decision(
+            DecidedAtTheBackend(run), run, timeout=3_600, poll_interval=1
+        )
 
     with pytest.raises(Suspended):
         await asked()
@@ -223,7 +241,7 @@ async def test_a_restart_wait_says_what_it_asks_and_names_the_checkpoint(
     checkpoint = run.pending_action.proposed_checkpoint.checkpoint_id
     assert len(said) == 1
     assert re.fullmatch(
-        rf"Waiting for a person: approve or reject a restart from {re.escape(checkpoint)} "
-        r"by \d{4}-\d\d-\d\d \d\d:\d\d UTC",
+        rf"Waiting for a person: approve or reject a restart from {re.escape(checkpoint)} at the "
+        r"backend by \d{4}-\d\d-\d\d \d\d:\d\d UTC",
         said[0],
     ), said

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from played_runs import play
 from rich.console import Console
 
@@ -50,12 +52,13 @@ def test_the_decisions_card_records_who_how_why_when_and_the_checkpoint():
     assert "1 restart proposed: 1 approved." in text
     # No empty header row: the decision heads its table.
     assert (
-        "### 1. Approved by Ada\n\n"
+        "### 1. Approved by user\\:acct\n\n"
         "| decision | **approved: the run restarted from step 10,000** |\n|---|---|\n"
     ) in text
     assert "| | |" not in text
-    assert "| decided by | Ada |" in text
-    assert "| authenticated as | `user:acct` |" in text  # who the backend saw relay it
+    # Who decided is whom the backend authenticated; the typed name is only a note (v0.5).
+    assert "| decided by | `user:acct` |" in text
+    assert "| note | Ada |" in text
     assert f"| decided at | {cards.when(decision.decided_at)} |" in text
     assert "| why | bad shard 7 |" in text
     assert "| loss spike | 17.28 at step 12,000 in `pretrain` |" in text
@@ -104,18 +107,20 @@ def test_a_decision_from_a_backend_that_names_no_principal_says_so_plainly():
         update={"decisions": [d.model_copy(update={"principal": None}) for d in run.decisions]}
     )
 
-    assert "| authenticated as | — |" in cards.decisions_markdown(older, seen)
+    text = cards.decisions_markdown(older, seen)
+    assert "| decided by | Ada (a name; the backend authenticated nobody) |" in text
+    assert "| note |" not in text
 
 
-def test_the_terminal_summary_shows_who_was_authenticated_beside_the_typed_name():
+def test_the_terminal_summary_shows_who_was_authenticated_and_the_typed_note():
     run, seen = play("demo", decide="approve")
     console = Console(record=True, width=120)
 
     print_summary(console, TrainingSummary.of(run, actions=seen))
 
     text = console.export_text()
-    assert "decided by" in text and "Ada" in text
-    assert "authenticated as" in text and "user:acct" in text
+    assert re.search(r"decided by\s+│ user:acct", text), text
+    assert re.search(r"note\s+│ Ada", text), text
 
 
 def test_one_card_per_concern_and_status_facts_on_the_progress_card():
