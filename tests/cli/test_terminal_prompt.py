@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from cli_helpers import converse
+from spend_helpers import covering_authorization
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
 from prefect_ito.cli import terminal, views
-from prefect_ito.cli.terminal import SpendPause
+from prefect_ito.cli.terminal import RestartPause, SpendPause
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
-from prefect_ito.simulator import SimulatorServer
-from prefect_ito.waiting.waits import QuoteWait
+from prefect_ito.simulator import SimulatorServer, builtin_scenario
+from prefect_ito.waiting.waits import ActionWait, QuoteWait
 
 
 @pytest.fixture
@@ -35,46 +36,122 @@ def typed(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     return answers
 
 
-async def test_an_empty_or_unclear_answer_asks_again_instead_of_rejecting(typed):
+@pytest.fixture
+def spiked(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SimulatorServer, RestartPause]]:
+    """A simulator whose run waits for a restart decision, and the pause that names it; this
+    terminal holds a person's own token (``user:grace``) for it."""
+    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+        monkeypatch.setenv(ENV_API_URL, simulator.url)
+        monkeypatch.setenv(ENV_TOKEN, person_token(simulator, "cli", "user:grace"))
+        run = _spiked_run(simulator)
+        record = ActionWait(
+            api_url=simulator.url,
+            run_id=run["run_id"],
+            action_id=run["pending_action"]["action_id"],
+        )
+        yield simulator, RestartPause(None, "### Loss spike", record)  # type: ignore[arg-type]
+
+
+def person_token(simulator: SimulatorServer, account: str, principal: str) -> str:
+    scopes = [scope.value for scope in ALL_SCOPES]
+    return simulator.mint_token(account, scopes=scopes, principal=principal).get_secret_value()
+
+
+def _spiked_run(simulator: SimulatorServer) -> dict[str, Any]:
+    """Submit a run under a standing authorization and return it once it waits for a decision."""
+    token = person_token(simulator, "cli", "user:grace")
+    headers = {"Authorization": f"Bearer {token}"}
+    authorization = covering_authorization(simulator, "cli").authorization_id
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
+        target="chat", budget_usd=250_000,
+    )  # fmt: skip
+    with httpx.Client(base_url=simulator.url, headers=headers, timeout=30) as http:
+        quote = http.post(
+            "/v0/training-quotes", json=request.to_submission().model_dump(mode="json")
+        )
+        body = request.to_submission().spending(quote.json()["data"]["quote_id"], authorization)
+        made = http.post(
+            "/v0/training-runs",
+            json=body.model_dump(mode="json"),
+            headers={"Idempotency-Key": "terminal-tests"},
+        )
+        run_id = made.json()["data"]["run"]["run_id"]
+        for _ in range(300):
+            run: dict[str, Any] = http.get(f"/v0/training-runs/{run_id}").json()["data"]
+            if run.get("pending_action"):
+                return run
+            time.sleep(0.1)
+    raise AssertionError("the run never waited for a decision")
+
+
+def _decisions(simulator: SimulatorServer) -> list[Any]:
+    return simulator.runs()[0].run.decisions
+
+
+async def test_an_empty_or_unclear_answer_asks_again_instead_of_rejecting(typed, spiked):
     # Before, Enter at "Approve the restart? [y/N]" rejected the restart.
-    typed += ["", "maybe", "r", "Ada", "bad shard"]
+    simulator, pause = spiked
+    typed += ["", "maybe", "r", "bad shard"]
 
-    decision = await terminal.ask_at_terminal(None, "### Loss spike")  # type: ignore[arg-type]
+    await terminal.ask_at_terminal(pause)
 
-    assert decision is not None
-    assert (decision.decision, decision.decided_by, decision.reason) == (
+    assert typed == []
+    ((decided),) = _decisions(simulator)
+    # Decided at the backend as the person at the terminal: their login is who decided.
+    assert (decided.decision.value, decided.principal, decided.reason) == (
         "reject",
-        "Ada",
+        "user:grace",
         "bad shard",
     )
-    assert typed == []
 
 
-async def test_a_blank_name_is_refused_and_asked_again(typed, monkeypatch, capsys):
-    # Before, Enter at "Your name:" sent the decision as "terminal user".
-    monkeypatch.delenv(ENV_API_URL, raising=False)  # no login here: no name to offer
-    monkeypatch.delenv(ENV_TOKEN, raising=False)
-    typed += ["r", "", "   ", "Ada", "bad shard"]
+async def test_a_workload_token_at_the_terminal_decides_nothing_and_says_where_a_person_does(
+    typed, spiked, monkeypatch, capsys
+):
+    simulator, pause = spiked
+    workload = simulator.mint_token("cli", principal="service:nightly", scopes=["training:read"])
+    monkeypatch.setenv(ENV_TOKEN, workload.get_secret_value())
+    typed += ["a", "looks fine"]
 
-    decision = await terminal.ask_at_terminal(None, "### Loss spike")  # type: ignore[arg-type]
+    await terminal.ask_at_terminal(pause)
 
-    assert decision is not None and decision.decided_by == "Ada"
-    assert typed == []
-    assert capsys.readouterr().out.count("A name is required") == 2
+    assert _decisions(simulator) == []
+    said = " ".join(capsys.readouterr().out.split())
+    assert "nothing was decided" in said and "prefect-ito login" in said, said
+
+
+async def test_the_terminal_shows_the_run_the_record_names_as_the_backend_states_it(
+    typed, spiked, capsys
+):
+    # The record and the form's text are Prefect's, which anyone with API access may write:
+    # what a person decides on is the evidence the backend states.
+    simulator, pause = spiked
+    typed += [None]
+
+    await terminal.ask_at_terminal(pause)
+
+    shown = capsys.readouterr().out
+    assert "### Loss spike" not in shown  # the form's text, not shown when the backend is read
+    assert pause.action is not None and pause.action.run_id in shown
+    assert _decisions(simulator) == []
 
 
 @pytest.mark.parametrize("real_server", [True, False], ids=["server", "ephemeral"])
 async def test_the_end_of_input_leaves_the_decision_to_someone_else(
-    typed, monkeypatch, capsys, real_server
+    typed, spiked, monkeypatch, capsys, real_server
 ):
     # Before, the ephemeral mode, whose flow run nobody else can reach, pointed at a Prefect UI.
+    simulator, pause = spiked
     monkeypatch.setattr(terminal, "has_real_server", lambda: real_server)
     typed += [None]
 
-    assert await terminal.ask_at_terminal(None, "### Loss spike") is None  # type: ignore[arg-type]
+    await terminal.ask_at_terminal(pause)
+
     said = " ".join(capsys.readouterr().out.split())
-    assert ("Prefect UI" in said) is real_server, said
+    assert ("decide page" in said) is real_server, said
     assert ("nobody else can reach" in said) is not real_server, said
+    assert _decisions(simulator) == []
 
 
 @pytest.fixture
@@ -305,7 +382,7 @@ def test_the_decide_command_is_printed_on_one_line_to_copy(monkeypatch):
 
     terminal._announce_pause(console, flow_run_id)
 
-    command = f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT --name NAME"
+    command = f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT"
     assert command in console.export_text().splitlines()[-1]
 
 
@@ -332,67 +409,35 @@ def test_the_summary_names_the_run_once_on_a_line_of_its_own():
 # --- at a real terminal: a pseudo-terminal for the prompt, as a person would type -------------
 
 ASK = """
-import asyncio, json
-from prefect_ito.cli import terminal, views
-decision = asyncio.run(terminal.ask_at_terminal(None, "### Loss spike"))
-print("ANSWER", json.dumps(decision.model_dump(mode="json") if decision else None))
+import asyncio, os
+from prefect_ito.cli import terminal
+from prefect_ito.waiting.waits import ActionWait
+record = ActionWait(api_url=os.environ["ITO_COMPUTE_API_URL"], run_id=os.environ["RUN_ID"],
+                    action_id=os.environ["ACTION_ID"])
+asyncio.run(terminal.ask_at_terminal(terminal.RestartPause(None, "### Loss spike", record)))
 """
 
 
-def at_the_prompt(env: dict[str, str], steps: list[tuple[str, str]]) -> tuple[int, str]:
-    """Ask a restart decision at a pseudo-terminal, typing each step's reply at its prompt."""
-    return converse([sys.executable, "-c", ASK], env, steps)
-
-
-def _answer(output: str) -> dict[str, Any] | None:
-    (line,) = [line for line in output.splitlines() if line.startswith("ANSWER ")]
-    answer: dict[str, Any] | None = json.loads(line.removeprefix("ANSWER "))
-    return answer
-
-
-def _no_login() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("ITO_COMPUTE_")}
-
-
-def test_at_a_terminal_a_blank_name_is_refused_until_one_is_typed():
-    code, output = at_the_prompt(
-        _no_login(),
-        [("[approve/reject]", "r\n"), ("Your name: ", "\n"), ("Your name: ", "   \n"),
-         ("Your name: ", "Ada\n"), ("Why: ", "bad shard\n")],
-    )  # fmt: skip
-
-    assert code == 0, output
-    assert output.count("A name is required") == 2
-    answer = _answer(output)
-    assert answer is not None
-    assert (answer["decision"], answer["decided_by"]) == ("reject", "Ada")
-
-
-def test_at_a_terminal_the_login_principal_is_offered_and_enter_takes_it():
-    with SimulatorServer() as simulator:
-        token = simulator.mint_token(principal="user:grace").get_secret_value()
-        env = {**_no_login(), ENV_API_URL: simulator.url, ENV_TOKEN: token}
-        code, output = at_the_prompt(
+def test_at_a_terminal_the_person_decides_as_themselves_by_typing_it_out():
+    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+        run = _spiked_run(simulator)
+        token = person_token(simulator, "cli", "user:grace")
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("ITO_COMPUTE_")},
+            ENV_API_URL: simulator.url, ENV_TOKEN: token,
+            "RUN_ID": run["run_id"], "ACTION_ID": run["pending_action"]["action_id"],
+        }  # fmt: skip
+        code, output = converse(
+            [sys.executable, "-c", ASK],
             env,
-            [("[approve/reject]", "a\n"), ("Your name [user:grace]: ", "\n"),
-             ("Why: ", "the shard is fixed\n")],
-        )  # fmt: skip
+            [("[approve/reject]", "\n"), ("[approve/reject]", "a\n"), ("Why: ", "shard fixed\n")],
+        )
 
-    assert code == 0, output
-    assert token not in output
-    answer = _answer(output)
-    assert answer is not None
-    assert (answer["decision"], answer["decided_by"]) == ("approve", "user:grace")
-
-
-def test_at_a_terminal_the_end_of_input_at_the_name_decides_nothing():
-    code, output = at_the_prompt(
-        _no_login(), [("[approve/reject]", "r\n"), ("Your name: ", "\x04")]
-    )
-
-    assert code == 0, output
-    assert _answer(output) is None
-    assert "No name: nothing was decided" in output
+        assert code == 0, output
+        assert token not in output
+        assert "Approved at the backend as user:grace" in output, output
+        ((decided),) = _decisions(simulator)
+        assert (decided.principal, decided.reason) == ("user:grace", "shard fixed")
 
 
 async def test_a_waiting_train_asks_prefect_through_one_client(start_simulator, monkeypatch):
