@@ -315,7 +315,7 @@ async def _suspend_for_a_person(flow_run_id, key: str, *, form_saved: bool, keys
     """Suspend the flow run for a restart decision, as Prefect accepts it; save the form or not."""
     from prefect.input.run_input import keyset_from_paused_state
 
-    from prefect_ito.people.approval import RestartDecision
+    from prefect_ito.people.approval import RestartCheck
 
     async with get_client() as client:
         await client.set_flow_run_state(flow_run_id, Running(), force=True)
@@ -324,7 +324,7 @@ async def _suspend_for_a_person(flow_run_id, key: str, *, form_saved: bool, keys
         state.state_details.run_input_keyset = keyset
         await client.set_flow_run_state(flow_run_id, state, force=True)
     if form_saved:  # what the flow process does next, once the suspension was accepted
-        await RestartDecision.asave(keyset, flow_run_id=flow_run_id)
+        await RestartCheck.asave(keyset, flow_run_id=flow_run_id)
 
 
 async def test_a_run_suspended_for_a_person_whose_form_never_came_is_re_entered(
