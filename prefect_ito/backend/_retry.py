@@ -45,6 +45,10 @@ RETRY_BUDGET_CAPACITY = 10.0
 """Retries this process may make to one backend in a burst."""
 RETRY_BUDGET_REFILL_PER_SECOND = 0.5
 """Retries the budget regains per second once spent."""
+RETRY_BUDGET_PER_ANSWER = 0.5
+"""Retries the budget regains for each answer the backend gave (any answer that ends a call):
+retries stay at most about half the calls answered, plus the refill, so that one caller working
+through a storm in turn keeps its retries, while many at once still run the budget dry."""
 RETRYABLE_STATUS = frozenset({429, 503})
 IN_FLIGHT_CODE = "IDEMPOTENCY_KEY_IN_FLIGHT"
 """The error code of the one 409 worth retrying: the same key is still being processed."""
@@ -143,7 +147,12 @@ def backoff(
 
 
 class RetryBudget:
-    """A token bucket of retries: each retry spends one, and tokens come back over time.
+    """A token bucket of retries: each retry spends one; tokens come back over time, and with
+    each call the backend answered (:meth:`note_answer`).
+
+    Time alone is not enough: one command calling step after step through a storm (30 % 503s)
+    spent the bucket in seconds and then gave up on a backend that was answering most calls.
+    A refund per answer bounds retries by the calls that got through, as a retry ratio does.
 
     Thread-safe: the budget for a backend is shared by every client of it in the process (see
     :func:`retry_budget_for`), and Prefect may run those clients' calls on several threads.
@@ -151,6 +160,7 @@ class RetryBudget:
     Args:
         capacity: The most retries in a burst.
         refill_per_second: Retries regained per second.
+        per_answer: Retries regained per call answered.
         clock: A monotonic clock in seconds.
     """
 
@@ -159,10 +169,12 @@ class RetryBudget:
         capacity: float = RETRY_BUDGET_CAPACITY,
         refill_per_second: float = RETRY_BUDGET_REFILL_PER_SECOND,
         *,
+        per_answer: float = RETRY_BUDGET_PER_ANSWER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._capacity = capacity
         self._refill = refill_per_second
+        self._per_answer = per_answer
         self._clock = clock
         self._tokens = capacity
         self._updated = clock()
@@ -175,13 +187,22 @@ class RetryBudget:
             True if a retry was available (and is now spent), False if the budget is empty.
         """
         with self._lock:
-            now = self._clock()
-            self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._refill)
-            self._updated = now
+            self._catch_up()
             if self._tokens < 1.0:
                 return False
             self._tokens -= 1.0
             return True
+
+    def note_answer(self) -> None:
+        """Give back part of a retry for a call the backend answered (see the class)."""
+        with self._lock:
+            self._catch_up()
+            self._tokens = min(self._capacity, self._tokens + self._per_answer)
+
+    def _catch_up(self) -> None:
+        now = self._clock()
+        self._tokens = min(self._capacity, self._tokens + (now - self._updated) * self._refill)
+        self._updated = now
 
 
 _budgets: dict[str, RetryBudget] = {}

@@ -47,6 +47,7 @@ from prefect_ito.backend._retry import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
     LONG_POLL_MARGIN_SECONDS,
+    RETRYABLE_STATUS,
     RetryBudget,
     backoff,
     parse_retry_after,
@@ -647,6 +648,8 @@ class ItoClient:
                 code = peek_error_code(response)
                 delay = self._retry_delay(call, attempt, response.status_code, retry_after, code)
                 if delay is None:
+                    if response.status_code not in RETRYABLE_STATUS:  # answered, not busy
+                        self._budget.note_answer()
                     observe = self._notes.observe_envelope
                     return parse_response(response, model, call.endpoint, observe=observe)
             logger.debug("Retrying %s in %.2f s (retry %d)", call.endpoint, delay, attempt + 1)

@@ -10,6 +10,8 @@ transient fault, and whether a flow shows it as a task of its own. The flow's ta
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
@@ -34,6 +36,21 @@ STEP_RETRY_DELAYS_SECONDS = (2.0, 10.0)
 """A resendable operation's waits before each of its retries after a transient fault, once the
 client's own retries are spent: the flow's tasks (as Prefect task retries) and
 ``ItoTrainingRun``'s calls alike, so a storm ends a job no sooner than a flow."""
+
+
+async def resend(
+    call: Callable[[], Awaitable[R]], logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> R:
+    """Make ``call``, again after each transient fault once the client's own retries are spent,
+    waiting :data:`STEP_RETRY_DELAYS_SECONDS`: as the flow's tasks are retried, for callers
+    outside a flow (``ItoTrainingRun``, a command's checks before its flow)."""
+    for delay in STEP_RETRY_DELAYS_SECONDS:
+        try:
+            return await call()
+        except TRANSIENT_FAULTS as fault:
+            logger.warning("%s; trying again in %g s", fault, delay)
+            await asyncio.sleep(delay)
+    return await call()
 
 
 @dataclass(frozen=True)
@@ -109,8 +126,8 @@ SUBMIT_TRAINING_RUN = Operation(
     "submit_training_run",
     "Hand the training request to the Itô desk backend, exactly once.",
     desk.submit_training_run,
-    # Never resent blindly: the client resolves a lost answer by the idempotency key itself.
-    resendable=False,
+    # Keyed: sent again, the same key makes the run once (and a lost answer is found by it).
+    resendable=True,
 )
 READ_TRAINING_RUN = Operation(
     "read_training_run",

@@ -10,6 +10,7 @@ the command in seconds, in one line.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from prefect_ito.backend import desk, ownership
+from prefect_ito.backend.operations import resend
 from prefect_ito.blocks import ItoCredentials, resolve_authorization, resolve_credentials
 from prefect_ito.cli import terminal
 from prefect_ito.contract import QuoteState, TrainingRequest
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 _console = Console()
+_logger = logging.getLogger("prefect_ito.cli")
 
 
 def checked_id(confirm: str) -> InvalidParameters | None:
@@ -173,13 +176,30 @@ async def confirm_beforehand(
     """Confirm ``quote_id`` at the backend for exactly ``request``; refuse anything else.
 
     A quote that already made its run under ``idempotency_key`` (the same command, run again
-    after its process was killed) is not confirmed again: the flow follows that run.
+    after its process was killed) is not confirmed again: the flow follows that run. A busy
+    backend (503, 429) is asked again as the flow's own steps are, once the client's retries are
+    spent: it answered, so the command goes on.
 
     Raises:
         ConfirmationMismatch: the quote is another request's.
         ConfirmationUsed, ConfirmationExpired, QuoteAlreadyDecided: it can make no run now.
     """
     check_id(quote_id, "confirm")
+    # One key for every attempt: a confirmation resent after a storm is made once.
+    key = f"confirm-{uuid.uuid4()}"
+    await resend(
+        lambda: _confirm(credentials, request, quote_id, note, idempotency_key, key), _logger
+    )
+
+
+async def _confirm(
+    credentials: ItoCredentials,
+    request: TrainingRequest,
+    quote_id: str,
+    note: str | None,
+    idempotency_key: str | None,
+    key: str,
+) -> None:
     async with credentials.get_client() as client:
         # Fail closed first: a backend that cannot train is told nothing, not even a yes.
         await desk.check_training_capability(client, request)
@@ -208,9 +228,7 @@ async def confirm_beforehand(
                 "was sent; `prefect-ito quote` with the same options makes a new one",
                 field="confirm",
             )
-        confirmed = await client.confirm_quote(
-            quote_id, note=note, idempotency_key=f"confirm-{uuid.uuid4()}"
-        )
+        confirmed = await client.confirm_quote(quote_id, note=note, idempotency_key=key)
     _console.print(
         f"Confirmed quote {quote_id} at the backend as {confirmed.principal}: up to "
         f"${quote.plan.cost_usd.high:,.0f} estimated, ${request.budget_usd:,.2f} at most.",

@@ -22,7 +22,14 @@ from typing import Literal, Protocol
 from prefect.input import RunInput
 from pydantic import Field
 
-from prefect_ito.backend.operations import POLL_TRAINING_RUN, Operation, P, R
+from prefect_ito.backend.operations import (
+    POLL_TRAINING_RUN,
+    READ_TRAINING_RUN,
+    TRANSIENT_FAULTS,
+    Operation,
+    P,
+    R,
+)
 from prefect_ito.contract import (
     CheckpointRef,
     DecisionRecord,
@@ -202,7 +209,7 @@ async def wait_for_decision(
         answer = await _ask(steps, run, action, timeout, poll_interval, fresh=fresh)
         if answer is None:
             return None
-        now = await steps.perform(POLL_TRAINING_RUN, run.run_id)
+        now = await steps.perform(READ_TRAINING_RUN, run.run_id)
         if not still_pending(now, action):
             _log_decision(steps, now, action)
             return now
@@ -225,7 +232,10 @@ async def _ask(
     fresh: bool,
 ) -> RestartCheck | None:
     async def settled() -> RestartCheck | None:
-        now = await steps.perform(POLL_TRAINING_RUN, run.run_id)
+        try:
+            now = await steps.perform(POLL_TRAINING_RUN, run.run_id)
+        except TRANSIENT_FAULTS:
+            return None  # a busy backend for a moment: the next poll reads it again
         if still_pending(now, action):
             return None
         return RestartCheck.model_validate(recheck_answer(f"{action.action_id} was decided"))

@@ -41,6 +41,7 @@ from prefect_ito.backend.operations import (
     QUOTE_TRAINING_RUN,
     READ_TRAINING_QUOTE,
     SUBMIT_TRAINING_RUN,
+    TRANSIENT_FAULTS,
     Operation,
     P,
     R,
@@ -297,7 +298,10 @@ async def wait_for_person(
     await publish_quote(quote, request)
 
     async def settled() -> SpendDecision | None:
-        now = await steps.perform(POLL_TRAINING_QUOTE, quote.quote_id)
+        try:
+            now = await steps.perform(POLL_TRAINING_QUOTE, quote.quote_id)
+        except TRANSIENT_FAULTS:
+            return None  # a busy backend for a moment: the next poll reads it again
         if now is not None and now.state is QuoteState.PENDING:
             return None
         state = now.state.value if now is not None and now.state else "gone"

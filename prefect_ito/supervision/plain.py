@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.backend.operations import (
-    STEP_RETRY_DELAYS_SECONDS,
-    TRANSIENT_FAULTS,
-    Operation,
-    P,
-    R,
-)
+from prefect_ito.backend.operations import Operation, P, R, resend
 from prefect_ito.backend.provenance import Provenance
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
@@ -46,18 +37,7 @@ class ClientSteps(Steps):
     async def perform(self, operation: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         if not operation.resendable:
             return await operation.call(self.client, *args, **kwargs)
-        return await self._resend(lambda: operation.call(self.client, *args, **kwargs))
-
-    async def _resend(self, call: Callable[[], Awaitable[R]]) -> R:
-        """Make ``call``, again after each transient fault, as the flow's retried tasks do (see
-        ``STEP_RETRY_DELAYS_SECONDS``)."""
-        for delay in STEP_RETRY_DELAYS_SECONDS:
-            try:
-                return await call()
-            except TRANSIENT_FAULTS as fault:
-                self.logger.warning("%s; trying again in %g s", fault, delay)
-                await asyncio.sleep(delay)
-        return await call()
+        return await resend(lambda: operation.call(self.client, *args, **kwargs), self.logger)
 
     async def await_person(
         self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
@@ -74,7 +54,7 @@ class ClientSteps(Steps):
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         # Reads and re-sent events (Prefect keeps one of each id): safe to make again.
-        return await self._resend(lambda: reporting.report(self.client, run, after_seq))
+        return await resend(lambda: reporting.report(self.client, run, after_seq), self.logger)
 
     async def await_decision(self, run: TrainingRun) -> TrainingRun | None:
         action = run.pending_action

@@ -13,13 +13,13 @@ last conftest pytest loaded, another directory's when several are given on the c
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 from prefect import State
-from prefect.client.schemas.objects import FlowRun
 from pydantic import SecretStr
 from simulator_fixture import FAST
 from spend_helpers import covering_authorization
@@ -27,12 +27,16 @@ from spend_helpers import covering_authorization
 from prefect_ito.backend import desk
 from prefect_ito.backend.auth import store_token
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.operations import resend
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cli.terminal import RestartPause
 from prefect_ito.contract import (
+    DecisionChoice,
+    DecisionRequest,
     TrainingRequest,
     TrainingRun,
 )
-from prefect_ito.people.approval import RestartDecision, pause_key
+from prefect_ito.people.approval import pause_key
 from prefect_ito.simulator import (
     Faults,
     RequestLogEntry,
@@ -84,6 +88,7 @@ def answer_key(action_id: str) -> str:
     return pause_key(SimpleNamespace(action_id=action_id))  # type: ignore[arg-type]
 
 
+LOGGER = logging.getLogger("tests.reliability")
 SWEEP = Sweep()
 """What this session's tests produced, for the sweep."""
 
@@ -205,20 +210,28 @@ class Submit:
 
 
 class Person:
-    """Answers each pause of a flow run through Prefect's resume API, as the UI does."""
+    """Decides each restart of a flow run at the backend, with the tests' own token (a
+    person's), as ``prefect-ito decide`` does."""
 
     def __init__(self, approve: bool, sweep: Sweep) -> None:
         self.approve = approve
         self.sweep = sweep
         self.asked = 0
 
-    async def __call__(self, flow_run: FlowRun, description: str) -> RestartDecision:
+    async def __call__(self, pause: RestartPause) -> None:
         self.asked += 1
-        key = flow_run.state.state_details.pause_key if flow_run.state else None
-        assert key, "a pause without a key: nothing to tie the answer to"
-        self.sweep.answered.add(key)
-        choice = "approve" if self.approve else "reject"
-        return RestartDecision(decision=choice, decided_by="Ada", reason="looked at the curve")
+        record = pause.action
+        assert record is not None, "a pause without a record: nothing to tie the answer to"
+        self.sweep.answered.add(answer_key(record.action_id))
+        choice = DecisionChoice.APPROVE if self.approve else DecisionChoice.REJECT
+        decision = DecisionRequest(decision=choice, reason="looked at the curve")
+        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
+        # A person in a storm tries again, as the flow's own steps do.
+        async with credentials.get_client() as client:
+            run = await resend(lambda: client.get_training_run(record.run_id), LOGGER)
+            await resend(
+                lambda: desk.decide_action(client, run, record.action_id, decision), LOGGER
+            )
 
 
 @dataclass

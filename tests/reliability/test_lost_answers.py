@@ -153,7 +153,7 @@ async def test_each_lost_decision_is_recorded_exactly_once(kind, backend, submit
         assert run.pending_action is not None
         sweep.answer(run.pending_action.action_id)  # this test is the person who decided
         async with client_for(target, tap) as client:
-            return await desk.relay_decision(client, run, run.pending_action.action_id, decision)
+            return await desk.decide_action(client, run, run.pending_action.action_id, decision)
 
     relayed = await asyncio.gather(*(one(run, tap) for run, tap in zip(waiting, taps, strict=True)))
 

@@ -52,9 +52,7 @@ async def spiked(simulator) -> TrainingRun:
         run = (await client.submit_training_run(body, idempotency_key=str(uuid.uuid4()))).run
         async with asyncio.timeout(30):
             while run.pending_action is None:
-                run = await client.get_training_run(
-                    run.run_id, after_version=run.version, wait=1.0
-                )
+                run = await client.get_training_run(run.run_id, after_version=run.version, wait=1.0)
     return run
 
 
