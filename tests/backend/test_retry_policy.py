@@ -127,6 +127,22 @@ def test_retry_budget_spends_then_refills_with_time() -> None:
     assert [budget.try_spend() for _ in range(3)] == [True, True, False]
 
 
+def test_retry_budget_gives_back_half_a_retry_per_answer_up_to_its_capacity() -> None:
+    # Before, one caller working through a storm step after step spent the budget in seconds
+    # and then gave up on a backend that answered most of its calls.
+    clock = Clock()
+    budget = RetryBudget(capacity=2, refill_per_second=0.0, per_answer=0.5, clock=clock)
+
+    assert [budget.try_spend() for _ in range(3)] == [True, True, False]
+    budget.note_answer()
+    assert budget.try_spend() is False  # half a retry: not enough
+    budget.note_answer()
+    assert budget.try_spend() is True
+    for _ in range(10):
+        budget.note_answer()
+    assert [budget.try_spend() for _ in range(3)] == [True, True, False]
+
+
 @pytest.mark.parametrize(
     ("method", "idempotent", "code", "expected"),
     [
