@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 
 from prefect_ito.contract import (
     PERSON_PRINCIPAL_PREFIX,
-    TRAINING_SCOPES,
     Envelope,
     ErrorCode,
     Principal,
@@ -35,11 +34,12 @@ class MintRequest(BaseModel):
     """The token to mint: for which account, with which scopes, speaking for whom."""
 
     account: str = Field(default="sim-user", min_length=1, max_length=128)
-    scopes: list[Scope] = Field(
-        default_factory=lambda: list(TRAINING_SCOPES),
-        description="What the token may do (default the four training scopes); an empty list "
-        "mints a token that may do nothing but say who it is. `spend:confirm` and "
-        "`spend:authorize` are minted only for a person's principal (`user:…`).",
+    scopes: list[Scope] | None = Field(
+        default=None,
+        description="What the token may do (default the training scopes: a person's four, a "
+        "workload's without `training:decide`); an empty list mints a token that may do nothing "
+        "but say who it is. `training:decide`, `spend:confirm` and `spend:authorize` are minted "
+        "only for a person's principal (`user:…`).",
     )
     principal: Principal | None = Field(
         default=None, description="Who the token speaks for; default `user:<account>`."
@@ -84,7 +84,7 @@ async def mint_token(state: SimStateDep, body: MintRequest | None = None) -> Env
     A spend scope for a principal that is not a person's is refused with ``VALIDATION_ERROR``.
     """
     wanted = body or MintRequest()
-    scopes = tuple(scope.value for scope in wanted.scopes)
+    scopes = None if wanted.scopes is None else tuple(scope.value for scope in wanted.scopes)
     token = state.identity.mint(wanted.account, scopes=scopes, principal=wanted.principal)
     info = state.identity.authenticate(token)
     return ok(

@@ -16,7 +16,14 @@ from starlette.routing import Router
 from starlette.types import Receive, Scope, Send
 
 from prefect_ito.contract import SCHEMA_VERSION, ErrorCode, TrainingRunRequest
-from prefect_ito.simulator import admin, auth_routes, confirm_page, routes, spend_routes
+from prefect_ito.simulator import (
+    admin,
+    auth_routes,
+    confirm_page,
+    decide_page,
+    routes,
+    spend_routes,
+)
 from prefect_ito.simulator.builtins import builtin_scenario
 from prefect_ito.simulator.envelopes import error_response
 from prefect_ito.simulator.errors import SimError
@@ -97,6 +104,7 @@ def shared_routes() -> FastAPI:
     app.include_router(routes.router)
     app.include_router(spend_routes.router)
     app.include_router(confirm_page.router)
+    app.include_router(decide_page.router)
     app.include_router(auth_routes.router)
     app.include_router(auth_routes.page_router)
     app.include_router(admin.router)

@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse
 from prefect_ito.contract import ERROR_STATUS, NOTE_MAX_LENGTH, QuoteAnswer, TrainingQuote
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
+from prefect_ito.simulator.ids import CONFIRM_PAGE
 from prefect_ito.simulator.person_session import (
     PageRefusal,
     PageSession,
@@ -26,7 +27,7 @@ from prefect_ito.simulator.person_session import (
     form_fields,
     respond,
 )
-from prefect_ito.simulator.quotes import CONFIRM_PAGE, HeldQuote
+from prefect_ito.simulator.quotes import HeldQuote
 from prefect_ito.simulator.spend_routes import answer_quote
 from prefect_ito.simulator.state import SimState, SimStateDep
 

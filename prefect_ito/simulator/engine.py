@@ -489,13 +489,19 @@ class Engine:
         )
 
     def submit(
-        self, account: str, key: str, request: TrainingRunRequest, principal: str | None = None
+        self,
+        account: str,
+        key: str,
+        request: TrainingRunRequest,
+        principal: str | None = None,
+        base_url: str | None = None,
     ) -> Submitted:
         """Create a run, or return the one this key (or this manifest) already made.
 
         A new run needs a confirmation of a quote made for this account, booking, digest and
         budget; the quote is used up in the same step that creates the run. The run's record of
-        the confirmation keeps ``principal``, whose token submitted it.
+        the confirmation keeps ``principal``, whose token submitted it. With ``base_url``, the
+        run's pending actions name the decide page a person answers them on.
         """
         self._check_request(request)
         if request.client_reference is not None and not self.scenario.client_reference:
@@ -533,7 +539,7 @@ class Engine:
         asked = request.model_copy(
             update={"quote_id": None, "authorization_id": None, "client_reference": None}
         )
-        rec = self._create(account, key, asked, booking)
+        rec = self._create(account, key, asked, booking, base_url)
         rec.client_reference = request.client_reference
         if confirmation is not None:
             held, rec.confirmation = confirmation
@@ -610,7 +616,12 @@ class Engine:
             )
 
     def _create(
-        self, account: str, key: str, request: TrainingRunRequest, booking: SimBooking
+        self,
+        account: str,
+        key: str,
+        request: TrainingRunRequest,
+        booking: SimBooking,
+        base_url: str | None,
     ) -> RunRecord:
         script = self.scenario.script_for(booking.booking_id)
         epoch, created = self._new_run_clock()
@@ -624,6 +635,7 @@ class Engine:
             epoch=epoch,
             created=created,
             stages=plan_stages(request, script),
+            base_url=base_url,
         )
         rec.emit(EventType.RUN_ACCEPTED, "run accepted", booking_id=booking.booking_id)
         self.runs[rec.run_id] = rec
@@ -659,6 +671,18 @@ class Engine:
             self._remember(account, key, fingerprint, None)
         return rec.snapshot()
 
+    def by_user_code(self, user_code: str) -> RunRecord | None:
+        """Return the run whose pending action a decide page's code names, if any."""
+        wanted = user_code.strip().upper()
+        return next(
+            (
+                rec
+                for rec in self.runs.values()
+                if rec.pending_action is not None and rec.pending_action.user_code == wanted
+            ),
+            None,
+        )
+
     def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest, principal: str) -> None:
         self._release(rec)
         rec.decisions.append(
@@ -674,7 +698,7 @@ class Engine:
         rec.state = RunState.RUNNING
         rec.emit(
             EventType.DECISION_RECORDED,
-            f"{body.decision.value} by {body.decided_by}",
+            f"{body.decision.value} by {principal}",
             rec.current_stage,
             action_id=action_id,
             decision=body.decision.value,

@@ -17,14 +17,16 @@ from pydantic import SecretStr
 
 from prefect_ito.contract import (
     PERSON_PRINCIPAL_PREFIX,
-    SPEND_SCOPES,
+    PERSON_SCOPES,
     TRAINING_SCOPES,
+    WORKLOAD_SCOPES,
     DeviceAuthorization,
     ErrorCode,
     Scope,
     TokenGrant,
 )
 from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.ids import user_code as new_user_code
 from prefect_ito.simulator.scenario import Scenario
 
 TOKEN_TTL = timedelta(days=30)
@@ -32,7 +34,6 @@ SLOW_DOWN_TOLERANCE = 0.9
 """A poll counts as too fast below this share of the interval, so timer jitter is forgiven."""
 SLOW_DOWN_STEP_SECONDS = 5
 """RFC 8628 section 3.5: each ``slow_down`` adds five seconds to the grant's polling interval."""
-_USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels: no accidental words
 
 
 @dataclass
@@ -59,20 +60,28 @@ def default_principal(account: str) -> str:
     return f"user:{account}"
 
 
-def check_spend_scopes(principal: str, scopes: tuple[str, ...]) -> None:
-    """Refuse a spend scope for a principal that is not a person's.
+def check_person_scopes(principal: str, scopes: tuple[str, ...]) -> None:
+    """Refuse a person's scope for a principal that is not a person's.
 
-    Spend authority is a person's: a workload (``service:…``) may submit what a person
-    confirmed, but never confirm or authorize spend itself.
+    Spend (v0.4) and decisions (v0.5) are a person's: a workload (``service:…``) may submit what
+    a person allowed, but never confirm or authorize spend, nor decide a pending action.
     """
-    spend = [scope.value for scope in SPEND_SCOPES if scope.value in scopes]
-    if spend and not principal.startswith(PERSON_PRINCIPAL_PREFIX):
+    held = [scope.value for scope in PERSON_SCOPES if scope.value in scopes]
+    if held and not principal.startswith(PERSON_PRINCIPAL_PREFIX):
         raise SimError(
             ErrorCode.VALIDATION_ERROR,
-            f"only a person's token ({PERSON_PRINCIPAL_PREFIX}…) may hold {', '.join(spend)}; "
+            f"only a person's token ({PERSON_PRINCIPAL_PREFIX}…) may hold {', '.join(held)}; "
             f"{principal} is not a person",
             field="scopes",
         )
+
+
+def default_scopes(principal: str) -> tuple[str, ...]:
+    """Return what a token holds when nobody said: the training scopes, without
+    ``training:decide`` for anyone but a person."""
+    if principal.startswith(PERSON_PRINCIPAL_PREFIX):
+        return tuple(TRAINING_SCOPES)
+    return tuple(WORKLOAD_SCOPES)
 
 
 class DeviceStatus(Enum):
@@ -120,16 +129,17 @@ class Identity:
 
         Args:
             account: The account the token acts for.
-            scopes: What it may do; default the four training scopes, never a spend scope.
+            scopes: What it may do; by default the training scopes (a workload's without
+                ``training:decide``), never a spend scope.
             principal: Who it speaks for; default ``user:<account>``.
 
         Raises:
-            SimError: ``VALIDATION_ERROR`` (field ``scopes``) for a spend scope asked for a
-                principal that is not a person's (``user:…``).
+            SimError: ``VALIDATION_ERROR`` (field ``scopes``) for a person's scope (deciding,
+                confirming, authorizing) asked for a principal that is not a person's.
         """
         principal = principal or default_principal(account)
-        scopes = tuple(TRAINING_SCOPES) if scopes is None else scopes
-        check_spend_scopes(principal, scopes)
+        scopes = default_scopes(principal) if scopes is None else scopes
+        check_person_scopes(principal, scopes)
         token = "itosim_" + secrets.token_urlsafe(24)
         self._tokens[token] = TokenInfo(
             account=account,
@@ -162,9 +172,7 @@ class Identity:
 
     def start_device(self, base_url: str) -> DeviceAuthorization:
         """Begin a device authorization and return what the person needs."""
-        user_code = "-".join(
-            "".join(secrets.choice(_USER_CODE_ALPHABET) for _ in range(4)) for _ in range(2)
-        )
+        user_code = new_user_code()
         ttl = self._scenario.device_code_ttl_seconds
         grant = DeviceGrant(
             device_code=secrets.token_urlsafe(24),

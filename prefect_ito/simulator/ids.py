@@ -1,8 +1,10 @@
-"""The ids the simulator makes for what it keeps: a prefix naming the kind, then random hex."""
+"""The ids the simulator makes for what it keeps (a prefix naming the kind, then random hex), and
+the short codes a person checks on its pages."""
 
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Literal, get_args
 from uuid import uuid4
 
@@ -15,3 +17,17 @@ MINTED = re.compile(rb"\b(?:%b)_[0-9a-f]{12,20}\b" % "|".join(get_args(Kind)).en
 def mint(kind: Kind, length: int = 16) -> str:
     """Return a new random id of ``kind``, ``length`` hex digits after its prefix."""
     return f"{kind}_{uuid4().hex[:length]}"
+
+
+USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
+"""No vowels: no accidental words in a code a person reads out."""
+CONFIRM_PAGE = "/confirm"
+"""The simulator's confirm page (a quote), relative to its base URL."""
+DECIDE_PAGE = "/decide"
+"""The simulator's decide page (a run's pending action), relative to its base URL."""
+
+
+def user_code() -> str:
+    """Return a new code a person checks on, or types into, one of the simulator's pages:
+    ``XXXX-XXXX``, as device login's."""
+    return "-".join("".join(secrets.choice(USER_CODE_ALPHABET) for _ in range(4)) for _ in range(2))

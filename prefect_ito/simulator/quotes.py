@@ -11,7 +11,6 @@ are one set of rules, and the contract's spend rules read against this one file.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,7 +26,7 @@ from prefect_ito.contract import (
     TrainingRunRequest,
 )
 from prefect_ito.simulator.errors import SimError
-from prefect_ito.simulator.ids import mint
+from prefect_ito.simulator.ids import CONFIRM_PAGE, mint, user_code
 from prefect_ito.simulator.pipeline import (
     is_custom_data,
     plan_parallelism,
@@ -40,15 +39,6 @@ ESTIMATE_LOW = 0.9
 """The low end of an estimate, as a share of the planned hours: a run may go a little faster."""
 ESTIMATE_HIGH = 1.3
 """The high end: restarts after loss spikes, and interruptions beyond the scripted ones."""
-_USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # as device login's: no vowels, no accidental words
-CONFIRM_PAGE = "/confirm"
-"""The simulator's confirm page, relative to its base URL."""
-
-
-def _user_code() -> str:
-    return "-".join(
-        "".join(secrets.choice(_USER_CODE_ALPHABET) for _ in range(4)) for _ in range(2)
-    )
 
 
 @dataclass
@@ -236,16 +226,14 @@ class QuoteBook:
 
         With ``base_url`` the quote names the confirm page a person answers it on.
         """
-        user_code = _user_code()
-        confirm_url = (
-            f"{base_url.rstrip('/')}{CONFIRM_PAGE}?user_code={user_code}" if base_url else None
-        )
+        code = user_code()
+        confirm_url = f"{base_url.rstrip('/')}{CONFIRM_PAGE}?user_code={code}" if base_url else None
         quote = _priced(request, booking, script, now).model_copy(
             update={
                 "quote_id": mint("quote"),
                 "expires_at": now + timedelta(seconds=self._ttl),
                 "confirm_url": confirm_url,
-                "user_code": user_code,
+                "user_code": code,
             }
         )
         held = HeldQuote(quote, account, real_now + self._ttl)

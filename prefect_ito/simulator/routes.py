@@ -164,7 +164,9 @@ async def create_training_run(
     authorization covers; the same key and body replay the run."""
     with state.engine.keyed_write(token.account, key):
         await _commit_delay(state)
-        submitted = state.engine.submit(token.account, key, body, principal=token.principal)
+        submitted = state.engine.submit(
+            token.account, key, body, principal=token.principal, base_url=str(request.base_url)
+        )
     if submitted.replayed:
         response.status_code = 200
         response.headers[REPLAYED_HEADER] = "true"

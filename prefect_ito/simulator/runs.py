@@ -74,6 +74,8 @@ class RunRecord:
     current_stage: str | None = None
     pending_action: PendingAction | None = None
     decisions: list[DecisionRecord] = field(default_factory=list)
+    base_url: str | None = None
+    """Where the simulator was reached when the run was submitted: its decide page's origin."""
     interruptions: list[Interruption] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
     events: list[RunEvent] = field(default_factory=list)

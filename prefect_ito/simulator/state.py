@@ -11,8 +11,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
-from prefect_ito.contract import Scope
+from prefect_ito.contract import PERSON_PRINCIPAL_PREFIX, ErrorCode, Scope
 from prefect_ito.simulator.engine import Engine
+from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.faults import FaultInjector
 from prefect_ito.simulator.identity import Identity, TokenInfo
 from prefect_ito.simulator.person_session import PersonSessions
@@ -122,8 +123,17 @@ def canceller(info: Info) -> str:
 
 
 def decider(info: Info) -> TokenInfo:
-    """Return a token that may relay decisions (``training:decide``), else 403."""
+    """Return a person's token that may decide (``training:decide``), else 403.
+
+    Minting refuses the scope to anyone but a person; checked here again, because a decision
+    recorded under a workload's principal would be nobody's.
+    """
     info.require(Scope.DECIDE)
+    if not info.principal.startswith(PERSON_PRINCIPAL_PREFIX):
+        raise SimError(
+            ErrorCode.INSUFFICIENT_SCOPE,
+            f"only a person's token decides; {info.principal} is not a person",
+        )
     return info
 
 
@@ -157,4 +167,4 @@ Authorizer = Annotated[TokenInfo, Depends(authorizer)]
 """A token that may create and revoke standing authorizations (``spend:authorize``)."""
 ReaderToken = Annotated[TokenInfo, Depends(any_reader)]
 """A token that may read; its principal goes on record when it declines a quote."""
-"""A token that may relay decisions; its principal goes on record beside the typed name."""
+"""A person's token that may decide; its principal goes on record as who decided."""

@@ -15,7 +15,13 @@ import httpx
 import pytest
 from device_login import approve_in_browser
 
-from prefect_ito.contract import IDEMPOTENCY_HEADER, SPEND_SCOPES, TRAINING_SCOPES
+from prefect_ito.contract import (
+    IDEMPOTENCY_HEADER,
+    PERSON_SCOPES,
+    SPEND_SCOPES,
+    TRAINING_SCOPES,
+    WORKLOAD_SCOPES,
+)
 
 WORKLOAD = "service:nightly-train"
 
@@ -45,13 +51,14 @@ def _quote(desk: Any, body: dict[str, Any] | None = None) -> dict[str, Any]:
 # --- tokens ---------------------------------------------------------------------------------
 
 
-def test_a_workload_token_is_minted_with_the_training_scopes_only(desk):
+def test_a_workload_token_is_minted_with_the_workload_scopes_only(desk):
     who = _workload(desk).get("/v0/auth/whoami").json()["data"]
 
-    assert who["scopes"] == [s.value for s in TRAINING_SCOPES]
+    # v0.5: no training:decide either; a decision is a person's.
+    assert who["scopes"] == [s.value for s in WORKLOAD_SCOPES]
 
 
-@pytest.mark.parametrize("scope", SPEND_SCOPES, ids=str)
+@pytest.mark.parametrize("scope", PERSON_SCOPES, ids=str)
 def test_the_simulator_refuses_a_spend_scope_for_a_workload(desk, scope):
     answer = httpx.post(
         f"{desk.sim.url}/_sim/tokens",

@@ -1,0 +1,202 @@
+"""The decide page a pending action's ``decide_url`` names (contract v0.5, as device login).
+
+A person opens it, signs in with their passphrase (or is signed in already, by a device login in
+the same browser: :mod:`prefect_ito.simulator.person_session` holds the sign-in, the CSRF token,
+the origin check, the throttle and the headers, for every page), enters or keeps the action's
+code, reads the evidence as the backend states it — the loss spike, the proposed checkpoint, what
+holding the run costs — and who asked (the principal that submitted the run, and the flow run it
+was submitted for), then approves or rejects with a reason. The backend records the signed-in
+person's principal as who decided. Every string shown is escaped.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse
+
+from prefect_ito.contract import (
+    ERROR_STATUS,
+    NOTE_MAX_LENGTH,
+    DecisionChoice,
+    DecisionRequest,
+    PendingAction,
+    TrainingRun,
+)
+from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.identity import default_principal
+from prefect_ito.simulator.ids import DECIDE_PAGE
+from prefect_ito.simulator.person_session import (
+    PageRefusal,
+    PageSession,
+    PersonFormDep,
+    form_fields,
+    respond,
+)
+from prefect_ito.simulator.runs import RunRecord
+from prefect_ito.simulator.state import SimState, SimStateDep
+
+router = APIRouter(include_in_schema=False)
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: decide a restart</title>
+</head><body><h1>Decide a proposed restart</h1><p>{message}</p>{body}</body></html>
+"""
+_CODE = """<form method="post" action="{action}">{person}
+<label>Decision code <input name="user_code" value="{user_code}" required></label>
+<button type="submit">{button}</button>
+</form>"""
+_ANSWER = """<form method="post" action="{action}">{person}
+<input type="hidden" name="user_code" value="{user_code}">
+<label>Why (recorded with your decision) <input name="reason" maxlength="{note_max}" required>
+</label>
+<label>Note (optional) <input name="note" maxlength="{note_max}"></label>
+<button name="decision" value="approve" type="submit">Approve the restart</button>
+<button name="decision" value="reject" type="submit">Reject it</button>
+</form>"""
+UserCode = Annotated[str, Form(max_length=32)]
+Text = Annotated[str | None, Form(max_length=NOTE_MAX_LENGTH)]
+
+
+def _page(
+    request: Request,
+    session: PageSession,
+    message: str,
+    body: str = "",
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    html = _PAGE.format(message=escape(message), body=body)
+    return respond(request, session, html, status, headers)
+
+
+def _code_form(session: PageSession, user_code: str) -> str:
+    """Return the form that asks for the action's code, and for the sign-in if nobody is in."""
+    button = "Show the proposal" if session.account else "Sign in"
+    return _CODE.format(
+        action=DECIDE_PAGE, person=form_fields(session), user_code=escape(user_code), button=button
+    )
+
+
+def action_html(run: TrainingRun, action: PendingAction) -> str:
+    """Return the proposal as the page shows it: the evidence, its cost, who asked; escaped."""
+    rows = [("Backend run", run.run_id), ("Booking", run.booking_id), ("Stage", action.stage)]
+    if action.loss is not None and action.baseline_loss is not None:
+        times = f" ({action.loss / action.baseline_loss:.1f}×)" if action.baseline_loss else ""
+        rows += [
+            ("Loss spike", f"{action.loss:.2f} at step {action.step:,}"),
+            ("Baseline loss", f"{action.baseline_loss:.2f}{times}"),
+        ]
+    checkpoint = action.proposed_checkpoint
+    if checkpoint is not None:
+        back = action.step - checkpoint.step
+        rows.append(
+            (
+                "Restart from",
+                f"{checkpoint.checkpoint_id}, step {checkpoint.step:,} ({back:,} back)",
+            )
+        )
+    if action.hold_usd_per_hour is not None:
+        rows.append(("Holding the run costs", f"${action.hold_usd_per_hour:,.2f} an hour"))
+    t = run.telemetry
+    rows.append(("Spent so far", f"${t.spend_usd:,.2f} of ${t.budget_usd:,.2f}"))
+    submitted_by = run.confirmation.submitted_by if run.confirmation else None
+    rows += [
+        ("Asked by", submitted_by or "not recorded"),
+        ("For flow run", run.client_reference or "not named"),
+    ]
+    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f"<table>{table}</table>"
+
+
+@router.get(DECIDE_PAGE, response_class=HTMLResponse)
+async def decide_page(
+    request: Request, state: SimStateDep, user_code: Annotated[str, Query(max_length=32)] = ""
+) -> HTMLResponse:
+    """The code form: the action's code, and the person's sign-in unless they are signed in."""
+    session = state.pages.open(request)
+    message = "Sign in to see the restart your terminal or the Prefect UI shows."
+    if session.account:
+        message = "Check the code against the one your terminal or the Prefect UI shows."
+    return _page(request, session, message, _code_form(session, user_code))
+
+
+@router.post(DECIDE_PAGE, response_class=HTMLResponse)
+async def decide_answer(
+    request: Request,
+    state: SimStateDep,
+    form: PersonFormDep,
+    user_code: UserCode = "",
+    decision: Annotated[Literal["approve", "reject"] | None, Form()] = None,
+    reason: Text = None,
+    note: Text = None,
+) -> HTMLResponse:
+    """Without a decision, show the signed-in person the proposal; with one, record it."""
+    session = state.pages.open(request)
+    try:
+        session = state.pages.admit(request, session, form)
+        if not user_code and session.account:  # signed in, with no code yet: ask for it
+            return _page(request, session, "Enter the code.", _code_form(session, user_code))
+        rec = _held(state, request, session, user_code)
+    except PageRefusal as refusal:
+        body = _code_form(session, user_code)
+        return _page(request, session, refusal.message, body, refusal.status_code, refusal.headers)
+    run, action = rec.snapshot(), rec.pending_action
+    assert action is not None  # _held found it by its pending action's code
+    shown = action_html(run, action)
+    if decision is None or not (reason or "").strip():
+        said = "Give a reason: it is recorded with your decision." if decision else ""
+        body = shown + _answer_form(session, user_code)
+        return _page(request, session, f"Restart proposed for run {run.run_id}. {said}", body)
+    return _record(request, state, session, rec, decision, reason or "", note)
+
+
+def _held(state: SimState, request: Request, session: PageSession, user_code: str) -> RunRecord:
+    """Return the signed-in person's run whose pending action the code names (a wrong code,
+    or one of another account's action, counts against them)."""
+
+    def look_up() -> RunRecord | None:
+        rec = state.engine.by_user_code(user_code)
+        return rec if rec is not None and rec.account == session.account else None
+
+    return state.pages.try_code(request, session, look_up)
+
+
+def _answer_form(session: PageSession, user_code: str) -> str:
+    return _ANSWER.format(
+        action=DECIDE_PAGE,
+        person=form_fields(session),
+        user_code=escape(user_code),
+        note_max=NOTE_MAX_LENGTH,
+    )
+
+
+def _record(
+    request: Request,
+    state: SimState,
+    session: PageSession,
+    rec: RunRecord,
+    decision: Literal["approve", "reject"],
+    reason: str,
+    note: str | None,
+) -> HTMLResponse:
+    """Record the signed-in person's decision, and say so."""
+    assert session.account is not None  # see _held
+    assert rec.pending_action is not None
+    action = rec.pending_action
+    principal = default_principal(session.account)
+    body = DecisionRequest(
+        decision=DecisionChoice(decision), reason=reason.strip(), decided_by=note or None
+    )
+    shown = action_html(rec.snapshot(), action)
+    try:
+        state.engine.decide(
+            session.account, rec.run_id, action.action_id, body, None, principal=principal
+        )
+    except SimError as error:
+        return _page(request, session, error.message, shown, ERROR_STATUS[error.code])
+    said = "Approved" if decision == "approve" else "Rejected"
+    message = f"{said} as {principal}: return to your terminal or the Prefect UI."
+    return _page(request, session, message, shown)
