@@ -75,8 +75,9 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
-def quote_html(quote: TrainingQuote) -> str:
-    """Return the quote as the page shows it: cost first, then the manifest, all escaped."""
+def quote_html(quote: TrainingQuote, held: HeldQuote | None = None) -> str:
+    """Return the quote as the page shows it: cost first, then the manifest, then who asked for
+    it (``held``'s record), all escaped."""
     plan = quote.plan
     term = "ends before" if quote.ends_before_term else "MAY OUTLAST"
     rows = [
@@ -102,6 +103,11 @@ def quote_html(quote: TrainingQuote) -> str:
         ("Manifest digest", quote.manifest_digest),
         ("Quote expires", quote.expires_at.isoformat()),
     ]
+    if held is not None:
+        rows += [
+            ("Asked by", held.asked_by or "not recorded"),
+            ("For flow run", held.flow_run or "not named"),
+        ]
     answer = quote.confirmation
     if answer is not None:
         note = f" ({answer.note})" if answer.note else ""
@@ -143,7 +149,7 @@ async def confirm_answer(
         return _refused(request, session, refusal, user_code)
     quote = held.stated(state.engine.real_now())
     if decision is None:
-        shown = quote_html(quote) + _answer_form(session, user_code)
+        shown = quote_html(quote, held) + _answer_form(session, user_code)
         return _page(request, session, f"Quote {quote.quote_id}, state {quote.state}.", shown)
     return _record(request, state, session, quote, decision, note)
 

@@ -459,9 +459,15 @@ class Engine:
             )
 
     def quote(
-        self, account: str, request: TrainingRunRequest, base_url: str | None = None
+        self,
+        account: str,
+        request: TrainingRunRequest,
+        base_url: str | None = None,
+        asked_by: str | None = None,
     ) -> TrainingQuote:
         """Return a quote for ``request``: the plan, the estimate, a confirmable id. No work.
+
+        ``asked_by``, the principal whose token asked, is kept to show on the confirm page.
 
         Raises:
             SimError: ``CAPABILITY_NOT_AVAILABLE`` on a backend that does not say
@@ -486,6 +492,7 @@ class Engine:
             now=self.wall_now(),
             real_now=self._clock(),
             base_url=base_url,
+            asked_by=asked_by,
         )
 
     def submit(

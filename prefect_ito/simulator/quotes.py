@@ -55,6 +55,10 @@ class HeldQuote:
     """When (real clock) the person confirmed: a carried confirmation keeps its first moment."""
     superseded_by: str | None = None
     """The newer quote of the same manifest this quote's confirmation carried to."""
+    asked_by: str | None = None
+    """The principal whose token asked for the quote: shown on the confirm page."""
+    flow_run: str | None = None
+    """The request's client reference (a Prefect flow run's id): shown on the confirm page."""
 
     def state(self, real_now: float) -> QuoteState:
         """Return where the quote stands at the real moment ``real_now``."""
@@ -221,6 +225,7 @@ class QuoteBook:
         now: datetime,
         real_now: float,
         base_url: str | None = None,
+        asked_by: str | None = None,
     ) -> TrainingQuote:
         """Return a new quote for ``request``, confirmable for the book's time to live.
 
@@ -236,7 +241,13 @@ class QuoteBook:
                 "user_code": code,
             }
         )
-        held = HeldQuote(quote, account, real_now + self._ttl)
+        held = HeldQuote(
+            quote,
+            account,
+            real_now + self._ttl,
+            asked_by=asked_by,
+            flow_run=request.client_reference,
+        )
         self._carry(held, real_now)
         self._held[quote.quote_id] = held
         return held.stated(real_now)

@@ -39,6 +39,7 @@ from prefect_ito.simulator.state import (
     Canceller,
     Decider,
     Reader,
+    ReaderToken,
     SimState,
     SimStateDep,
     Submitter,
@@ -118,14 +119,17 @@ async def get_training_eligibility(
     ),
 )
 async def create_training_quote(
-    state: SimStateDep, account: Reader, body: TrainingRunRequest, request: Request
+    state: SimStateDep, token: ReaderToken, body: TrainingRunRequest, request: Request
 ) -> Envelope[TrainingQuote]:
     """Preview the plan and estimate the cost of a request; creates no work and spends nothing.
 
     The quote's id, confirmed by a person, goes with the submission until the quote expires.
     A person may confirm it at the backend, on the page its `confirm_url` names (v0.4).
     """
-    return ok(state.engine.quote(account, body, base_url=str(request.base_url)))
+    quote = state.engine.quote(
+        token.account, body, base_url=str(request.base_url), asked_by=token.principal
+    )
+    return ok(quote)
 
 
 @router.post(

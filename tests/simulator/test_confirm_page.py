@@ -90,6 +90,9 @@ def test_a_signed_in_person_sees_the_cost_first_then_the_manifest(desk):
     assert "$250,000.00" in text
     assert quote["manifest_digest"] in text
     assert 'value="confirm"' in text and 'value="decline"' in text
+    # Who asked: the principal whose token asked for the quote, and for which flow run.
+    assert text.index("Quote expires") < text.index("Asked by") < text.index("For flow run")
+    assert "<td>user:sim-user</td>" in text
 
 
 def test_confirming_on_the_page_records_the_signed_in_principal(desk):
