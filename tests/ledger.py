@@ -46,6 +46,7 @@ CATEGORIES: dict[str, str] = {
     "never-alone": "Never acts on its own",
     "spend-attempts": "Spend attempts without a person's confirmation at the backend",
     "follow-cancel-attempts": "Follow and cancel attempts through Prefect records",
+    "decision-attempts": "Decisions attempted without a person's sign-in at the backend",
 }
 """The categories of the report, in its order."""
 REPORT_PATHS = "tests/reliability tests/e2e/test_crashes.py"
