@@ -6,8 +6,9 @@ worker, two ``prefect-ito watch`` at once, the simulator — and N deployment ru
 in, and a delay within that phase:
 
 - ``before-submit``, ``after-submit``, ``mid-gate`` (an in-process run, some seconds into a
-  stage), ``relaying`` (a person answered; killed before or after the decision reaches the
-  backend): its flow process is SIGKILLed; the worker reports the crash and a watcher re-enters it.
+  stage), ``relaying`` (a person decided at the backend; killed as its flow process reads the
+  decision): its flow process is SIGKILLed; the worker reports the crash and a watcher re-enters
+  it.
 - ``deferred``: nothing holds a process, so the process that supervises it then — a watcher — is
   SIGKILLed, and started again after the delay.
 - ``awaiting-person``: the person answers only after the machine was lost and the Prefect server
@@ -45,8 +46,10 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from processes import kill
-from trial_stack import TrialStack
+from trial_stack import ACCOUNT, PERSON, TrialStack
 
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.contract import DecisionChoice, DecisionRequest
 from prefect_ito.simulator import AdminRun, Scenario, builtin_scenario
 
 PHASES = ("before-submit", "after-submit", "mid-gate", "deferred", "awaiting-person", "relaying")
@@ -344,16 +347,26 @@ class Conductor:
             self.stack.start_watcher(due[1])
 
     async def _answer(self, trial: Trial, snap: Snapshot) -> None:
-        """Answer a restart form as a person does in the UI: through Prefect's resume API."""
+        """Decide a restart as a person does (contract v0.5): at the backend, as themselves; the
+        watcher, or the flow waiting in its process, sees the decision and goes on."""
         if trial.answered_at is not None or snap.phase(trial) != "awaiting-person":
             return
         if trial.phase == "awaiting-person" and self.server_restarted_at is None:
             return  # this one waits through the machine loss and the server's restart
-        answer = {"decision": "approve", "decided_by": "Ada", "reason": "a bad data shard"}
-        async with get_client() as client:
-            result = await client.resume_flow_run(trial.flow_run_id, run_input=answer)  # type: ignore[arg-type]
-        if result.status.value == "ACCEPT":
-            trial.answered_at = time.time()
+        run = snap.run(trial)
+        action = run.run.pending_action if run is not None else None
+        if run is None or action is None:
+            return
+        token = self.stack.simulator.mint_token(ACCOUNT, principal=PERSON)
+        decision = DecisionRequest(decision=DecisionChoice.APPROVE, reason="a bad data shard")
+        async with ItoClient(self.stack.simulator.url, token) as client:
+            await client.decide(
+                run.run.run_id,
+                action.action_id,
+                decision,
+                idempotency_key=f"crash-trial-{action.action_id}",
+            )
+        trial.answered_at = time.time()
 
     def _machine_loss_due(self, snap: Snapshot) -> bool:
         waiting = all(

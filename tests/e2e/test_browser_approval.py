@@ -1,12 +1,13 @@
-"""End to end in a browser: a person approves a loss-spike restart in the Prefect UI, confirms
-a spend on the backend's confirm page, and declines one in the Prefect UI.
+"""End to end in a browser: a person approves a loss-spike restart on the backend's decide page,
+confirms a spend on the backend's confirm page, and declines one in the Prefect UI.
 
 Headless Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) opens the UI that
-``prefect server start`` serves, presses Resume on the suspended run, checks the evidence and the
-chart, fills the form Prefect generates from the
-:class:`~prefect_ito.people.approval.RestartDecision`
-schema, is refused without a choice, approves and submits; then it looks at the flow run's
-Artifacts tab, the telemetry card and the decisions card. Beside that run, another one parks for
+``prefect server start`` serves, presses Resume on the run suspended at a loss spike, checks the
+evidence, the chart, the decide link and code, and that the form
+(:class:`~prefect_ito.people.approval.RestartCheck`) can only recheck; a forged approval and a
+forged ``Cancelled`` event change nothing; it signs in on the decide page as the person and
+approves there; then it looks at the flow run's Artifacts tab, the telemetry card and the
+decisions card. Beside that run, another one parks for
 the watcher: each run's page says in its state message which one waits for a person. For a
 spend (contract v0.4) it signs in with the person's passphrase on the simulator's confirm page
 (the quote's ``confirm_url``) and confirms there, and it declines another in the Resume form,
@@ -19,10 +20,11 @@ same for every database. Without Chromium or Playwright the test is skipped, unl
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,12 +55,13 @@ from e2e_stack import (
 )
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
+from prefect.events import emit_event
 from prefect.states import Cancelled
 
 from prefect_ito.contract import DecisionChoice, QuoteState, RunState, TrainingQuote
 from prefect_ito.reporting.quote_card import estimate
 from prefect_ito.reporting.report import artifact_key
-from prefect_ito.waiting.keys import DEFER_PREFIX, SPEND_PREFIX
+from prefect_ito.waiting.keys import DEFER_PREFIX, RESTART_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.waits import QuoteWait, latest_wait
 
 if TYPE_CHECKING:
@@ -245,12 +248,17 @@ async def rendered_images(scope: Locator) -> list[int]:
 
 
 @pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True)
-async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack, page: Page):
-    """Decide in the Resume form, then find the run's story on its Artifacts tab.
+async def test_a_person_approves_a_restart_on_the_backend_s_decide_page(
+    chromium: Path, stack: Stack, page: Page
+):
+    """A deployment's run suspends at a loss spike, holding no process; the Resume form shows the
+    evidence, the decide link and its code, and can only recheck; forged answers in Prefect and a
+    forged ``Cancelled`` event change nothing; a person approves on the backend's decide page,
+    signed in as themselves; the watcher resumes the run within seconds; the record is theirs.
 
     ``chromium`` comes first so that a machine without a browser skips before the stack starts.
-    Screenshots of the form, the Artifacts tab, the telemetry card and the decisions card are
-    kept in :func:`screenshot_dir`.
+    Screenshots of the form, the decide page, the Artifacts tab, the telemetry card and the
+    decisions card are kept in :func:`screenshot_dir`.
     """
     from playwright.async_api import expect
 
@@ -259,6 +267,9 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
     suspended = await suspend_on_spike(BROWSER_BOOKING)
     ui_url = stack.api_url.removesuffix("/api")
     shots = screenshot_dir()
+    (waiting,) = backend_runs(stack, BROWSER_BOOKING)
+    action = waiting.pending_action
+    assert action is not None and action.decide_url and action.user_code
 
     async with screenshot_on_failure(page, shots / "failure.png"):
         await wait_for_flow_run(parked.id, parked_for_the_watcher)
@@ -272,25 +283,55 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
         await stop_parked(parked.id)
 
         dialog = await open_resume_form(page, f"{ui_url}/runs/flow-run/{suspended.id}")
-        # The spike's evidence is rendered above the form, so the person knows what they decide.
+        # The spike's evidence is rendered above the form, so the person knows what it is about.
         await expect(dialog).to_contain_text("Loss spike in")
         await expect(dialog).to_contain_text(BROWSER_BOOKING)
         await expect(dialog.locator("th")).to_have_text(["evidence", "value"])
         await expect(dialog).to_contain_text("spent so far")
         assert await rendered_images(dialog) == [440]  # the chart, drawn at the dialog's width
-        # Approve or reject is a required choice, and nothing is chosen to begin with.
+        # Where to decide: the backend's page, its address and code (for a text-only terminal).
+        link = dialog.get_by_role("link", name="the decide page")
+        await expect(link).to_have_attribute("href", action.decide_url)
+        await expect(dialog).to_contain_text(action.decide_url)
+        await expect(dialog).to_contain_text(f"code {action.user_code}")
+        # The form decides nothing: its one choice is to read the backend again, none preset.
         decision = form_field(dialog, "Decision")
         await expect(decision.locator(".p-select-button__value")).to_have_text("")
-        await form_field(dialog, "Decided By").get_by_role("textbox").fill(APPROVER)
-        await form_field(dialog, "Reason").get_by_role("textbox").fill(REASON)
         await snapshot(page, page.locator(".p-modal__card"), shots / "approval-form.png")
+        await choose(page, decision, "recheck", among=["recheck"])
+        await page.keyboard.press("Escape")
 
-        # Submitting without a choice is refused, and the form stays open.
-        await dialog.get_by_role("button", name="Submit").click()
-        await expect(decision).to_contain_text("'decision' is a required property")
-        await expect(dialog).to_be_visible()
-        await choose(page, decision, "approve")
-        await submit_as_a_person_would(page, dialog)
+        # A colleague with Prefect API access forges an approval, and a Cancelled event.
+        async with get_client() as client:
+            forged = {"decision": "approve", "decided_by": "Eve", "reason": "looks fine"}
+            refused = await client.resume_flow_run(suspended.id, run_input=forged)
+        assert refused.status.value == "REJECT", refused.details
+        emit_event(
+            event="prefect.flow-run.Cancelled",
+            resource={"prefect.resource.id": f"prefect.flow-run.{suspended.id}"},
+        )
+        await asyncio.sleep(10)  # time for any Automation, deployment and worker to act on it
+        (still,) = backend_runs(stack, BROWSER_BOOKING)
+        assert still.pending_action is not None and still.decisions == []
+        assert still.state is RunState.AWAITING_DECISION
+        assert (await read_state_name(suspended.id)) == "Suspended"
+
+        # The person, on the backend's page: signed in as themselves, reading who asked.
+        await page.goto(action.decide_url)
+        await expect(page.get_by_label("Decision code")).to_have_value(action.user_code)
+        await page.get_by_label("Account").fill(ACCOUNT)
+        await page.get_by_label("Passphrase").fill(PASSPHRASE)
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.get_by_text(f"Restart proposed for run {still.run_id}.")).to_be_visible()
+        await expect(page.locator("tr", has_text="Asked by")).to_contain_text(WORKLOAD)
+        await expect(page.locator("tr", has_text="For flow run")).to_contain_text(str(suspended.id))
+        await page.get_by_label("Why").fill(REASON)
+        await page.get_by_label("Note").fill(APPROVER)
+        await snapshot(page, page.locator("body"), shots / "decide-page.png")
+        clicked = datetime.now(UTC)
+        await page.get_by_role("button", name="Approve the restart").click()
+        await expect(page.get_by_text(f"Approved as {CONFIRMER}")).to_be_visible()
+        took = await resumed_within(suspended.id, clicked, asking_for_restart)
         await wait_for_flow_run(suspended.id, completed)
 
         (run,) = backend_runs(stack, BROWSER_BOOKING)
@@ -316,14 +357,29 @@ async def test_a_person_approves_in_the_prefect_ui(chromium: Path, stack: Stack,
         await page.locator(".p-tab", has_text="Artifacts").click()
         await cards.filter(has_text=artifact_key(run.run_id, "decisions")).click()
         await expect(page.get_by_text("1 restart proposed: 1 approved.").first).to_be_visible()
-        for words in (f"Approved by {APPROVER}", REASON, "ckpt-pretrain-"):
+        for words in (f"Approved by {CONFIRMER}", REASON, "ckpt-pretrain-"):
             await expect(page.get_by_text(words).first).to_be_visible()
         await snapshot(page, page.locator(CARD), shots / "decisions-card.png")
 
+    assert took < RESUME_WITHIN, took
     assert run.state is RunState.SUCCEEDED
-    assert [(d.decision, d.decided_by, d.reason) for d in run.decisions] == [
-        (DecisionChoice.APPROVE, APPROVER, REASON)
+    assert [(d.decision, d.principal, d.decided_by, d.reason) for d in run.decisions] == [
+        (DecisionChoice.APPROVE, CONFIRMER, APPROVER, REASON)
     ]
+    assert stack.watcher_log is not None  # the watcher resumed it: the run held no process
+    resumed = f"Resumed flow run {suspended.id}: backend run {run.run_id} no longer waits for"
+    assert resumed in stack.watcher_log.read_text()
+
+
+async def read_state_name(flow_run_id: UUID) -> str | None:
+    async with get_client() as client:
+        return (await client.read_flow_run(flow_run_id)).state_name
+
+
+def asking_for_restart(flow_run: FlowRun) -> bool:
+    state = flow_run.state
+    key = (state.state_details.pause_key or "") if state else ""
+    return bool(state and state.is_paused() and key.startswith(RESTART_PREFIX))
 
 
 @pytest.mark.parametrize("prefect_api", ["sqlite"], indirect=True)
@@ -460,18 +516,22 @@ async def read_quote(stack: Stack, quote_id: str) -> TrainingQuote:
     return TrainingQuote.model_validate(response.json()["data"])
 
 
-async def resumed_within(flow_run_id: UUID, since: datetime) -> float:
-    """Wait until the flow run leaves its spend suspension; return seconds from ``since``.
+async def resumed_within(
+    flow_run_id: UUID, since: datetime, waiting: Callable[[FlowRun], bool] | None = None
+) -> float:
+    """Wait until the flow run leaves its suspension for a person (``waiting``: its spend's by
+    default); return seconds from ``since``.
 
     Measured by the server's timestamp of the first state after the suspension, so the figure
     does not depend on how often this test looks.
     """
-    await wait_for_flow_run(flow_run_id, lambda run: not asking_for_spend(run), timeout=60)
+    asking = waiting or asking_for_spend
+    await wait_for_flow_run(flow_run_id, lambda run: not asking(run), timeout=60)
     async with get_client() as client:
         states = sorted(await client.read_flow_run_states(flow_run_id), key=lambda s: s.timestamp)
     after = [s for s in states if s.timestamp >= since and not s.is_paused()]
     seconds = (after[0].timestamp - since).total_seconds()
-    print(f"resumed {seconds:.2f} s after the confirmation ({after[0].name})")
+    print(f"resumed {seconds:.2f} s after the person's answer ({after[0].name})")
     return seconds
 
 

@@ -48,14 +48,16 @@ from e2e_stack import (
     wait_for_flow_run,
 )
 from prefect import get_client
+from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import run_deployment
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.states import Cancelled, Cancelling, Running, Suspended
 from processes import descendants
 from spend_helpers import PERSON, confirm_at_backend
 
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoBooking, ItoSpendAuthorization
-from prefect_ito.contract import DecisionChoice, RunState
+from prefect_ito.contract import ALL_SCOPES, DecisionChoice, DecisionRequest, RunState
 from prefect_ito.parameters import BookingClaim, TrainingParameters
 from prefect_ito.reporting.chaining import emit_booking_completed
 from prefect_ito.waiting.waits import QuoteWait, latest_wait
@@ -100,38 +102,60 @@ async def test_a_booking_event_triggers_a_training_run(stack: Stack):
     assert len(runs) == 2 and all(r.state is RunState.SUCCEEDED for r in runs)
 
 
-async def test_a_suspended_approval_resumes_through_the_api_and_completes(stack: Stack):
+async def test_a_suspended_restart_goes_on_once_a_person_decides_at_the_backend(stack: Stack):
     suspended = await suspend_on_spike(APPROVE_BOOKING)
     keyset = suspended.state.state_details.run_input_keyset  # type: ignore[union-attr]
     assert keyset is not None
 
     async with get_client() as client:
-        # What the UI's form sends: the RestartDecision fields. Without a choice it is refused.
-        untouched = {"decided_by": "Ada", "reason": "pressed Submit"}
-        refused = await client.resume_flow_run(suspended.id, run_input=untouched)
+        # An approval through Prefect's API, as the form took before v0.5: refused.
+        forged = {"decision": "approve", "decided_by": "Ada", "reason": "the spike was a blip"}
+        refused = await client.resume_flow_run(suspended.id, run_input=forged)
         assert refused.status.value == "REJECT", refused.details
-        answer = {"decision": "approve", "decided_by": "Ada", "reason": "the spike was a blip"}
-        result = await client.resume_flow_run(suspended.id, run_input=answer)
-    assert result.status.value == "ACCEPT", result.details
-    await wait_for_flow_run(suspended.id, completed)
-    # The resumed flow takes the stored answer without suspending (or saying it waits) again.
+        # A recheck before anyone decided: the flow reads the backend and asks again.
+        early = {"decision": "recheck", "reason": "pressed early"}
+        taken = await client.resume_flow_run(suspended.id, run_input=early)
+        assert taken.status.value == "ACCEPT", taken.details
+    await wait_for_flow_run(suspended.id, lambda run: _suspended_times(run) == 2, timeout=120)
+
+    (waiting,) = backend_runs(stack, APPROVE_BOOKING)
+    assert waiting.pending_action is not None and waiting.decisions == []
+    person = stack.simulator.mint_token(
+        ACCOUNT, scopes=[scope.value for scope in ALL_SCOPES], principal=f"user:{ACCOUNT}"
+    )
+    async with ItoClient(stack.simulator.url, person) as client:
+        await client.decide(
+            waiting.run_id,
+            waiting.pending_action.action_id,
+            DecisionRequest(decision=DecisionChoice.APPROVE, reason="the spike was a blip"),
+            idempotency_key="e2e-decision",
+        )
+    await wait_for_flow_run(suspended.id, completed)  # the watcher resumed it
     logs = await flow_run_log_messages(suspended.id, until="succeeded through")
-    async with get_client() as client:
-        states = await client.read_flow_run_states(suspended.id)
-    assert [state.name for state in states].count("Suspended") == 1, states
-    # The flow's own line (Prefect's end line now quotes the state message, which says so too).
-    assert len([m for m in logs if m.startswith("Loss spike in pretrain")]) == 1, logs
-    assert any("Ada approved the restart" in m for m in logs), logs
+    assert any(f"user:{ACCOUNT} approved the restart at the backend" in m for m in logs), logs
 
     (run,) = backend_runs(stack, APPROVE_BOOKING)
     assert run.state is RunState.SUCCEEDED
-    assert [(d.decision, d.decided_by) for d in run.decisions] == [(DecisionChoice.APPROVE, "Ada")]
-    relayed = [
+    assert [(d.decision, d.principal) for d in run.decisions] == [
+        (DecisionChoice.APPROVE, f"user:{ACCOUNT}")
+    ]
+    posted = [
         r
         for r in stack.simulator.requests()
         if r.method == "POST" and r.path.endswith("/decision") and r.status < 300
     ]
-    assert len(relayed) == 1
+    assert len(posted) == 1  # the person's: the flow decides nothing
+
+
+_SUSPENSIONS: dict[object, set[object]] = {}
+
+
+def _suspended_times(flow_run: FlowRun) -> int:
+    """Count the distinct suspensions seen of a flow run (by state id), as it is polled."""
+    seen = _SUSPENSIONS.setdefault(flow_run.id, set())
+    if flow_run.state is not None and flow_run.state.name == "Suspended":
+        seen.add(flow_run.state.id)
+    return len(seen)
 
 
 async def test_cancelling_a_suspended_run_cancels_the_backend_workload(stack: Stack):

@@ -34,7 +34,7 @@ PAYLOAD = {
     "deadline": "2026-12-02T10:00:00+00:00",
     "held": "held 2 h 14 min: about $1,350 of GPU time",
     "link": "http://127.0.0.1:4200/runs/flow-run/f-1",
-    "command": "prefect-ito decide f-1 --approve|--reject --reason TEXT --name NAME",
+    "command": "prefect-ito decide f-1 --approve|--reject --reason TEXT",
 }
 
 
