@@ -68,7 +68,7 @@ METHODS: dict[str, str] = {
     "crashes": "Training flow runs of the shipped deployment, all at once on their own real "
     "Prefect server, process worker and two watchers (`tests/e2e/test_crashes.py`): each is "
     "struck at a seeded point (its flow process SIGKILLed before submission, right after it, "
-    "mid-gate or while a person's decision is relayed; a watcher SIGKILLed while it is deferred; "
+    "mid-gate or as it reads a person's decision; a watcher SIGKILLed while it is deferred; "
     "a person answering only after the machine loss and the server restart while it waits), the "
     "machine is lost once (the worker and every flow process SIGKILLed) and the Prefect server "
     "restarted once. Duplicates are backend runs beyond one per trial and decisions beyond one "

@@ -1,8 +1,8 @@
 """Deferred supervision end to end: a real server, a process worker and `prefect-ito watch`.
 
 A deployment run waits on the backend with no process of its own, is resumed by the watcher when
-its run moves, survives the watcher's restart, goes through a person's approval, and ends with
-exactly one backend run. Lost flow processes and lost machines are the crash trials'
+its run moves, survives the watcher's restart, goes through a person's approval at the backend,
+and ends with exactly one backend run. Lost flow processes and lost machines are the crash trials'
 (``test_crashes.py``): twenty at once on one stack, where one test of each took as long.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 from e2e_stack import (
+    ACCOUNT,
     DEFER_BOOKING,
     Stack,
     backend_runs,
@@ -24,7 +25,8 @@ from e2e_stack import (
 from prefect import get_client
 from processes import stop_process
 
-from prefect_ito.contract import DecisionChoice, RunState
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.contract import DecisionChoice, DecisionRequest, RunState
 
 SUBMIT = ("POST", "/v0/training-runs")
 
@@ -64,19 +66,27 @@ async def test_a_deferred_run_holds_no_process_goes_through_an_approval_and_ends
     assert stack.watcher_env is not None and stack.watcher_log is not None
     stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
 
-    # Resumed by the watcher at the loss spike, the flow run asks a person: the form's answer
-    # goes in through Prefect's API, as the UI sends it.
-    asking = await wait_for_flow_run(flow_run.id, awaiting_person, timeout=300)
-    async with get_client() as client:
-        answer = {"decision": "approve", "decided_by": "Ada", "reason": "a bad data shard"}
-        result = await client.resume_flow_run(asking.id, run_input=answer)
-    assert result.status.value == "ACCEPT", result.details
+    # Resumed by the watcher at the loss spike, the flow run asks a person, who decides at the
+    # backend as themselves (contract v0.5); the watcher resumes it once the backend says so.
+    await wait_for_flow_run(flow_run.id, awaiting_person, timeout=300)
+    (spiked,) = backend_runs(stack, DEFER_BOOKING)
+    assert spiked.pending_action is not None
+    person = stack.simulator.mint_token(ACCOUNT, principal=f"user:{ACCOUNT}")
+    async with ItoClient(stack.simulator.url, person) as client:
+        await client.decide(
+            spiked.run_id,
+            spiked.pending_action.action_id,
+            DecisionRequest(decision=DecisionChoice.APPROVE, reason="a bad data shard"),
+            idempotency_key="deferred-decision",
+        )
 
     done = await wait_for_flow_run(flow_run.id, completed, timeout=300)
 
     (run,) = backend_runs(stack, DEFER_BOOKING)
     assert run.state is RunState.SUCCEEDED
-    assert [(d.decision, d.decided_by) for d in run.decisions] == [(DecisionChoice.APPROVE, "Ada")]
+    assert [(d.decision, d.principal) for d in run.decisions] == [
+        (DecisionChoice.APPROVE, f"user:{ACCOUNT}")
+    ]
     assert len(decisions_relayed(stack, run.run_id)) == 1
     async with get_client() as client:
         history = [state.name for state in await client.read_flow_run_states(done.id)]
