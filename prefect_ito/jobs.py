@@ -88,7 +88,9 @@ class ItoTrainingJob(JobBlock[TrainingSummary]):
         request = training.to_request(claim)
         async with self.credentials.get_client() as client:
             run = await supervision.start(
-                ClientSteps(client, training, self.logger, self.authorization),
+                ClientSteps(
+                    client, training, self.logger, self.authorization, credentials=self.credentials
+                ),
                 claim,
                 request,
                 lambda: submission_key(training, request, current_flow_run_id()),
@@ -129,7 +131,9 @@ class ItoTrainingRun(JobRun[TrainingSummary]):
             RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
         """
         async with self.job.credentials.get_client() as client:
-            steps = ClientSteps(client, self.job.training, self.logger)
+            steps = ClientSteps(
+                client, self.job.training, self.logger, credentials=self.job.credentials
+            )
             try:
                 self.run = await supervision.supervise(steps, self.run)
             except supervision.CancelRequested as cancel:
