@@ -25,7 +25,7 @@ from prefect_ito.simulator.person_session import (
     PageSession,
     PersonFormDep,
     form_fields,
-    respond,
+    page,
 )
 from prefect_ito.simulator.quotes import HeldQuote
 from prefect_ito.simulator.spend_routes import answer_quote
@@ -33,10 +33,7 @@ from prefect_ito.simulator.state import SimState, SimStateDep
 
 router = APIRouter(include_in_schema=False)
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: confirm a spend</title>
-</head><body><h1>Confirm a training spend</h1><p>{message}</p>{body}</body></html>
-"""
+_WHAT = ("confirm a spend", "Confirm a training spend")
 _CODE = """<form method="post" action="{action}">{person}
 <label>Quote code <input name="user_code" value="{user_code}" required></label>
 <button type="submit">{button}</button>
@@ -58,8 +55,7 @@ def _page(
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    html = _PAGE.format(message=escape(message), body=body)
-    return respond(request, session, html, status, headers)
+    return page(request, session, _WHAT, message, body, status, headers)
 
 
 def _code_form(session: PageSession, user_code: str) -> str:

@@ -33,17 +33,14 @@ from prefect_ito.simulator.person_session import (
     PageSession,
     PersonFormDep,
     form_fields,
-    respond,
+    page,
 )
 from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.state import SimState, SimStateDep
 
 router = APIRouter(include_in_schema=False)
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: decide a restart</title>
-</head><body><h1>Decide a proposed restart</h1><p>{message}</p>{body}</body></html>
-"""
+_WHAT = ("decide a restart", "Decide a proposed restart")
 _CODE = """<form method="post" action="{action}">{person}
 <label>Decision code <input name="user_code" value="{user_code}" required></label>
 <button type="submit">{button}</button>
@@ -68,8 +65,7 @@ def _page(
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    html = _PAGE.format(message=escape(message), body=body)
-    return respond(request, session, html, status, headers)
+    return page(request, session, _WHAT, message, body, status, headers)
 
 
 def _code_form(session: PageSession, user_code: str) -> str:

@@ -62,6 +62,26 @@ _SIGN_IN_FIELDS = """<label>Account <input name="account" autocomplete="username
 <label>Passphrase <input name="secret" type="password" autocomplete="current-password" required>
 </label>"""
 T = TypeVar("T")
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: {title}</title>
+</head><body><h1>{heading}</h1><p>{message}</p>{body}</body></html>
+"""
+
+
+def page(
+    request: Request,
+    session: PageSession,
+    what: tuple[str, str],
+    message: str,
+    body: str = "",
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> HTMLResponse:
+    """Answer with one of the person's pages: ``what`` is its title and heading, ``message``
+    (escaped here) what it says, ``body`` its forms and tables (escaped by their builder)."""
+    title, heading = what
+    html = _PAGE.format(title=title, heading=heading, message=escape(message), body=body)
+    return respond(request, session, html, status, headers)
 
 
 class PageRefusal(Exception):

@@ -6,12 +6,11 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.operations import Operation, P, R, resend
 from prefect_ito.backend.provenance import Provenance
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
-from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRequest, TrainingRun
+from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import ConfirmationRequired, DecisionRequired
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Logger, Steps
-from prefect_ito.waiting import waits
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = ["ClientSteps"]
@@ -41,20 +40,6 @@ class ClientSteps(Steps):
         if not operation.resendable:
             return await operation.call(self.client, *args, **kwargs)
         return await resend(lambda: operation.call(self.client, *args, **kwargs), self.logger)
-
-    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:
-        # Inside a flow run, as the training flow does: what a terminal or a watcher reads to
-        # know which backend run and action the pause is about.
-        flow_run_id = current_flow_run_id()
-        if flow_run_id is None or self.credentials is None:
-            return
-        record = waits.ActionWait(
-            api_url=self.credentials.api_url,
-            keyring_entry=self.credentials.keyring_entry,
-            run_id=run.run_id,
-            action_id=action.action_id,
-        )
-        await waits.record_wait(flow_run_id, record)
 
     async def await_person(
         self, quote: TrainingQuote, request: TrainingRequest, *, again: bool

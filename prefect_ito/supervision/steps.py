@@ -19,11 +19,12 @@ from prefect_ito.backend import desk
 from prefect_ito.backend.gates import Watchdog
 from prefect_ito.backend.operations import AWAIT_STAGE_GATE, Operation, P, R
 from prefect_ito.backend.provenance import Provenance
-from prefect_ito.blocks import ItoSpendAuthorization
+from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.people import approval, spend
 from prefect_ito.settings import current_settings
+from prefect_ito.waiting import waits
 from prefect_ito.waiting.cancellation import stop_requested
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -37,6 +38,8 @@ class Steps(ABC):
 
     cancel_confirm_seconds: float = desk.CANCEL_CONFIRM_SECONDS
     """How long a cancel waits for the backend to report the workload terminal."""
+    credentials: ItoCredentials | None = None
+    """The backend's credentials block, which a record of a question names (never a token)."""
 
     def __init__(
         self,
@@ -112,8 +115,19 @@ class Steps(ABC):
             poll_interval=current_settings().state_poll_seconds,
         )
 
-    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:  # noqa: B027
-        """Record the action a person is asked about, for a watcher and for a terminal."""
+    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:
+        """Record, inside a flow run, the action a person is asked about: which backend, run and
+        action the pause is about, for a watcher and for a terminal."""
+        flow_run_id = current_flow_run_id()
+        if flow_run_id is None or self.credentials is None:
+            return
+        record = waits.ActionWait(
+            api_url=self.credentials.api_url,
+            keyring_entry=self.credentials.keyring_entry,
+            run_id=run.run_id,
+            action_id=action.action_id,
+        )
+        await waits.record_wait(flow_run_id, record)
 
     @abstractmethod
     def provenance(self) -> Provenance | None:

@@ -33,7 +33,7 @@ from prefect_ito.backend.operations import (
 )
 from prefect_ito.backend.provenance import Provenance, last_seen
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
-from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRequest, TrainingRun
+from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.reporting import event_relay
@@ -134,6 +134,8 @@ async def settle_events(credentials: ItoCredentials, run: TrainingRun, after_seq
 
 class TaskSteps(Steps):
     """Each step of supervision as a Prefect task, so every one shows in the flow run."""
+
+    credentials: ItoCredentials
 
     def __init__(
         self,
@@ -242,17 +244,6 @@ class TaskSteps(Steps):
             stall_timeout=self.supervision.stall_timeout,
             deadline_at=watchdog.deadline_at,
         )
-
-    async def record_action(self, run: TrainingRun, action: PendingAction) -> None:
-        if self.flow_run_id is None:
-            return
-        record = waits.ActionWait(
-            api_url=self.credentials.api_url,
-            keyring_entry=self.credentials.keyring_entry,
-            run_id=run.run_id,
-            action_id=action.action_id,
-        )
-        await waits.record_wait(self.flow_run_id, record)
 
     def provenance(self) -> Provenance | None:
         # Each task has a client of its own; what they saw is kept per backend in the process.
