@@ -217,9 +217,9 @@ class DecidedAtTheBackend:
         self.logger = logging.getLogger("tests.decided_at_the_backend")
 
     async def perform(self, operation: Any, *args: Any, **kwargs: Any) -> Any:
-        from prefect_ito.backend.operations import POLL_TRAINING_RUN
+        from prefect_ito.backend.operations import POLL_TRAINING_RUN, READ_TRAINING_RUN
 
-        assert operation is POLL_TRAINING_RUN, operation.name
+        assert operation in (POLL_TRAINING_RUN, READ_TRAINING_RUN), operation.name
         self.reads += 1
         if self.reads <= self.pending_reads:
             return self.run

@@ -40,7 +40,8 @@ async def test_each_concern_is_one_card_on_the_flow_run_and_the_decision_is_on_r
     assert card["progress"].data == 100.0
     assert card["progress"].description == "Succeeded: 5 of 5 stages done."
     assert "data:image/svg+xml;base64," in card["telemetry"].data
-    assert "| decided by | Ada |" in card["decisions"].data
+    assert "| decided by | `user:flow-tests` |" in card["decisions"].data  # whom the backend saw
+    assert "| note | Ada |" in card["decisions"].data
     assert "| why | looked at it |" in card["decisions"].data
     assert card["decisions"].description == "1 restart proposed: 1 approved."
     assert "`ckpt-pretrain-" in card["decisions"].data
