@@ -281,10 +281,11 @@ def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False)
 
 
 def _elsewhere() -> str:
-    """Say where else a person can answer: only a real server lets anyone else reach the run."""
+    """Say where else a person can answer: the backend's page always (the flow, waiting here,
+    reads the backend); ``prefect-ito decide`` only where a real server lets it reach the run."""
     if has_real_server():
         return "(the backend's decide page, or `prefect-ito decide`)"
-    return "(no Prefect server: nobody else can reach this flow run; it stops at its deadline)"
+    return "(the backend's decide page: this flow run, waiting here, sees the decision)"
 
 
 async def ask_at_terminal(pause: RestartPause) -> None:
