@@ -73,9 +73,7 @@ async def test_a_read_only_token_attaches_and_waits_while_a_person_decides_at_th
     decisions = [entry for entry in posts(simulator) if entry.path.endswith("/decision")]
     assert [entry.status for entry in decisions] == [200]  # the person's; none of the flow's
     run = simulator.runs()[0].run
-    assert [(d.decision, d.principal) for d in run.decisions] == [
-        (DecisionChoice.APPROVE, PERSON)
-    ]
+    assert [(d.decision, d.principal) for d in run.decisions] == [(DecisionChoice.APPROVE, PERSON)]
 
 
 async def test_a_token_that_may_not_submit_stops_before_any_submission(start_simulator):
