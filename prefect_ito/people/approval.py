@@ -17,7 +17,7 @@ Prefect cannot suspend subflows) waits.
 from __future__ import annotations
 
 import logging
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from prefect.input import RunInput
 from pydantic import Field
@@ -58,6 +58,11 @@ WHAT_THE_FORM_DOES = (
 )
 
 
+def _one_to_pick(schema: dict[str, Any]) -> None:
+    schema.pop("const", None)
+    schema["enum"] = ["recheck"]
+
+
 class RestartCheck(RunInput):
     """What a person can do about a proposed restart in Prefect: have the backend read again.
 
@@ -69,8 +74,8 @@ class RestartCheck(RunInput):
     decision: Literal["recheck"] = Field(
         title="Decision",
         description=WHAT_THE_FORM_DOES,
-        # One choice: as a list, so that Prefect's UI draws it as one to pick, not a fixed value.
-        json_schema_extra={"enum": ["recheck"]},
+        # One choice, as a list: Prefect's UI draws a `const` as a value nobody can pick.
+        json_schema_extra=_one_to_pick,
     )
     reason: str = Field(default="", description="Anything to note in the flow run's log.")
 
