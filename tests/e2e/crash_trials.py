@@ -54,6 +54,8 @@ from prefect_ito.simulator import AdminRun, Scenario, builtin_scenario
 
 PHASES = ("before-submit", "after-submit", "mid-gate", "deferred", "awaiting-person", "relaying")
 SPIKY = ("awaiting-person", "relaying")
+RELAYING_WINDOW = 30.0
+"""Seconds after a person's decision at the backend in which a flow process reads it."""
 """Phases whose backend run hits a loss spike, so that a person must decide."""
 DELAYS = {"mid-gate": (3.5, 8.0), "deferred": (1.0, 5.0)}
 """Seeded seconds into a phase before the strike (for ``deferred``: how long a watcher is down)."""
@@ -192,8 +194,9 @@ class Snapshot:
             return "no-process"
         if self.run(trial) is None:
             return "before-submit"
-        decided = trial.decided_at
-        if trial.answered_at is not None and (decided is None or self.at - decided <= 3):
+        # A person decided at the backend a moment ago: the first flow process since reads it
+        # (resumed by a watcher, then started by the worker: seconds, not one look).
+        if trial.answered_at is not None and time.time() - trial.answered_at <= RELAYING_WINDOW:
             return "relaying"
         # First seen in this very look, or a moment ago: the submission's answer just came.
         seen = trial.run_seen_at
