@@ -169,6 +169,11 @@ class Seen:
             self._latest[flow_run_id] = run
             _bound(self._latest, flow_run_id, self._limit)
 
+    def note_action(self, run_id: str, action: PendingAction) -> None:
+        """Remember an action asked about in an earlier process of this flow run (its record)."""
+        self._actions.setdefault(run_id, {}).setdefault(action.action_id, action)
+        _bound(self._actions, run_id, self._limit)
+
     def actions(self, run_id: str) -> dict[str, PendingAction]:
         """Return the pending actions seen on the run ``run_id``, by id."""
         return dict(self._actions.get(run_id, {}))

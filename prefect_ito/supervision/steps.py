@@ -126,6 +126,7 @@ class Steps(ABC):
             keyring_entry=self.credentials.keyring_entry,
             run_id=run.run_id,
             action_id=action.action_id,
+            action=action,
         )
         await waits.record_wait(flow_run_id, record)
 

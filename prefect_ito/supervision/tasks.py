@@ -218,6 +218,7 @@ class TaskSteps(Steps):
             await deferral.record_run_id(self.flow_run_id, run.run_id)
 
     async def resume_point(self, run: TrainingRun) -> tuple[int, Watchdog]:
+        await self._recall_actions(run)
         if not self.deferred or self.flow_run_id is None:
             return await super().resume_point(run)
         record = await deferral.latest_deferral(self.flow_run_id, run.run_id)
@@ -230,6 +231,19 @@ class TaskSteps(Steps):
             heartbeat_seen=record.heartbeat_seen_at if record else None,
         )
         return (record.events_seen if record else 0), watchdog
+
+    async def _recall_actions(self, run: TrainingRun) -> None:
+        """Recall what the actions this flow run asked about proposed, for its cards: a decided
+        action leaves the backend run, and a resumed flow runs again in a new process. Shown
+        only beside a decision the backend itself recorded on this run."""
+        if self.flow_run_id is None:
+            return
+        decided = {decision.action_id for decision in run.decisions}
+        for record in await waits.all_waits(self.flow_run_id, waits.ActionWait):
+            action = record.action
+            ours = record.run_id == run.run_id and record.action_id in decided
+            if ours and action is not None and action.action_id == record.action_id:
+                reporting.SEEN.note_action(run.run_id, action)
 
     def _deferral(self, run: TrainingRun, watchdog: Watchdog, events_seen: int) -> Deferral:
         return Deferral(

@@ -27,7 +27,7 @@ from prefect.exceptions import PrefectHTTPStatusError
 from pydantic import ValidationError
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.contract import ChangePage, QuoteState
+from prefect_ito.contract import ChangePage, PendingAction, QuoteState
 from prefect_ito.exceptions import QuoteNotFound, RunNotFound
 from prefect_ito.waiting.deferral import BackendRecord
 from prefect_ito.waiting.keys import ACTION_RECORD_PREFIX, QUOTE_RECORD_PREFIX
@@ -36,6 +36,7 @@ __all__ = [
     "ActionWait",
     "QuoteWait",
     "WaitRecord",
+    "all_waits",
     "latest_wait",
     "recheck_answer",
     "record_wait",
@@ -103,6 +104,9 @@ class ActionWait(WaitRecord):
 
     run_id: str
     action_id: str
+    action: PendingAction | None = None
+    """What the action proposed, as the backend stated it when the flow asked: shown on the
+    flow run's cards once decided (a decided action leaves the backend run), never acted on."""
 
     def names(self) -> str:
         return f"{self.run_id}/{self.action_id}"
@@ -136,20 +140,25 @@ async def record_wait(flow_run_id: UUID, record: WaitRecord) -> None:
 
 async def latest_wait(flow_run_id: UUID, kind: type[W]) -> W | None:
     """Return the newest readable record of ``kind`` on the flow run (by the server's clock)."""
+    found = await all_waits(flow_run_id, kind)
+    return found[-1] if found else None
+
+
+async def all_waits(flow_run_id: UUID, kind: type[W]) -> list[W]:
+    """Return the flow run's readable records of ``kind``, oldest first (by the server's clock)."""
     async with get_client() as client:
         inputs = await client.filter_flow_run_input(
             flow_run_id, key_prefix=kind.prefix, limit=1000, exclude_keys=set()
         )
-    newest: tuple[datetime, W] | None = None
+    found: list[tuple[datetime, W]] = []
     for item in inputs:
         try:
             record = kind.model_validate_json(item.value)
         except ValidationError:
             continue  # not one of ours: someone wrote it by hand; it names nothing to wait on
-        created = item.created
-        if created is not None and (newest is None or created > newest[0]):
-            newest = (created, record)
-    return newest[1] if newest else None
+        if item.created is not None:
+            found.append((item.created, record))
+    return [record for _, record in sorted(found, key=lambda pair: pair[0])]
 
 
 def recheck_answer(why: str) -> dict[str, str]:
