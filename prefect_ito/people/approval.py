@@ -216,7 +216,7 @@ async def wait_for_decision(
             return None
         now = await steps.perform(READ_TRAINING_RUN, run.run_id)
         if not still_pending(now, action):
-            _log_decision(steps, now, action)
+            announce_decision(steps, now, action)
             return now
         steps.logger.info(
             "Rechecked: backend run %s still waits for a decision on %s; nothing was decided. "
@@ -285,7 +285,10 @@ def where_to_decide(action: PendingAction) -> str:
     return "prefect-ito decide, logged in as yourself"
 
 
-def _log_decision(steps: Supervisor, run: TrainingRun, action: PendingAction) -> None:
+def announce_decision(steps: Supervisor, run: TrainingRun, action: PendingAction) -> None:
+    """Say in the flow's log, and to people (``person.answered``), who decided ``action`` at
+    the backend. A flow run resumed after the decision says it on re-entry: the event's id is
+    the question's, so Prefect keeps one however often it is said."""
     record = decision_on(run, action)
     if record is None:
         steps.logger.info(

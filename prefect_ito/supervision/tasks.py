@@ -36,6 +36,7 @@ from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import InvalidParameters
 from prefect_ito.parameters import SupervisionParameters
+from prefect_ito.people import approval
 from prefect_ito.reporting import event_relay
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Steps
@@ -243,6 +244,8 @@ class TaskSteps(Steps):
             action = record.action
             ours = record.run_id == run.run_id and record.action_id in decided
             if ours and action is not None and action.action_id == record.action_id:
+                if action.action_id not in reporting.SEEN.actions(run.run_id):
+                    approval.announce_decision(self, run, action)
                 reporting.SEEN.note_action(run.run_id, action)
 
     def _deferral(self, run: TrainingRun, watchdog: Watchdog, events_seen: int) -> Deferral:
