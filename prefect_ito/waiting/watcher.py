@@ -21,9 +21,9 @@ question only with ``recheck`` (Prefect resumes a form's pause only with an answ
 decides nothing: a resumed flow run reads its quote or its run at the backend itself, and asks
 again while the question is open. A run that waits under any other key is never resumed.
 
-One sweep — deferred runs, questions, lost runs — and the rules for when it may resume each are
-kept together so that no rule is read without the others; recovery's own rules live in
-:mod:`prefect_ito.waiting.recovery`, and what settles each kind of question in
+Past ~400 lines: one sweep — deferred runs, questions, lost runs — and the rules for when it may
+resume each are kept together so that no rule is read without the others; recovery's own rules live
+in :mod:`prefect_ito.waiting.recovery`, and what settles each kind of question in
 :mod:`prefect_ito.waiting.waits`.
 """
 
