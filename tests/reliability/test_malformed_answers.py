@@ -23,12 +23,12 @@ from reliability_kit import Backend, request_for
 from transports import Rewrite, Tap
 
 from prefect_ito.backend import client as client_module
+from prefect_ito.backend import operations
 from prefect_ito.backend.operations import STEP_RETRY_DELAYS_SECONDS
 from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import ItoError
 from prefect_ito.parameters import SupervisionParameters
 from prefect_ito.supervision import loop as supervision
-from prefect_ito.supervision import plain as plain_steps
 from prefect_ito.supervision.outcomes import raise_for_outcome
 from prefect_ito.supervision.plain import ClientSteps
 
@@ -180,7 +180,7 @@ async def test_a_long_poll_that_never_answers_ends_as_unreachable(
     monkeypatch.setattr(client_module, "LONG_POLL_MARGIN_SECONDS", 0.5)
     # The step's own retries are counted below, not timed: as many, without the 2 s and 10 s.
     monkeypatch.setattr(
-        plain_steps, "STEP_RETRY_DELAYS_SECONDS", (0.1,) * len(STEP_RETRY_DELAYS_SECONDS)
+        operations, "STEP_RETRY_DELAYS_SECONDS", (0.1,) * len(STEP_RETRY_DELAYS_SECONDS)
     )
     target: Backend = backend("stall")
     tap = Tap(never_answer=r"^/v0/training-runs/run_[0-9a-f]+$")
