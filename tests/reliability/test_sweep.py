@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import keyring
 import pytest
-from reliability_kit import SWEEP, Sweep, request_for
+from reliability_kit import SWEEP, Sweep, answer_key, request_for
 from sweeping import (
     Leaks,
     Verdict,
@@ -96,12 +96,11 @@ def _spy_on_the_demo(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> tuple[lis
             sweep.runs += [admin.run for admin in self.runs()]
         stop(self)
 
-    async def answer(self: Any, flow_run: Any, description: str) -> Any:
-        decision = await operate(self, flow_run, description)
-        if decision is not None and flow_run.state is not None:
-            answered.append(flow_run.state.state_details.pause_key)
+    async def answer(self: Any, pause: Any) -> None:
+        await operate(self, pause)  # decides at the backend as the demo's person
+        if pause.action is not None:
+            answered.append(answer_key(pause.action.action_id))
             sweep.answered.add(answered[-1])
-        return decision
 
     monkeypatch.setattr(SimulatorServer, "mint_token", mint_token)
     monkeypatch.setattr(SimulatorServer, "stop", stopping)
