@@ -91,8 +91,8 @@ METHODS: dict[str, str] = {
     "exception texts, Prefect's API (block documents with secrets, logs, flow and task runs, "
     "artifacts, events) and every byte of the files under the session's Prefect homes.",
     "never-alone": "Every request any simulator of the suite answered is matched against the "
-    "endpoints of the OpenAPI document, and every restart decision posted against the answers "
-    "people gave.",
+    "endpoints of the OpenAPI document and the pages a person opens from its links, and every "
+    "decision any simulator recorded against the principal it names (a person's, since v0.5).",
     "spend-attempts": "A seeded generator picks, for each attempt, a route and its parameters: "
     "over HTTP with the worker's token (training scopes only, no person's principal) against a "
     "simulator, and as whole `ito-training` flow runs for the routes through Prefect (inline "

@@ -28,6 +28,7 @@ from prefect_ito.simulator.envelopes import (
     documented,
     ok,
 )
+from prefect_ito.simulator.ids import DEVICE_PAGE
 from prefect_ito.simulator.person_session import (
     PageRefusal,
     PageSession,
@@ -45,7 +46,7 @@ _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Itô desk simulator: device login</title></head>
 <body><h1>Device login</h1><p>{message}</p>{form}</body></html>
 """
-_FORM = """<form method="post" action="/device">{person}
+_FORM = """<form method="post" action="{action}">{person}
 <label>User code <input name="user_code" value="{user_code}" required></label>
 <button name="decision" value="approve" type="submit">Approve</button>
 <button name="decision" value="deny" type="submit">Deny</button>
@@ -99,7 +100,7 @@ async def whoami(info: Info, request: Request) -> Envelope[WhoAmI]:
     )
 
 
-@page_router.get("/device", response_class=HTMLResponse)
+@page_router.get(DEVICE_PAGE, response_class=HTMLResponse)
 async def device_page(
     request: Request, state: SimStateDep, user_code: Annotated[str, Query(max_length=32)] = ""
 ) -> HTMLResponse:
@@ -108,7 +109,7 @@ async def device_page(
     return _page(request, session, "Enter the code your terminal shows.", user_code)
 
 
-@page_router.post("/device", response_class=HTMLResponse)
+@page_router.post(DEVICE_PAGE, response_class=HTMLResponse)
 async def device_answer(
     request: Request,
     state: SimStateDep,
@@ -147,7 +148,9 @@ def _page(
     user_code: str,
     refusal: PageRefusal | None = None,
 ) -> HTMLResponse:
-    form = _FORM.format(person=form_fields(session), user_code=escape(user_code))
+    form = _FORM.format(
+        action=DEVICE_PAGE, person=form_fields(session), user_code=escape(user_code)
+    )
     html = _PAGE.format(message=escape(message), form=form)
     if refusal is None:
         return respond(request, session, html)

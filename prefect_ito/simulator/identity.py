@@ -26,6 +26,7 @@ from prefect_ito.contract import (
     TokenGrant,
 )
 from prefect_ito.simulator.errors import SimError
+from prefect_ito.simulator.ids import DEVICE_PAGE
 from prefect_ito.simulator.ids import user_code as new_user_code
 from prefect_ito.simulator.scenario import Scenario
 
@@ -181,7 +182,7 @@ class Identity:
             interval=self._scenario.device_interval_seconds,
         )
         self._devices[grant.device_code] = grant
-        uri = base_url.rstrip("/") + "/device"
+        uri = base_url.rstrip("/") + DEVICE_PAGE
         return DeviceAuthorization(
             device_code=grant.device_code,
             user_code=user_code,

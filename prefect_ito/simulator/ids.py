@@ -25,6 +25,10 @@ CONFIRM_PAGE = "/confirm"
 """The simulator's confirm page (a quote), relative to its base URL."""
 DECIDE_PAGE = "/decide"
 """The simulator's decide page (a run's pending action), relative to its base URL."""
+DEVICE_PAGE = "/device"
+"""The simulator's device-login page (a device grant's ``verification_uri``)."""
+PERSON_PAGES = (CONFIRM_PAGE, DECIDE_PAGE, DEVICE_PAGE)
+"""Every page a person opens from a link the contract names; none is in the OpenAPI document."""
 
 
 def user_code() -> str:

@@ -21,11 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 from e2e_stack import (
+    ACCOUNT,
     APPROVE_BOOKING,
     CHECKOUT,
     CONFIRM_BOOKING,
     LOST_BOOKING,
     Stack,
+    backend_runs,
     environment,
     on_booking,
     start_training,
@@ -40,6 +42,9 @@ from prefect.events import emit_event
 from prefect.events.schemas.automations import AutomationCore
 from prefect.states import Cancelled
 from processes import stop_process
+
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.contract import DecisionChoice, DecisionRequest
 
 AUTOMATIONS = CHECKOUT / "deployments" / "automations.yaml"
 BLOCK = "ito-e2e-people"
@@ -178,29 +183,40 @@ async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_whe
     receiver.bodies.append(
         json.dumps({"subject": "Itô training: nobody answered in time (other)", "body": other})
     )
-    # Answered through Prefect's API, as the forms send it: each sends its closing message.
+    # A spend is declined through Prefect's API, as its form sends it; a restart is decided at
+    # the backend by a person (contract v0.5), with a note. Each sends its closing message.
     async with get_client() as client:
-        await client.resume_flow_run(
-            restart.id, run_input={"decision": "reject", "decided_by": "Ada", "reason": "noise"}
-        )
         await client.resume_flow_run(spend.id, run_input={"decision": "decline", "reason": "no"})
+    (spiked,) = backend_runs(stack, APPROVE_BOOKING)
+    assert spiked.pending_action is not None
+    person = stack.simulator.mint_token(ACCOUNT, principal=f"user:{ACCOUNT}")
+    async with ItoClient(stack.simulator.url, person) as backend:
+        await backend.decide(
+            spiked.run_id,
+            spiked.pending_action.action_id,
+            DecisionRequest(decision=DecisionChoice.REJECT, decided_by="Ada", reason="noise"),
+            idempotency_key="notifications-decision",
+        )
 
     def closed(flow_run: FlowRun) -> list[dict[str, str]]:
         link = f"{stack.api_url.removesuffix('/api')}/runs/flow-run/{flow_run.id}"
         return [m for m in receiver.messages(link) if "answered" in m["subject"]]
 
-    closing = await wait_for(
-        lambda: closed(restart) and closed(spend) and closed(restart) + closed(spend),
-        timeout=120,
-    )
-    assert any("> By: Ada" in m["body"] and "> Answer: reject" in m["body"] for m in closing)
-    assert any("> Answer: declined" in m["body"] for m in closing), closing
-    assert stack.token.get_secret_value() not in "".join(receiver.bodies)
-
+    # The restart's flow run is suspended with no process: the watcher resumes it once the
+    # backend says a person decided.
     async with get_client() as client:
         await client.set_flow_run_state(parked.id, Cancelled(), force=True)
     assert stack.watcher_env is not None and stack.watcher_log is not None
     stack.watcher = start_watcher(stack.watcher_env, stack.watcher_log)
+    closing = await wait_for(
+        lambda: closed(restart) and closed(spend) and closed(restart) + closed(spend),
+        timeout=120,
+    )
+    assert any(
+        f"> By: user:{ACCOUNT}" in m["body"] and "> Answer: reject" in m["body"] for m in closing
+    ), closing
+    assert any("> Answer: declined" in m["body"] for m in closing), closing
+    assert stack.token.get_secret_value() not in "".join(receiver.bodies)
 
 
 async def test_a_question_nobody_answers_gets_its_reminder_with_the_question_s_facts(

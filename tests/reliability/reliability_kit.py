@@ -2,8 +2,7 @@
 
 - :class:`Sweep` gathers, over the whole session, every canary token minted, every text a test
   produced (pytest's captured output and logs, exception texts, console output), every request
-  log of every simulator, every backend run, and every answer a person gave; ``test_sweep.py``
-  runs last and checks them all.
+  log of every simulator and every backend run; ``test_sweep.py`` runs last and checks them all.
 - :class:`Backend` is one simulator of one test; :class:`Submit` is the one way to submit and
   :class:`Person` answers the flow's pauses.
 
@@ -16,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from prefect import State
@@ -36,7 +34,6 @@ from prefect_ito.contract import (
     TrainingRequest,
     TrainingRun,
 )
-from prefect_ito.people.approval import pause_key
 from prefect_ito.simulator import (
     Faults,
     RequestLogEntry,
@@ -62,7 +59,6 @@ class Sweep:
     requests: list[RequestLogEntry] = field(default_factory=list)
     runs: list[TrainingRun] = field(default_factory=list)
     """Every backend run any simulator of the suite made."""
-    answered: set[str] = field(default_factory=set)
     of_the_run: bool = False
     """Whether this session ran the run's sweep (``test_sweep.py``)."""
 
@@ -77,15 +73,6 @@ class Sweep:
     def text(self, where: str, text: str) -> None:
         """Keep a text some test produced, to be searched for canaries."""
         self.texts.append((where, text))
-
-    def answer(self, action_id: str) -> None:
-        """Note that a person answered the action ``action_id``."""
-        self.answered.add(answer_key(action_id))
-
-
-def answer_key(action_id: str) -> str:
-    """Return the key a person's answer on ``action_id`` is kept under (its pause key)."""
-    return pause_key(SimpleNamespace(action_id=action_id))  # type: ignore[arg-type]
 
 
 LOGGER = logging.getLogger("tests.reliability")
@@ -222,7 +209,6 @@ class Person:
         self.asked += 1
         record = pause.action
         assert record is not None, "a pause without a record: nothing to tie the answer to"
-        self.sweep.answered.add(answer_key(record.action_id))
         choice = DecisionChoice.APPROVE if self.approve else DecisionChoice.REJECT
         decision = DecisionRequest(decision=choice, reason="looked at the curve")
         credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)

@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from prefect.client.orchestration import get_client
-from reliability_kit import Sweep, answer_key
+from reliability_kit import Sweep
+
+from prefect_ito.contract import PERSON_PRINCIPAL_PREFIX
+from prefect_ito.simulator.ids import PERSON_PAGES
 
 TOKEN_SHAPE = re.compile(r"itosim_[A-Za-z0-9_-]{32}")
 """What every token the simulator mints looks like: any of them found anywhere is a leak."""
@@ -54,8 +57,9 @@ class Conduct:
     outside: list[str] = field(default_factory=list)
     """Requests to no endpoint of the contract."""
     decisions: int = 0
-    unanswered: list[str] = field(default_factory=list)
-    """Decisions posted on an action nobody answered."""
+    """Decisions the backends recorded on their runs."""
+    impersonal: list[str] = field(default_factory=list)
+    """Decisions recorded under a principal that is not a person's (``run/action principal``)."""
     runs: int = 0
     unconfirmed: list[str] = field(default_factory=list)
     """Backend runs without a spend confirmation on record."""
@@ -156,16 +160,20 @@ def prefect_home_files() -> list[Path]:
 
 
 def check_conduct(sweep: Sweep) -> Conduct:
-    """Match every request against the contract, every decision against people's answers."""
+    """Match every request against the contract, every recorded decision against its principal."""
     routes = _contract_routes()
     requests = sweep.requests
-    decisions = [e for e in requests if e.method == "POST" and e.path.endswith("/decision")]
+    decisions = [(run.run_id, record) for run in sweep.runs for record in run.decisions]
     return Conduct(
         requests=len(requests),
         outside=[f"{e.method} {e.path}" for e in requests if not _in_contract(e, routes)],
         decisions=len(decisions),
-        unanswered=[
-            e.path for e in decisions if answer_key(e.path.split("/")[-2]) not in sweep.answered
+        # v0.5: a decision is a person's, signed in at the backend; whatever a client or Prefect
+        # said, the record names who decided.
+        impersonal=[
+            f"{run_id}/{record.action_id} {record.principal}"
+            for run_id, record in decisions
+            if not (record.principal or "").startswith(PERSON_PRINCIPAL_PREFIX)
         ],
         # Every run any simulator of the suite made must carry who confirmed its spend.
         runs=len(sweep.runs),
@@ -180,6 +188,10 @@ def _contract_routes() -> list[tuple[str, re.Pattern[str]]]:
     for template, operations in document["paths"].items():
         pattern = re.compile("^" + re.sub(r"\{[^}/]+\}", "[^/]+", template) + "$")
         routes += [(method.upper(), pattern) for method in operations]
+    # The pages a person opens from a quote's `confirm_url`, an action's `decide_url` and a
+    # device login's `verification_uri`: the contract names them by link, not in OpenAPI.
+    for page in PERSON_PAGES:
+        routes += [(method, re.compile(f"^{re.escape(page)}$")) for method in ("GET", "POST")]
     return routes
 
 

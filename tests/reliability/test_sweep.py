@@ -13,8 +13,9 @@ PostgreSQL cluster (``PREFECT_ITO_POSTGRES_URL``, as CI does), every row of ever
 on it: the end-to-end tests' and the crash trials'.
 
 Then every request any simulator of the suite answered is checked against the contract's
-endpoints, every restart decision posted against the answers people gave, and every backend run
-any simulator made for a spend confirmation on record.
+endpoints and the pages a person opens from its links, every decision any backend recorded for
+the principal it names (a person's, since contract v0.5), and every backend run any simulator made
+for a spend confirmation on record.
 
 All of it over the whole run: when pytest-xdist runs the suite in several workers, this module
 comes last, and its checks wait for every other worker's sweep of its own session and count it
@@ -35,7 +36,7 @@ from typing import Any
 import httpx
 import keyring
 import pytest
-from reliability_kit import SWEEP, Sweep, answer_key, request_for
+from reliability_kit import SWEEP, Sweep, request_for
 from sweeping import (
     Leaks,
     Verdict,
@@ -99,8 +100,7 @@ def _spy_on_the_demo(monkeypatch: pytest.MonkeyPatch, sweep: Sweep) -> tuple[lis
     async def answer(self: Any, pause: Any) -> None:
         await operate(self, pause)  # decides at the backend as the demo's person
         if pause.action is not None:
-            answered.append(answer_key(pause.action.action_id))
-            sweep.answered.add(answered[-1])
+            answered.append(pause.action.action_id)
 
     monkeypatch.setattr(SimulatorServer, "mint_token", mint_token)
     monkeypatch.setattr(SimulatorServer, "stop", stopping)
@@ -258,11 +258,11 @@ def _databases(places: dict[str, int]) -> str:
     return f"{len(names)} database{plural} ({', '.join(names)})"
 
 
-def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledger):
+def test_the_backend_only_ever_saw_the_contract_and_only_people_decided(ledger):
     SWEEP.of_the_run = True
     verdicts = [Verdict(this_worker(), Leaks(), check_conduct(SWEEP)), *wait_for_other_workers()]
     outside = [where(v.worker, path) for v in verdicts for path in v.conduct.outside]
-    unanswered = [where(v.worker, path) for v in verdicts for path in v.conduct.unanswered]
+    impersonal = [where(v.worker, record) for v in verdicts for record in v.conduct.impersonal]
     unconfirmed = [where(v.worker, run) for v in verdicts for run in v.conduct.unconfirmed]
     requests = sum(v.conduct.requests for v in verdicts)
     decisions = sum(v.conduct.decisions for v in verdicts)
@@ -275,12 +275,12 @@ def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledg
         trials=requests,
         outcomes={
             "requests to a contract endpoint": requests - len(outside),
-            "decision requests on an action a person answered": decisions - len(unanswered),
+            "decisions recorded under a person's principal": decisions - len(impersonal),
         },
         measures={
             "sessions swept": _sessions(verdicts),
             "requests outside the contract": str(len(outside)),
-            "decisions posted without a person's answer": str(len(unanswered)),
+            "decisions recorded under a principal not a person's": str(len(impersonal)),
             "backend runs without a spend confirmation on record": str(len(unconfirmed)),
             "backend runs by who confirmed their spend": ", ".join(
                 f"{via} {count}" for via, count in sorted(confirmed.items())
@@ -289,5 +289,5 @@ def test_the_backend_only_ever_saw_the_contract_and_no_decision_nobody_took(ledg
     )
     assert requests and decisions and runs  # at least the demo's
     assert outside == []
-    assert unanswered == []
+    assert impersonal == []
     assert unconfirmed == []
