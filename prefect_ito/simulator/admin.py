@@ -81,7 +81,9 @@ async def put_scenario(state: SimStateDep, scenario: Scenario) -> Envelope[Loade
 async def mint_token(state: SimStateDep, body: MintRequest | None = None) -> Envelope[MintedToken]:
     """Mint a bearer token without device login: the training scopes, or those asked for.
 
-    A spend scope for a principal that is not a person's is refused with ``VALIDATION_ERROR``.
+    A person's scope (``training:decide`` or a spend scope) for a principal that is not a
+    person's is refused with ``VALIDATION_ERROR``; by default such a principal gets the workload
+    scopes, without ``training:decide``.
     """
     wanted = body or MintRequest()
     scopes = None if wanted.scopes is None else tuple(scope.value for scope in wanted.scopes)

@@ -6,7 +6,8 @@ the origin check, the throttle and the headers, for every page), enters or keeps
 code, reads the evidence as the backend states it — the loss spike, the proposed checkpoint, what
 holding the run costs — and who asked (the principal that submitted the run, and the flow run it
 was submitted for), then approves or rejects with a reason. The backend records the signed-in
-person's principal as who decided. Every string shown is escaped.
+person's principal as who decided. A code whose action no longer waits (decided, or its run
+cancelled) says what became of it, and decides nothing. Every string shown is escaped.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from prefect_ito.simulator.person_session import (
     form_fields,
     page,
 )
-from prefect_ito.simulator.runs import RunRecord
+from prefect_ito.simulator.runs import DECIDED, RunRecord
 from prefect_ito.simulator.state import SimState, SimStateDep
 
 router = APIRouter(include_in_schema=False)
@@ -135,12 +136,14 @@ async def decide_answer(
         session = state.pages.admit(request, session, form)
         if not user_code and session.account:  # signed in, with no code yet: ask for it
             return _page(request, session, "Enter the code.", _code_form(session, user_code))
-        rec = _held(state, request, session, user_code)
+        rec, action_id = _held(state, request, session, user_code)
     except PageRefusal as refusal:
         body = _code_form(session, user_code)
         return _page(request, session, refusal.message, body, refusal.status_code, refusal.headers)
     run, action = rec.snapshot(), rec.pending_action
-    assert action is not None  # _held found it by its pending action's code
+    if action is None or action.action_id != action_id:
+        # The form again, empty: the person may have another code to enter.
+        return _page(request, session, _gone(run, action_id), _code_form(session, ""), 409)
     shown = action_html(run, action)
     if decision is None or not (reason or "").strip():
         said = "Give a reason: it is recorded with your decision." if decision else ""
@@ -149,15 +152,30 @@ async def decide_answer(
     return _record(request, state, session, rec, decision, reason or "", note)
 
 
-def _held(state: SimState, request: Request, session: PageSession, user_code: str) -> RunRecord:
-    """Return the signed-in person's run whose pending action the code names (a wrong code,
-    or one of another account's action, counts against them)."""
+def _held(
+    state: SimState, request: Request, session: PageSession, user_code: str
+) -> tuple[RunRecord, str]:
+    """Return the signed-in person's run and the action the code names, pending or not (a
+    wrong code, or one of another account's action, counts against them)."""
 
-    def look_up() -> RunRecord | None:
-        rec = state.engine.by_user_code(user_code)
-        return rec if rec is not None and rec.account == session.account else None
+    def look_up() -> tuple[RunRecord, str] | None:
+        named = state.engine.by_user_code(user_code)
+        return named if named is not None and named[0].account == session.account else None
 
     return state.pages.try_code(request, session, look_up)
+
+
+def _gone(run: TrainingRun, action_id: str) -> str:
+    """Say what became of an action the code names that no longer waits for anyone."""
+    decided = next((d for d in run.decisions if d.action_id == action_id), None)
+    if decided is None:
+        return f"This restart is no longer pending: run {run.run_id} is {run.state.value}."
+    when = decided.decided_at.isoformat(timespec="seconds")
+    who = decided.principal or "a person"
+    return (
+        f"This restart was already {DECIDED[decided.decision]} by {who} at {when} "
+        f"(“{decided.reason}”). Nothing was changed."
+    )
 
 
 def _answer_form(session: PageSession, user_code: str) -> str:
@@ -180,7 +198,7 @@ def _record(
 ) -> HTMLResponse:
     """Record the signed-in person's decision, and say so."""
     assert session.account is not None  # see _held
-    assert rec.pending_action is not None
+    assert rec.pending_action is not None  # see decide_answer
     action = rec.pending_action
     principal = default_principal(session.account)
     body = DecisionRequest(

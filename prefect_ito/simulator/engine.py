@@ -46,12 +46,13 @@ from prefect_ito.contract import (
     TrainingRunList,
     TrainingRunRequest,
 )
+from prefect_ito.simulator.action_codes import ActionCodes
 from prefect_ito.simulator.authorizations import AuthorizationBook
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.pipeline import Pipeline, Signal, plan_stages, run_pipeline
 from prefect_ito.simulator.quotes import HeldQuote, QuoteBook
-from prefect_ito.simulator.runs import RunRecord
+from prefect_ito.simulator.runs import DECIDED, RunRecord
 from prefect_ito.simulator.scenario import Scenario, SimBooking
 
 IN_FLIGHT_RETRY_AFTER_SECONDS = 1
@@ -99,6 +100,7 @@ class Engine:
         self._in_flight: set[tuple[str, str]] = set()
         self.quotes = QuoteBook(scenario.quote_ttl_seconds)
         self.authorizations = AuthorizationBook()
+        self.action_codes = ActionCodes()
 
     # --- clock -----------------------------------------------------------------------------
 
@@ -149,7 +151,8 @@ class Engine:
         return rec.held_at + max(0.0, self._clock() - real_start)
 
     def _hold(self, rec: RunRecord) -> None:
-        """Begin a wait for a person, and date it on the pending action in real time.
+        """Begin a wait for a person: date it on the pending action in real time, and name the
+        decide page and the code a person answers it with.
 
         The hold began at the real moment the run's clock reached it, which may be before the
         engine noticed (it catches runs up only when asked); people wait in real time, so the
@@ -157,9 +160,15 @@ class Engine:
         """
         rec.held_at = rec.clock
         real_seconds = (rec.held_at + rec.lag) / self.scenario.time_scale
-        if rec.pending_action is not None:
-            rec.pending_action = rec.pending_action.model_copy(
-                update={"held_since": self._anchor + timedelta(seconds=real_seconds)}
+        action = rec.pending_action
+        if action is not None:
+            code, url = self.action_codes.issue(rec.run_id, action.action_id, rec.base_url)
+            rec.pending_action = action.model_copy(
+                update={
+                    "held_since": self._anchor + timedelta(seconds=real_seconds),
+                    "user_code": code,
+                    "decide_url": url,
+                }
             )
 
     def _release(self, rec: RunRecord) -> None:
@@ -669,7 +678,7 @@ class Engine:
         self._check_key(account, key, fingerprint)
         earlier = rec.decision_for(action_id)
         if earlier is not None and earlier is not body.decision:
-            raise SimError(ErrorCode.DECISION_CONFLICT, f"action was already {earlier.value}d")
+            raise SimError(ErrorCode.DECISION_CONFLICT, f"action was already {DECIDED[earlier]}")
         if earlier is None:
             if rec.pending_action is None or rec.pending_action.action_id != action_id:
                 raise SimError(ErrorCode.ACTION_NOT_PENDING, "no such pending action")
@@ -678,17 +687,10 @@ class Engine:
             self._remember(account, key, fingerprint, None)
         return rec.snapshot()
 
-    def by_user_code(self, user_code: str) -> RunRecord | None:
-        """Return the run whose pending action a decide page's code names, if any."""
-        wanted = user_code.strip().upper()
-        return next(
-            (
-                rec
-                for rec in self.runs.values()
-                if rec.pending_action is not None and rec.pending_action.user_code == wanted
-            ),
-            None,
-        )
+    def by_user_code(self, user_code: str) -> tuple[RunRecord, str] | None:
+        """Return the run and the action id a decide page's code names, pending or not."""
+        named = self.action_codes.find(user_code)
+        return None if named is None else (self.runs[named.run_id], named.action_id)
 
     def _apply(self, rec: RunRecord, action_id: str, body: DecisionRequest, principal: str) -> None:
         self._release(rec)

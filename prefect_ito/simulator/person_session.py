@@ -1,7 +1,7 @@
 """A person's session on the backend's own pages: sign-in, CSRF, origin check, throttle, headers.
 
-The reference for every page a person answers on (the confirm page, the device-login page; a
-decide page next), as ``docs/contract.md`` states its MUSTs:
+The reference for every page a person answers on (the confirm page, the decide page, the
+device-login page), as ``docs/contract.md`` states its MUSTs:
 
 1. **Sign-in proves the person.** The account's passphrase from the scenario, compared in
    constant time; an account name alone signs nobody in. A session signed in on one page (a

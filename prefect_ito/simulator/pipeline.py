@@ -38,8 +38,7 @@ from prefect_ito.contract import (
     StageStatus,
     TrainingRunRequest,
 )
-from prefect_ito.simulator.ids import DECIDE_PAGE, mint
-from prefect_ito.simulator.ids import user_code as user_code_for_action
+from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.scenario import (
     InterruptionSpec,
@@ -372,9 +371,6 @@ def _spike(
         checkpoint_id=latest.checkpoint_id if latest else "ckpt-init",
         step=latest.step if latest else 0,
     )
-    user_code = user_code_for_action()
-    base = rec.base_url.rstrip("/") if rec.base_url else None
-    page = f"{base}{DECIDE_PAGE}?user_code={user_code}" if base else None
     action = PendingAction(
         action_id=mint("act", 12),
         kind="loss_spike_restart",
@@ -386,8 +382,7 @@ def _spike(
         proposed_at=rec.at(),
         # The booking's GPUs stay reserved, idle, while nobody decides.
         hold_usd_per_hour=round(rec.cost_per_second * 3600, 2),
-        decide_url=page,
-        user_code=user_code,
+        # The engine names the decide page and the code when it begins the hold.
     )
     rec.pending_action = action
     rec.state = RunState.AWAITING_DECISION

@@ -34,6 +34,8 @@ from prefect_ito.simulator.scenario import RunScript, SimBooking
 
 LOSS_HISTORY_POINTS = 64
 """Loss history is downsampled to at most this many points."""
+DECIDED = {DecisionChoice.APPROVE: "approved", DecisionChoice.REJECT: "rejected"}
+"""A decision as a sentence says it was made."""
 
 
 @dataclass

@@ -202,7 +202,9 @@ class SimulatorServer:
 
         Args:
             account: The account the token acts for.
-            scopes: What it may do, such as ``["training:read"]``; default the four training scopes.
+            scopes: What it may do, such as ``["training:read"]``; default the four training
+                scopes for a person (``user:…``), and for any other principal the workload's
+                three, without ``training:decide``.
             principal: Who it speaks for; default ``user:<account>``.
         """
         body: dict[str, Any] = {"account": account}

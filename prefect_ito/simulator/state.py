@@ -41,7 +41,7 @@ class SimState:
     identity: Identity
     faults: FaultInjector
     pages: PersonSessions
-    """The sessions of the pages a person signs in on: the confirm and device-login pages."""
+    """The sessions of the pages a person signs in on: confirm, decide and device login."""
     requests: list[RequestLogEntry] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     closing: bool = False
@@ -161,10 +161,10 @@ Submitter = Annotated[TokenInfo, Depends(submitter)]
 """A token that may submit; its principal goes on record beside who confirmed the spend."""
 Canceller = Annotated[str, Depends(canceller)]
 Decider = Annotated[TokenInfo, Depends(decider)]
+"""A person's token that may decide; its principal goes on record as who decided."""
 Confirmer = Annotated[TokenInfo, Depends(confirmer)]
 """A token that may confirm a quote: only a person's holds ``spend:confirm``."""
 Authorizer = Annotated[TokenInfo, Depends(authorizer)]
 """A token that may create and revoke standing authorizations (``spend:authorize``)."""
 ReaderToken = Annotated[TokenInfo, Depends(any_reader)]
 """A token that may read; its principal goes on record when it declines a quote."""
-"""A person's token that may decide; its principal goes on record as who decided."""

@@ -95,6 +95,23 @@ def test_a_signed_in_person_sees_the_cost_first_then_the_manifest(desk):
     assert "<td>user:sim-user</td>" in text
 
 
+def test_the_page_names_who_asked_and_for_which_flow_run_escaped(desk):
+    asker, reference = 'user:<b>"mallory"</b>&', "<i>flow-run-1</i>&"
+    with desk.person(principal=asker) as person:
+        asked = person.post(
+            "/v0/training-quotes", json={**desk.body(), "client_reference": reference}
+        )
+    assert asked.status_code == 201, asked.text
+
+    with PageBrowser(desk.sim.url) as browser:
+        page = _sign_in(browser, asked.json()["data"])
+
+    assert page.status_code == 200, page.text
+    assert "<td>user:&lt;b&gt;&quot;mallory&quot;&lt;/b&gt;&amp;</td>" in page.text
+    assert "<td>&lt;i&gt;flow-run-1&lt;/i&gt;&amp;</td>" in page.text
+    assert "<b>" not in page.text and "<i>" not in page.text
+
+
 def test_confirming_on_the_page_records_the_signed_in_principal(desk):
     quote = _quote(desk)
 

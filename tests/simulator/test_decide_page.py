@@ -84,7 +84,29 @@ def test_a_signed_in_person_sees_the_evidence_and_who_asked_then_decides_as_them
         "Ada Lovelace",
         "approve",
     )
-    assert desk.run(run["run_id"])["pending_action"] is None  # the run goes on
+    done = desk.finished(desk.run(run["run_id"]))  # the run goes on, from the checkpoint
+    assert done["state"] == "succeeded"
+    steps = [p["step"] for p in done["telemetry"]["loss_history"]]
+    assert _action(run)["proposed_checkpoint"]["step"] in steps[steps.index(_action(run)["step"]) :]
+
+
+def test_a_rejection_on_the_page_is_the_person_s_and_the_run_goes_on(spiked):
+    desk, run = spiked
+
+    with PageBrowser(desk.sim.url) as browser:
+        _sign_in(browser, run)
+        decided = _decide(browser, run, "reject", reason="the spike is a bad shard")
+
+    assert decided.status_code == 200, decided.text
+    assert "Rejected as user:sim-user" in decided.text
+    (record,) = _decisions(desk, run)
+    assert (record["principal"], record["decision"], record["reason"]) == (
+        "user:sim-user",
+        "reject",
+        "the spike is a bad shard",
+    )
+    assert record.get("decided_by") is None  # no note given: nothing in its place
+    assert desk.finished(desk.run(run["run_id"]))["state"] == "succeeded"
 
 
 def test_a_decision_needs_a_reason_and_a_signed_in_person(spiked):
@@ -175,11 +197,35 @@ def test_what_a_person_typed_is_shown_never_run(spiked):
     with PageBrowser(desk.sim.url) as browser:
         _sign_in(browser, run)
         decided = _decide(browser, run, "reject", reason=HOSTILE, note=HOSTILE)
+        browser.get(_action(run)["decide_url"])
+        shown_again = _decide(browser, run, "reject")  # the page quotes the recorded reason
 
     assert decided.status_code == 200
     assert "<script>" not in decided.text
     (record,) = _decisions(desk, run)
     assert (record["reason"], record["decided_by"]) == (HOSTILE, HOSTILE)
+    assert shown_again.status_code == 409
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in shown_again.text
+    assert "<script>" not in shown_again.text
+
+
+def test_who_asked_is_shown_escaped(desk_for):
+    # The submitter's principal and the flow run's reference are whatever someone typed.
+    desk = desk_for("loss-spike")
+    asker, reference = 'user:<b>"mallory"</b>&', "<i>flow-run</i>&"
+    body = desk.confirmed({**desk.body(), "client_reference": reference})
+    with desk.person(principal=asker) as person:
+        submitted = person.post("/v0/training-runs", json=body, headers={IDEMPOTENCY_HEADER: "k"})
+    assert submitted.status_code == 201, submitted.text
+    run = desk.wait_for(submitted.json()["data"]["run"], lambda r: r["pending_action"] is not None)
+
+    with PageBrowser(desk.sim.url) as browser:
+        page = _sign_in(browser, run)
+
+    assert page.status_code == 200, page.text
+    assert "<td>user:&lt;b&gt;&quot;mallory&quot;&lt;/b&gt;&amp;</td>" in page.text
+    assert "<td>&lt;i&gt;flow-run&lt;/i&gt;&amp;</td>" in page.text
+    assert "<b>" not in page.text and "<i>" not in page.text
 
 
 def test_an_action_decided_already_says_so_and_is_not_decided_again(spiked):
@@ -196,9 +242,60 @@ def test_an_action_decided_already_says_so_and_is_not_decided_again(spiked):
         _sign_in(browser, run)
         again = _decide(browser, run, "approve")
 
-    assert again.status_code == 400  # the code names no pending action any more
+    assert again.status_code == 409, again.text
+    assert "already rejected by user:grace" in again.text and "seen it" in again.text
+    assert 'value="approve"' not in again.text  # nothing left to answer
     (record,) = _decisions(desk, run)
     assert (record["principal"], record["decision"]) == ("user:grace", "reject")
+
+
+def test_a_decided_action_s_code_is_no_wrong_guess(spiked):
+    # The code names something of the account's: looking at it again is not guessing.
+    desk, run = spiked
+    assert desk.decide(run, "approve").status_code == 200
+
+    with PageBrowser(desk.sim.url) as browser:
+        looks = [_sign_in(browser, run).status_code]
+        looks += [_decide(browser, run, "reject").status_code for _ in range(6)]
+
+    assert looks == [409] * 7
+    (record,) = _decisions(desk, run)
+    assert record["decision"] == "approve"
+
+
+def test_a_cancelled_run_s_action_says_it_no_longer_waits(spiked):
+    desk, run = spiked
+    cancel = desk.http.post(f"/v0/training-runs/{run['run_id']}/cancel", json={"reason": "done"})
+    assert cancel.status_code == 200, cancel.text
+
+    with PageBrowser(desk.sim.url) as browser:
+        page = _sign_in(browser, run)
+        answer = _decide(browser, run, "approve")
+
+    for response in (page, answer):
+        assert response.status_code == 409
+        assert f"no longer pending: run {run['run_id']} is cancelled" in response.text
+    assert _decisions(desk, run) == []
+
+
+def test_each_action_has_its_own_code_and_a_decided_one_stays_decided(desk_for):
+    desk = desk_for("two-spikes")
+    first = desk.wait_for(desk.start(), lambda r: r["pending_action"] is not None)
+    after = desk.decide(first, "reject").json()["data"]
+    second = desk.wait_for(after, lambda r: r["pending_action"] is not None)
+
+    assert _action(second)["user_code"] != _action(first)["user_code"]
+    with PageBrowser(desk.sim.url) as browser:
+        stale = _sign_in(browser, first)
+        decided = _decide(browser, second, "approve")
+
+    assert stale.status_code == 409 and "already rejected" in stale.text
+    assert decided.status_code == 200, decided.text
+    records = _decisions(desk, second)
+    assert [(r["action_id"], r["decision"]) for r in records] == [
+        (_action(first)["action_id"], "reject"),
+        (_action(second)["action_id"], "approve"),
+    ]
 
 
 def test_a_workload_token_never_decides_and_is_never_minted_the_scope(spiked):
@@ -221,6 +318,9 @@ def test_a_workload_token_never_decides_and_is_never_minted_the_scope(spiked):
 
     assert answer.status_code == 403 and answer.json()["error"]["code"] == "INSUFFICIENT_SCOPE"
     assert minted.status_code == 422, minted.text
+    error = minted.json()["error"]
+    assert (error["code"], error["field"]) == ("VALIDATION_ERROR", "scopes")
+    assert "training:decide" in error["message"]
     assert who["scopes"] == [scope.value for scope in WORKLOAD_SCOPES]
     assert _decisions(desk, run) == []
 
