@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "request_fields": 3,
     "waiting": 4,
     "reporting": 5,
+    "questions": 5,
     "people": 6,
     "supervision": 7,
     "flows": 8,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.contract import ActionKind, GateStatus, PendingAction, Stage, TrainingRun
+from prefect_ito.contract import GateStatus, PendingAction, Stage, TrainingRun
 from prefect_ito.exceptions import DeadlineExceeded, RunStalled
 from prefect_ito.settings import current_settings
 
@@ -96,12 +96,13 @@ def current_stage(run: TrainingRun) -> Stage | None:
 
 
 def decidable(action: PendingAction | None) -> bool:
-    """Tell whether prefect-ito can put ``action`` to a person: a kind it knows how to show.
+    """Tell whether prefect-ito can put ``action`` to a person: a kind it knows how to show
+    (every kind this version's contract defines has its question in :mod:`prefect_ito.questions`).
 
     An action of a kind added to the contract later is left to tools that know it; supervision
     reports it and goes on following the run.
     """
-    return action is not None and action.kind is ActionKind.LOSS_SPIKE_RESTART
+    return action is not None and action.kind.known
 
 
 def gate_settled(run: TrainingRun, stage_name: str | None) -> bool:

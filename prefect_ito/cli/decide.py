@@ -1,9 +1,11 @@
-"""``prefect-ito decide``: approve or reject a proposed restart at the backend, as yourself.
+"""``prefect-ito decide``: approve or reject, at the backend and as yourself, what it proposes.
 
-Contract v0.5: a restart is decided by a person the backend authenticated — with this command
-(which sends the person's own token, from their login or ``ITO_COMPUTE_TOKEN``), at the terminal
-``train`` runs in, or on the backend's decide page. The backend records their principal; a
-workload's token may not decide, and is told where a person does.
+Contract v0.5: whatever a backend holds a run for (a restart after a loss spike, a later
+deadline: see :mod:`prefect_ito.questions`) is decided by a person the backend authenticated —
+with this command (which sends the person's own token, from their login or
+``ITO_COMPUTE_TOKEN``), at the terminal ``train`` runs in, or on the backend's decide page. The
+backend records their principal; a workload's token may not decide, and is told where a person
+does.
 
 Which backend run the flow run follows is the backend's answer (see
 :func:`~prefect_ito.waiting.cancellation.followed_run`), never a record in Prefect. Once the
@@ -29,8 +31,9 @@ from prefect_ito.contract import DecisionChoice, DecisionRequest, TrainingRun
 from prefect_ito.exceptions import InvalidParameters, NothingToDecide
 from prefect_ito.people import answers
 from prefect_ito.people.approval import decision_on
+from prefect_ito.questions import question_for
 from prefect_ito.waiting.cancellation import followed_run
-from prefect_ito.waiting.keys import RESTART_PREFIX
+from prefect_ito.waiting.keys import is_action_pause
 from prefect_ito.waiting.waits import recheck_answer
 
 __all__ = ["decide"]
@@ -47,14 +50,17 @@ def decide(
     note: Annotated[str | None, Parameter(name=["--note", "--name"])] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """Approve or reject, as yourself, the restart a training flow run waits for.
+    """Approve or reject, as yourself, what a training flow run waits for: a proposed restart or
+    deadline extension.
 
     The decision is made at the backend with your own login; the backend records who you are.
 
     Args:
         flow_run_id: The training flow run that waits for the decision.
-        approve: Approve the proposed restart.
-        reject: Reject it; the run goes on without restarting.
+        approve: Approve it: a restart restarts from the proposed checkpoint; an extension lets
+            the run go on to the later deadline.
+        reject: Reject it: after a loss spike the run goes on without restarting; at a deadline
+            it stops there.
         reason: Why; recorded at the backend with the decision.
         note: Anything to keep beside it at the backend, such as your name (``--name``, as
             before contract v0.5); who decided is your login.
@@ -87,6 +93,8 @@ async def _decide(
         "flow_run_id": str(flow_run_id),
         "run_id": run.run_id,
         "action_id": action.action_id,
+        "kind": question.name if (question := question_for(action)) else action.kind.value,
+        "subject": question.subject if question else f"the {action.kind.value}",
         "decision": decision.decision.value,
         "decided_by": record.principal if record is not None else None,
         "reason": record.reason if record is not None else reason,
@@ -103,11 +111,11 @@ def _nothing_pending(flow_run: FlowRun, run: TrainingRun | None) -> str:
 
 
 async def _recheck(flow_run_id: UUID, action_id: str) -> None:
-    """Resume the flow run if it is paused for the restart, with ``recheck``: it reads the run."""
+    """Resume the flow run if it is paused for the action, with ``recheck``: it reads the run."""
     flow_run = await read_flow_run(flow_run_id)
     state = flow_run.state
     key = state.state_details.pause_key if state is not None else None
-    if state is None or not state.is_paused() or not (key or "").startswith(RESTART_PREFIX):
+    if state is None or not state.is_paused() or not is_action_pause(key):
         return  # not waiting (or a watcher resumed it first): it reads the backend itself
     why = f"{action_id} was decided at the backend"
     try:
@@ -119,7 +127,7 @@ async def _recheck(flow_run_id: UUID, action_id: str) -> None:
 def _show(sent: dict[str, Any]) -> None:
     done = "Approved" if sent["decision"] == "approve" else "Rejected"
     _console.print(
-        f"{done} at the backend as {sent['decided_by'] or 'you'}: the restart of backend run "
+        f"{done} at the backend as {sent['decided_by'] or 'you'}: {sent['subject']} of backend run "
         f"{sent['run_id']} ({sent['action_id']}). The flow run goes on.",
         markup=False,
         soft_wrap=True,

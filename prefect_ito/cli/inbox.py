@@ -35,10 +35,10 @@ from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
 from prefect_ito.people.answers import is_question_key
 from prefect_ito.people.notices import Question, confirm_command, decide_command
+from prefect_ito.questions import by_prefix
 from prefect_ito.waiting.keys import (
     DEFER_PREFIX,
     QUESTION_RECORD_PREFIX,
-    RESTART_PREFIX,
     SPEND_PREFIX,
 )
 
@@ -151,15 +151,14 @@ def _entry(flow_run: FlowRun, question: Question | None, now: datetime) -> dict[
 def _kind(pause_key: str) -> str:
     if pause_key.startswith(SPEND_PREFIX):
         return "spend"
-    if pause_key.startswith(RESTART_PREFIX):
-        return "restart"
-    return "other"
+    question = by_prefix(pause_key)
+    return question.name if question is not None else "other"
 
 
 def _command(flow_run_id: UUID, pause_key: str, question: Question | None) -> str | None:
     """Return the command that answers the question, built here where it can be."""
     kind = _kind(pause_key)
-    if kind == "restart":
+    if by_prefix(pause_key) is not None:
         return decide_command(flow_run_id)
     if kind == "spend" and question and (shown := _CONFIRM_COMMAND.match(question.command)):
         return confirm_command(shown.group(1))

@@ -54,6 +54,7 @@ from prefect_ito.people import answers, approval
 from prefect_ito.people.approval import Choice
 from prefect_ito.people.notices import decide_command
 from prefect_ito.people.spend import SpendDecision
+from prefect_ito.questions import question_for
 from prefect_ito.reporting.quote_card import describe
 from prefect_ito.waiting.cancellation import request_detach
 from prefect_ito.waiting.keys import SPEND_PREFIX
@@ -82,8 +83,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RestartPause:
-    """A flow run waiting for a person to decide a proposed restart at the backend: what it
-    shows, and the action it recorded (None if it recorded none)."""
+    """A flow run waiting for a person to decide, at the backend, what it proposes (a restart, a
+    deadline extension): what it shows, and the action it recorded (None if it recorded none)."""
 
     flow_run: FlowRun
     description: str
@@ -91,7 +92,7 @@ class RestartPause:
 
 
 Operator = Callable[[RestartPause], Awaitable[None]]
-"""Acts on a restart decision at the backend (or leaves it to others); the flow, which reads the
+"""Acts on a decision at the backend (or leaves it to others); the flow, which reads the
 run from the backend at every poll, goes on by itself once the backend has a decision."""
 
 
@@ -272,7 +273,7 @@ def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False)
                 soft_wrap=True,
             )
         return
-    console.print("[bold yellow]A restart needs a person's decision at the backend.[/]")
+    console.print("[bold yellow]The run needs a person's decision at the backend.[/]")
     if has_real_server():
         console.print(  # a command to copy: never broken across lines
             f"Anyone logged in as themselves can also decide: {decide_command(flow_run_id)}",
@@ -308,12 +309,12 @@ async def ask_at_terminal(pause: RestartPause) -> None:
             f"more, so nothing is decided here {_elsewhere()}.[/]"
         )
         return
+    question = question_for(action)
+    subject = question.subject if question is not None else "it"
     console.print(Markdown(without_images(approval.describe(run, action))))
-    choice = await _read_choice(console, "Approve or reject the restart?", _CHOICES)
+    choice = await _read_choice(console, f"Approve or reject {subject}?", _CHOICES)
     if choice is None:
-        console.print(
-            f"[yellow]No answer: the restart still waits for a decision {_elsewhere()}.[/]"
-        )
+        console.print(f"[yellow]No answer: {subject} still waits for a decision {_elsewhere()}.[/]")
         return
     reason = await _read_line(console, "Why: ")
     decision = DecisionRequest(

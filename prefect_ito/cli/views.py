@@ -198,7 +198,7 @@ def _gates(summary: TrainingSummary) -> Table:
 
 def _decisions(summary: TrainingSummary) -> list[Table | str]:
     if not summary.decisions:
-        return ["Decisions: no restart was proposed."]
+        return ["Decisions: nothing was proposed to a person."]
     tables: list[Table | str] = []
     for number, row in enumerate(summary.decisions, start=1):
         table = Table(
@@ -215,11 +215,8 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
             table.add_row("note", escape(row.note() or ""))
         table.add_row("decided at", cards.when(row.decided_at))
         table.add_row("why", escape(row.reason or "—"))
-        if row.step is not None and row.loss is not None:
-            table.add_row(
-                "loss spike", escape(f"{row.loss:.2f} at step {row.step:,} in {row.stage}")
-            )
-        table.add_row("restart checkpoint", escape(row.checkpoint_id or "—"))
+        for name, value in row.facts() or [("proposed", "—")]:
+            table.add_row(name, escape(value))
         tables.append(table)
     return tables
 

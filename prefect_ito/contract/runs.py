@@ -164,24 +164,37 @@ class ActionKind(OpenEnum):
     """What a pending action asks a person to decide."""
 
     LOSS_SPIKE_RESTART = "loss_spike_restart"
+    DEADLINE_EXTENSION = "deadline_extension"
+    """v0.5: the run will not finish by its wall-clock deadline; a later one is proposed."""
 
 
-_SPIKE_CONTEXT = ("loss", "baseline_loss", "proposed_checkpoint")
+CONTEXT: dict[ActionKind, tuple[str, ...]] = {
+    ActionKind.LOSS_SPIKE_RESTART: ("loss", "baseline_loss", "proposed_checkpoint"),
+    ActionKind.DEADLINE_EXTENSION: ("deadline_at", "proposed_deadline_at"),
+}
+"""The fields each kind of action requires, beside those every action has."""
 
 
 class PendingAction(_Model):
     """A human-gated action: the backend holds the run until a person decides.
 
-    ``loss``, ``baseline_loss`` and ``proposed_checkpoint`` describe a ``loss_spike_restart`` and
-    are required for it. An action of a kind added later need not carry them.
+    Each kind requires its own context (:data:`CONTEXT`): ``loss``, ``baseline_loss`` and
+    ``proposed_checkpoint`` for a ``loss_spike_restart``; ``deadline_at`` and
+    ``proposed_deadline_at`` for a ``deadline_extension``. An action of a kind added later need
+    carry neither.
     """
 
     model_config = ConfigDict(
         extra="ignore",
         frozen=True,
         json_schema_extra={
-            "if": {"properties": {"kind": {"const": ActionKind.LOSS_SPIKE_RESTART.value}}},
-            "then": {"required": list(_SPIKE_CONTEXT)},
+            "allOf": [
+                {
+                    "if": {"properties": {"kind": {"const": kind.value}}},
+                    "then": {"required": list(fields)},
+                }
+                for kind, fields in CONTEXT.items()
+            ]
         },
     )
 
@@ -195,6 +208,15 @@ class PendingAction(_Model):
     )
     proposed_checkpoint: CheckpointRef | None = Field(
         default=None, description="Required for loss_spike_restart: where a restart resumes."
+    )
+    deadline_at: datetime | None = Field(
+        default=None,
+        description="v0.5, required for deadline_extension: the run's wall-clock deadline now.",
+    )
+    proposed_deadline_at: datetime | None = Field(
+        default=None,
+        description="v0.5, required for deadline_extension: the later deadline proposed. "
+        "Approved, the run goes on until then; rejected, it stops at `deadline_at`.",
     )
     proposed_at: datetime
     held_since: datetime | None = Field(
@@ -219,11 +241,10 @@ class PendingAction(_Model):
     )
 
     @model_validator(mode="after")
-    def _spike_context(self) -> Self:
-        if self.kind is ActionKind.LOSS_SPIKE_RESTART:
-            missing = [name for name in _SPIKE_CONTEXT if getattr(self, name) is None]
-            if missing:
-                raise ValueError(f"a loss_spike_restart needs {', '.join(missing)}")
+    def _kind_context(self) -> Self:
+        missing = [name for name in CONTEXT.get(self.kind, ()) if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.kind.value} needs {', '.join(missing)}")
         return self
 
 
@@ -424,6 +445,8 @@ class EventType(OpenEnum):
     INTERRUPTION_DETECTED = "interruption_detected"
     RESUMED = "resumed"
     LOSS_SPIKE_DETECTED = "loss_spike_detected"
+    DEADLINE_EXTENSION_PROPOSED = "deadline_extension_proposed"
+    """v0.5: the run will miss its wall-clock deadline; a later one waits for a person."""
     DECISION_RECORDED = "decision_recorded"
     CANCEL_REQUESTED = "cancel_requested"
     RUN_FINISHED = "run_finished"

@@ -1,6 +1,8 @@
-"""Waiting for a person to decide a proposed loss-spike restart at the backend (contract v0.5).
+"""Waiting for a person to decide a backend's pending action at the backend (contract v0.5).
 
-The backend holds the run and proposes a restart; only a person decides, and only at the backend,
+The backend holds the run and proposes something (a restart after a loss spike, a later deadline:
+each kind is a question of :mod:`prefect_ito.questions`, which says everything shown of it); only
+a person decides, and only at the backend,
 which knows who they are: on its decide page (the action's ``decide_url`` and ``user_code``), or
 with a token of their own (``prefect-ito decide``, or the terminal ``train`` runs in). The backend
 records their principal. Nothing written in Prefect decides anything: a flow run never relays a
@@ -30,31 +32,22 @@ from prefect_ito.backend.operations import (
     P,
     R,
 )
-from prefect_ito.contract import (
-    CheckpointRef,
-    DecisionRecord,
-    PendingAction,
-    TrainingRun,
-)
+from prefect_ito.contract import DecisionRecord, PendingAction, TrainingRun
 from prefect_ito.exceptions import AwaitingDecision
 from prefect_ito.people import asking, notices
-from prefect_ito.reporting import charts
+from prefect_ito.questions import ActionQuestion, question_for
 from prefect_ito.reporting import markdown as md
-from prefect_ito.reporting.cards import when
 from prefect_ito.reporting.holding import held_for
-from prefect_ito.waiting.keys import restart_pause_key
+from prefect_ito.reporting.moments import when
+from prefect_ito.waiting.keys import action_pause_key
 from prefect_ito.waiting.waits import recheck_answer
 
 Choice = Literal["approve", "reject"]
 
-WHAT_EACH_ANSWER_DOES = (
-    "approve: the backend restarts from the proposed checkpoint and trains the steps since "
-    "again. reject: the run goes on from where it is, without restarting."
-)
 WHAT_THE_FORM_DOES = (
     "recheck: you decided at the backend (its page, the link above, or prefect-ito decide with "
     "your own login); the flow reads the run from the backend again. Only a decision made there "
-    "counts: nothing typed here approves or rejects a restart."
+    "counts: nothing typed here approves or rejects what the backend proposes."
 )
 
 
@@ -64,7 +57,8 @@ def _one_to_pick(schema: dict[str, Any]) -> None:
 
 
 class RestartCheck(RunInput):
-    """What a person can do about a proposed restart in Prefect: have the backend read again.
+    """What a person can do in Prefect about a proposed action (a restart, a deadline extension):
+    have the backend read again.
 
     Approving and rejecting are not among the choices: a person decides at the backend, which
     knows who they are. ``decision`` is required and has no default, so a form submitted
@@ -95,61 +89,46 @@ class Supervisor(Protocol):
 
 def pause_key(action: PendingAction) -> str:
     """Return the pause key for an action: stable across re-entries, letters digits and dashes."""
-    return restart_pause_key(action.action_id)
+    return action_pause_key(action.kind, action.action_id)
 
 
-def _spike(action: PendingAction) -> tuple[float, float, CheckpointRef]:
-    """Return a loss-spike restart's loss, baseline loss and proposed checkpoint.
-
-    The contract requires them of a ``loss_spike_restart``, the only kind put to a person.
-    """
-    loss, baseline, checkpoint = action.loss, action.baseline_loss, action.proposed_checkpoint
-    if loss is None or baseline is None or checkpoint is None:
-        raise ValueError(f"action {action.action_id} ({action.kind}) is not a loss-spike restart")
-    return loss, baseline, checkpoint
+def _question(action: PendingAction) -> ActionQuestion:
+    question = question_for(action)
+    if question is None:  # supervision asks only about kinds it knows (gates.decidable)
+        raise ValueError(f"action {action.action_id} is of a kind this version does not know")
+    return question
 
 
 def describe(run: TrainingRun, action: PendingAction) -> str:
     """Return the markdown a person reads above the decision form: evidence, chart, choices.
 
     The Resume dialog is narrow and does not wrap table cells: values stay short, and the chart
-    is drawn at the dialog's width.
+    is drawn at the dialog's width. What is said of the action comes from its kind's question.
     """
-    loss, baseline, checkpoint = _spike(action)
-    back = action.step - checkpoint.step
+    question = _question(action)
     t = run.telemetry
-    times = f" ({loss / baseline:.1f}×)" if baseline > 0 else ""
-    svg = charts.draw(charts.loss_chart(run), width=charts.FORM_WIDTH, height=280)
+    chart = question.chart(run, action)
+    choices = question.choices(action)
     return "\n".join(
         [
-            f"### Loss spike in {md.code(action.stage)} — a restart is proposed",
+            f"### {question.heading(action)}",
             "",
-            f"The Itô desk backend holds run {md.code(run.run_id)} "
-            f"(booking {md.code(run.booking_id)}) at step "
-            f"{action.step:,} and proposes to restart from an earlier checkpoint. Nothing "
-            "restarts until a person decides; prefect-ito never decides by itself.",
+            question.situation(run, action)
+            + " Nothing happens until a person decides; prefect-ito never decides by itself.",
             "",
             "| evidence | value |",
             "|---|---|",
-            f"| spike | loss {loss:.2f} at step {action.step:,} |",
-            f"| baseline | loss {baseline:.2f}{times} |",
-            f"| restart from | {md.code(checkpoint.checkpoint_id, cell=True)} |",
-            f"| its step | {checkpoint.step:,} ({back:,} steps back) |",
+            *(f"| {name} | {value} |" for name, value in question.rows(run, action)),
             *_held_rows(action),
             f"| spent so far | ${t.spend_usd:,.0f} of ${t.budget_usd:,.0f} "
             f"({t.spend_usd / t.budget_usd:.0%}) |",
             "",
-            charts.markdown_image(svg, "Training loss by step, up to the spike"),
-            "",
+            *([chart, ""] if chart else []),
             "**Decide at the backend**, signed in as yourself — "
             + _where_md(action)
-            + ". Nothing typed in Prefect approves or rejects a restart.",
+            + f". Nothing typed in Prefect approves or rejects {question.subject}.",
             "",
-            f"- **approve**: the backend restarts from {md.code(checkpoint.checkpoint_id)} at step "
-            f"{checkpoint.step:,} and trains the {back:,} steps since again; spend goes on "
-            "meanwhile.",
-            f"- **reject**: the run goes on from step {action.step:,} as it is, without "
-            "restarting.",
+            *(f"- **{choice.value}**: {text}" for choice, text in choices.items()),
             "",
             "Then choose **recheck** here, or just wait: `prefect-ito watch` (or this flow run, "
             "while it waits in its process) sees the decision and goes on.",
@@ -245,20 +224,15 @@ async def _ask(
             return None
         return RestartCheck.model_validate(recheck_answer(f"{action.action_id} was decided"))
 
+    question = _question(action)
+
     def waiting() -> None:
-        steps.logger.warning(
-            "Loss spike in %s at step %d: the backend proposes a restart from %s and holds the "
-            "run. Waiting for a person to approve or reject it at the backend: %s.",
-            action.stage,
-            action.step,
-            _spike(action)[2].checkpoint_id,
-            where_to_decide(action),
-        )
-        notices.restart_needed(run, action, timeout=timeout)
+        steps.logger.warning("%s: %s.", question.waiting(action), where_to_decide(action))
+        notices.action_needed(run, action, question, timeout=timeout)
 
     def timed_out() -> AwaitingDecision:
         return AwaitingDecision(
-            f"nobody decided on the restart proposed for run {run.run_id} "
+            f"nobody decided on {question.subject} proposed for run {run.run_id} "
             f"({action.action_id}) within {timeout:g} s; it stays pending at the backend, and "
             "running the flow again re-attaches and asks again",
             run_id=run.run_id,
@@ -268,7 +242,7 @@ async def _ask(
         RestartCheck,
         key=pause_key(action),
         description=describe(run, action),
-        asks=f"approve or reject a restart from {_spike(action)[2].checkpoint_id} at the backend",
+        asks=question.asks(action),
         timeout=timeout,
         poll_interval=poll_interval,
         waiting=waiting,
@@ -299,10 +273,12 @@ def announce_decision(steps: Supervisor, run: TrainingRun, action: PendingAction
         )
         return
     who = record.principal or "someone the backend did not name"
+    question = _question(action)
     steps.logger.info(
-        "%s %s the restart at the backend: %s",
+        "%s %s %s at the backend: %s",
         who,
         "approved" if record.decision.value == "approve" else "rejected",
+        question.subject,
         record.reason,
     )
-    notices.restart_answered(action, record)
+    notices.action_answered(action, record, question)

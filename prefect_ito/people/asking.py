@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from prefect_ito.exceptions import ItoError
 from prefect_ito.people import answers
-from prefect_ito.reporting.cards import when
+from prefect_ito.reporting.moments import when
 from prefect_ito.waiting.cancellation import stop_requested
 from prefect_ito.waiting.flow_run import can_suspend, current_flow_run_id, suspend
 

@@ -1,8 +1,8 @@
 """Telling people they are needed: the Prefect events a wait for a person emits, and its record.
 
-When a training flow run starts waiting for a person (to confirm a spend, or to decide a
-loss-spike restart), it emits :data:`PERSON_NEEDED` once per question, and
-:data:`PERSON_ANSWERED` once someone answered. The Automations shipped in
+When a training flow run starts waiting for a person (to confirm a spend, or to decide what a
+backend proposes: a restart, a deadline extension), it emits :data:`PERSON_NEEDED` once per
+question, and :data:`PERSON_ANSWERED` once someone answered. The Automations shipped in
 ``deployments/automations.yaml`` turn them into messages through whatever Prefect notification
 block a user has (Slack, Teams, email, a webhook), plus a reminder when nobody answered in time
 and a closing message when the deadline passed (from Prefect's own flow-run events: a suspended
@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 from uuid import UUID
 
 import httpx
@@ -35,22 +34,20 @@ from prefect.utilities.urls import url_for
 from pydantic import BaseModel, Field
 
 from prefect_ito.contract import DecisionRecord, PendingAction, TrainingQuote, TrainingRun
+from prefect_ito.questions import ActionQuestion
+from prefect_ito.questions.registry import Kind
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
-from prefect_ito.waiting.keys import (
-    QUESTION_RECORD_PREFIX,
-    restart_pause_key,
-    spend_pause_key,
-)
+from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX, spend_pause_key
 
 __all__ = [
     "PERSON_ANSWERED",
     "PERSON_NEEDED",
     "Question",
+    "action_answered",
+    "action_needed",
     "confirm_command",
     "decide_command",
-    "restart_answered",
-    "restart_needed",
     "spend_answered",
     "spend_needed",
 ]
@@ -63,8 +60,6 @@ PERSON_ANSWERED = "ito.training.person.answered"
 
 _EVENT_NAMESPACE = uuid.UUID("5c0b1f0e-8f2d-4b7a-9e61-3a4d2c9b7e15")
 
-Kind = Literal["spend", "restart"]
-
 
 class Question(BaseModel):
     """What a person is asked, as notifications and ``prefect-ito inbox`` show it.
@@ -72,7 +67,10 @@ class Question(BaseModel):
     Read back from Prefect it is display-only: anyone with API access may have written it.
     """
 
-    kind: Kind = Field(description="What is asked: to confirm a spend, or to decide a restart.")
+    kind: Kind = Field(
+        description="What is asked: to confirm a spend, or to decide a restart or a deadline "
+        "extension."
+    )
     key: str = Field(description="The question's pause key.")
     flow_run_id: str = Field(description="The flow run that waits.")
     asked: str = Field(description="What is asked, in one line.")
@@ -130,40 +128,29 @@ def spend_needed(quote: TrainingQuote, *, timeout: float) -> Question | None:
     )
 
 
-def restart_needed(run: TrainingRun, action: PendingAction, *, timeout: float) -> Question | None:
-    """Announce that the flow run waits for a person to decide the restart ``action`` proposes.
-
-    Returns the question, or None outside a flow run.
-    """
+def action_needed(
+    run: TrainingRun, action: PendingAction, question: ActionQuestion, *, timeout: float
+) -> Question | None:
+    """Announce that the flow run waits for a person to decide ``action`` (of ``question``'s
+    kind) at the backend. Returns the question, or None outside a flow run."""
     flow_run_id = current_flow_run_id()
     if flow_run_id is None:
         return None
     now = datetime.now(UTC)
-    # The contract requires these of a loss-spike restart, the only kind put to a person.
-    loss, baseline = action.loss or 0.0, action.baseline_loss or 0.0
-    checkpoint = action.proposed_checkpoint
-    back = f"{checkpoint.checkpoint_id} (step {checkpoint.step:,})" if checkpoint else "?"
     return _needed(
         Question(
-            kind="restart",
-            key=_restart_key(action),
+            kind=question.name,
+            key=question.pause_key(action),
             flow_run_id=str(flow_run_id),
-            asked=f"Approve or reject a loss-spike restart of run {run.run_id} "
-            f"(booking {run.booking_id})",
-            evidence=f"loss {loss:.2f} at step {action.step:,} in {action.stage} (baseline "
-            f"{baseline:.2f}); proposed restart from {back}",
+            asked=question.asked(run, action),
+            evidence=question.evidence(action),
             asked_at=now,
             deadline=now + timedelta(seconds=timeout),
             link=_link(flow_run_id),
             command=decide_command(flow_run_id),
             held_since=action.held_since,
             held_usd_per_hour=action.hold_usd_per_hour,
-            numbers={
-                "loss": loss,
-                "baseline_loss": baseline,
-                "step": float(action.step),
-                **({"checkpoint_step": float(checkpoint.step)} if checkpoint else {}),
-            },
+            numbers=question.numbers(action),
         ),
         identity=action.action_id,
     )
@@ -188,11 +175,14 @@ def spend_answered(quote: TrainingQuote) -> None:
     )
 
 
-def restart_answered(action: PendingAction, record: DecisionRecord) -> None:
-    """Announce that a person decided the restart ``action`` proposed, as the backend recorded."""
+def action_answered(
+    action: PendingAction, record: DecisionRecord, question: ActionQuestion
+) -> None:
+    """Announce that a person decided ``action`` (of ``question``'s kind), as the backend
+    recorded."""
     _answered(
-        "restart",
-        _restart_key(action),
+        question.name,
+        question.pause_key(action),
         action.action_id,
         answered_by=record.principal,
         answer=record.decision.value,
@@ -286,7 +276,3 @@ def _link(flow_run_id: UUID) -> str | None:
 
 def _spend_key(quote: TrainingQuote) -> str:
     return spend_pause_key(quote.manifest_digest)
-
-
-def _restart_key(action: PendingAction) -> str:
-    return restart_pause_key(action.action_id)

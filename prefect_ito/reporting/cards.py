@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from prefect_ito.contract import (
     DecisionChoice,
@@ -22,10 +22,12 @@ from prefect_ito.contract import (
     Telemetry,
     TrainingRun,
 )
+from prefect_ito.questions import question_for
 from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.holding import held_for
+from prefect_ito.reporting.moments import when as when  # many callers read it here
 
 Actions = Mapping[str, PendingAction]
 """Pending actions seen on a run, by action id."""
@@ -80,13 +82,6 @@ def gates_description(run: TrainingRun) -> str:
     return f"{len(rows)} evals, {len(failed)} failed: {', '.join(failed)}."
 
 
-def when(moment: datetime | None) -> str:
-    """Return a timestamp as a person reads it: ``2026-11-30 09:12 UTC``."""
-    if moment is None:
-        return "—"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def spend(t: Telemetry) -> str:
     """Return spend against the ceiling: ``$1,234.00 of $250,000.00 (0% of the ceiling)``."""
     return (
@@ -118,11 +113,14 @@ def forecast_line(run: TrainingRun) -> str | None:
 
 
 class DecisionSummary(BaseModel):
-    """A restart a person was asked about: what was proposed, and what they decided."""
+    """An action a person was asked about (a restart, a deadline extension): what was proposed,
+    and what they decided."""
 
     model_config = ConfigDict(frozen=True)
 
     action_id: str
+    action: PendingAction | None = Field(default=None, exclude=True)
+    """The action as this supervisor saw it pending; None when it was decided before."""
     decision: DecisionChoice | None = None
     """None while nobody has decided."""
     decided_by: str | None = None
@@ -148,13 +146,18 @@ class DecisionSummary(BaseModel):
         return self.decided_by if self.principal and self.decided_by else None
 
     def outcome(self) -> str:
-        """Return what the decision did, in a few words."""
+        """Return what the decision did, in a few words, as the action's kind says it."""
         if self.decision is None:
             return "awaiting a person"
-        if self.decision is DecisionChoice.REJECT:
-            return "rejected: the run went on without restarting"
-        where = f" from step {self.checkpoint_step:,}" if self.checkpoint_step is not None else ""
-        return f"approved: the run restarted{where}"
+        question = question_for(self.action)
+        if question is None:  # not seen pending: the backend's record says only the decision
+            return "approved" if self.decision is DecisionChoice.APPROVE else "rejected"
+        return question.outcome(self.decision, self.action)
+
+    def facts(self) -> list[tuple[str, str]]:
+        """Return what was proposed, as the action's kind says it; [] when it was not seen."""
+        question = question_for(self.action)
+        return question.facts(self.action) if question and self.action else []
 
 
 def decisions(run: TrainingRun, actions: Actions | None = None) -> list[DecisionSummary]:
@@ -179,6 +182,7 @@ def _summary(action: PendingAction | None, action_id: str) -> DecisionSummary:
     checkpoint = action.proposed_checkpoint  # None only for kinds added to the contract later
     return DecisionSummary(
         action_id=action_id,
+        action=action,
         stage=action.stage,
         step=action.step,
         loss=action.loss,
@@ -189,27 +193,18 @@ def _summary(action: PendingAction | None, action_id: str) -> DecisionSummary:
 
 
 def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
-    """Return the decisions card: who decided each proposed restart, how, why and when.
+    """Return the decisions card: who decided each proposed action, how, why and when.
 
     One short two-column table per decision, so that who and why never scroll out of sight.
     """
     rows = decisions(run, actions)
-    title = f"## Restart decisions — run {md.code(run.run_id)}"
+    title = f"## Decisions — run {md.code(run.run_id)}"
     lines = [title, "", decisions_headline(rows, run), ""]
     held = hold_cost(run)
     if held is not None:
         lines += [f"**Waiting for a person: {held}.**", ""]
     for number, row in enumerate(rows, start=1):
-        checkpoint = (
-            f"{_code(row.checkpoint_id)} (step {_count(row.checkpoint_step)})"
-            if row.checkpoint_id
-            else "—"
-        )
-        spike = (
-            f"{_loss(row.loss)} at step {_count(row.step)} in {_code(row.stage)}"
-            if row.stage
-            else "—"
-        )
+        facts = row.facts() or [("proposed", "—")]
         by = f" by {md.text(row.who())}" if row.who() else ""
         lines += [
             f"### {number}. {row.outcome().split(':')[0].capitalize()}{by}",
@@ -220,12 +215,11 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             *([f"| note | {_cell(row.note())} |"] if row.note() else []),
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
-            f"| loss spike | {spike} |",
-            f"| restart checkpoint | {checkpoint} |",
+            *(f"| {name} | {_cell(value)} |" for name, value in facts),
             f"| proposed at | {when(row.proposed_at)} |",
             "",
         ]
-    if any(row.checkpoint_id is None for row in rows):
+    if any(row.action is None for row in rows):
         lines += ["— : proposed before this supervisor attached; the backend keeps no more."]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -242,27 +236,21 @@ def _decider(row: DecisionSummary) -> str:
 def decisions_headline(rows: list[DecisionSummary], run: TrainingRun) -> str:
     """Return the decisions in one line: how many, and how they went."""
     if not rows:
-        nothing = "No restart was proposed" if run.state.terminal else "No restart proposed so far"
+        nothing = "Nothing was proposed" if run.state.terminal else "Nothing proposed so far"
         return f"{nothing}: nothing needed a person's decision."
     approved = sum(row.decision is DecisionChoice.APPROVE for row in rows)
     rejected = sum(row.decision is DecisionChoice.REJECT for row in rows)
     waiting = len(rows) - approved - rejected
     counts = [f"{approved} approved"] * bool(approved) + [f"{rejected} rejected"] * bool(rejected)
     counts += [f"{waiting} awaiting a person"] * bool(waiting)
-    return f"{len(rows)} restart{'s' * (len(rows) > 1)} proposed: {', '.join(counts)}."
+    labels = {q.label for row in rows if (q := question_for(row.action)) is not None}
+    label = labels.pop() if len(labels) == 1 else "action"
+    return f"{len(rows)} {label}{'s' * (len(rows) > 1)} proposed: {', '.join(counts)}."
 
 
 def _code(value: str | None) -> str:
     """Return ``value`` as inline code for a table cell, or — when absent."""
     return "—" if not value else md.code(value, cell=True)
-
-
-def _count(value: int | None) -> str:
-    return "—" if value is None else f"{value:,}"
-
-
-def _loss(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f}"
 
 
 def _cell(text: str | None) -> str:

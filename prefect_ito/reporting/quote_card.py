@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prefect_ito.contract import CostRange, QuoteState, TrainingQuote, TrainingRequest
 from prefect_ito.reporting import markdown as md
-from prefect_ito.reporting.cards import when
+from prefect_ito.reporting.moments import when
 
 __all__ = ["SHOWN_DATA_REFS", "describe", "estimate", "short_usd", "spend_question"]
 

@@ -22,7 +22,6 @@ from uuid import UUID
 from prefect.events import emit_event
 from pydantic import BaseModel, ConfigDict
 
-from prefect_ito.backend import gates
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.provenance import Provenance
 from prefect_ito.contract import (
@@ -35,6 +34,7 @@ from prefect_ito.contract import (
     Telemetry,
     TrainingRun,
 )
+from prefect_ito.questions import question_for
 from prefect_ito.reporting.cards import (
     Actions,
     DecisionSummary,
@@ -49,7 +49,6 @@ from prefect_ito.reporting.cards import (
     progress_percent,
     spend,
     telemetry_markdown,
-    when,
 )
 from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.publishing import Card, Publisher
@@ -64,6 +63,7 @@ EVENT_NAMES: dict[EventType, str] = {
     EventType.STAGE_FAILED: "ito.training.gate.failed",
     EventType.STAGE_REFUSED: "ito.training.stage.refused",
     EventType.LOSS_SPIKE_DETECTED: "ito.training.restart.proposed",
+    EventType.DEADLINE_EXTENSION_PROPOSED: "ito.training.deadline.proposed",
     EventType.DECISION_RECORDED: "ito.training.restart.decided",
     EventType.RUN_FINISHED: "ito.training.finished",
 }
@@ -281,13 +281,12 @@ def status_facts(run: TrainingRun) -> dict[str, str]:
         **status_numbers(run),
     }
     action = run.pending_action
-    if action is not None and not gates.decidable(action):
-        facts["pending_decision"] = f"{action.kind} at step {action.step:,} in {action.stage}"
-    elif action is not None and action.proposed_checkpoint is not None:
+    question = question_for(action)
+    if action is not None:
         facts["pending_decision"] = (
-            f"loss spike {action.loss:.2f} at step {action.step:,} in {action.stage}: restart "
-            f"from {action.proposed_checkpoint.checkpoint_id} (step "
-            f"{action.proposed_checkpoint.step:,}) proposed {when(action.proposed_at)}"
+            question.status(action)
+            if question is not None
+            else f"{action.kind} at step {action.step:,} in {action.stage}"
         )
     return facts
 

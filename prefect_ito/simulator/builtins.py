@@ -7,6 +7,7 @@ from typing import Any
 
 from prefect_ito.contract import BookingStatus
 from prefect_ito.simulator.scenario import (
+    DeadlineSpec,
     EvalSpec,
     GateSpec,
     InterruptionSpec,
@@ -141,6 +142,11 @@ _BUILTINS: dict[str, Callable[[], Scenario]] = {
         "loss-spike",
         "One loss spike in pretrain waits for a decision.",
         loss_spikes=[SpikeSpec(stage="pretrain", at_fraction=0.6)],
+    ),
+    "deadline-extension": lambda: _scenario(
+        "deadline-extension",
+        "The run reaches its wall-clock deadline in mid_train; a later one waits for a decision.",
+        deadline_extensions=[DeadlineSpec(stage="mid_train", at_fraction=0.5)],
     ),
     "two-spikes": lambda: _scenario(
         "two-spikes",

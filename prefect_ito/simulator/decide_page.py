@@ -95,6 +95,11 @@ def action_html(run: TrainingRun, action: PendingAction) -> str:
                 f"{checkpoint.checkpoint_id}, step {checkpoint.step:,} ({back:,} back)",
             )
         )
+    if action.deadline_at is not None and action.proposed_deadline_at is not None:
+        rows += [
+            ("Deadline now", f"{action.deadline_at:%Y-%m-%d %H:%M} UTC, at step {action.step:,}"),
+            ("Proposed deadline", f"{action.proposed_deadline_at:%Y-%m-%d %H:%M} UTC"),
+        ]
     if action.hold_usd_per_hour is not None:
         rows.append(("Holding the run costs", f"${action.hold_usd_per_hour:,.2f} an hour"))
     t = run.telemetry

@@ -15,6 +15,7 @@ import hashlib
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import Enum
 
 from prefect_ito.contract import (
@@ -41,6 +42,7 @@ from prefect_ito.contract import (
 from prefect_ito.simulator.ids import mint
 from prefect_ito.simulator.runs import RunRecord
 from prefect_ito.simulator.scenario import (
+    DeadlineSpec,
     InterruptionSpec,
     RunScript,
     SimBooking,
@@ -111,7 +113,7 @@ class _Progress:
 class _Mark:
     fraction: float
     kind: str
-    item: SpikeSpec | InterruptionSpec | None = None
+    item: SpikeSpec | InterruptionSpec | DeadlineSpec | None = None
 
 
 def parameters(model_size: str) -> float:
@@ -274,6 +276,11 @@ def _marks(rec: RunRecord, spec: StageSpec) -> list[_Mark]:
         _Mark(s.at_fraction, "spike", s) for s in rec.script.loss_spikes if s.stage == spec.name
     ]
     marks += [
+        _Mark(d.at_fraction, "deadline", d)
+        for d in rec.script.deadline_extensions
+        if d.stage == spec.name
+    ]
+    marks += [
         _Mark(i.at_fraction, "interruption", i)
         for i in rec.script.interruptions
         if i.stage == spec.name
@@ -309,6 +316,14 @@ def _train(rec: RunRecord, spec: StageSpec, progress: _Progress) -> Generator[St
         elif isinstance(mark.item, InterruptionSpec):
             done.add(index)
             yield from _interruption(rec, spec.name, mark.item, progress)
+        elif isinstance(mark.item, DeadlineSpec):
+            done.add(index)
+            if not (yield from _extension(rec, spec.name, step, mark.item)):
+                message = (
+                    f"{spec.name} stopped at its wall-clock deadline: the extension was rejected"
+                )
+                rec.finish(RunState.FAILED, "DEADLINE_REACHED", message)
+                return False
         elif isinstance(mark.item, SpikeSpec):
             done.add(index)
             restart = yield from _spike(rec, spec.name, step, loss * mark.item.loss_factor, loss)
@@ -388,6 +403,33 @@ def _spike(
     rec.state = RunState.AWAITING_DECISION
     rec.record_loss(step, loss)  # the bad reading is part of the history a person looks at
     rec.emit(EventType.LOSS_SPIKE_DETECTED, f"loss spike at step {step}", stage, step=step)
+    yield Signal.HOLD
+    return rec.decision_for(action.action_id) is DecisionChoice.APPROVE
+
+
+def _extension(
+    rec: RunRecord, stage: str, step: int, spec: DeadlineSpec
+) -> Generator[Step, None, bool]:
+    """Hold the run at its deadline for a person's decision; return whether it may go on."""
+    deadline = rec.at()
+    action = PendingAction(
+        action_id=mint("act", 12),
+        kind="deadline_extension",
+        stage=stage,
+        step=step,
+        deadline_at=deadline,
+        proposed_deadline_at=deadline + timedelta(hours=spec.extend_hours),
+        proposed_at=deadline,
+        hold_usd_per_hour=round(rec.cost_per_second * 3600, 2),
+    )
+    rec.pending_action = action
+    rec.state = RunState.AWAITING_DECISION
+    rec.emit(
+        EventType.DEADLINE_EXTENSION_PROPOSED,
+        f"deadline reached at step {step}; extension proposed",
+        stage,
+        step=step,
+    )
     yield Signal.HOLD
     return rec.decision_for(action.action_id) is DecisionChoice.APPROVE
 

@@ -178,37 +178,41 @@ class StageSpec(_Spec):
         return self
 
 
-class SpikeSpec(_Spec):
-    """A loss spike at a fraction of a stage: the run waits for a person's decision."""
+class _AtSpec(_Spec):
+    """Something that happens at a fraction of a stage."""
 
     stage: str
     at_fraction: float = Field(gt=0, lt=1)
+
+
+class SpikeSpec(_AtSpec):
+    """A loss spike at a fraction of a stage: the run waits for a person's decision."""
+
     loss_factor: float = Field(default=3.0, gt=1, description="Spike loss over the baseline.")
 
 
-class InterruptionSpec(_Spec):
+class DeadlineSpec(_AtSpec):
+    """A run's deadline at a fraction of a stage: a later one waits for a person's decision."""
+
+    extend_hours: float = Field(default=12, gt=0, description="How much later, proposed.")
+
+
+class InterruptionSpec(_AtSpec):
     """A node failure at a fraction of a stage, and how long detection and resumption take."""
 
-    stage: str
-    at_fraction: float = Field(gt=0, lt=1)
     detect_seconds: float = Field(default=240, ge=0)
     resume_seconds: float = Field(default=540, ge=0)
 
 
-class StallSpec(_Spec):
+class StallSpec(_AtSpec):
     """The workload silently stops at a fraction of a stage: no progress, no heartbeat."""
-
-    stage: str
-    at_fraction: float = Field(gt=0, lt=1)
 
 
 class RunScript(_Spec):
     """How every run on a booking behaves, on the simulated clock."""
 
     data_prep_hours: float = Field(default=6, gt=0)
-    ladder_hours: float = Field(
-        default=4, gt=0, description="The 150M ladder job, custom data only."
-    )
+    ladder_hours: float = Field(default=4, gt=0, description="The 150M ladder (custom data).")
     ladder_rejection: str | None = Field(default=None, description="Reject custom data, why.")
     parallelism_hours: float = Field(default=1, gt=0)
     parallelism_refusal: str | None = Field(default=None, description="Refuse the plan, why.")
@@ -220,13 +224,11 @@ class RunScript(_Spec):
     checkpoint_bandwidth_gbps: float = Field(default=40.0, gt=0)
     rlvr_staleness_bound_steps: int = Field(default=4, ge=0)
     loss_spikes: list[SpikeSpec] = Field(default_factory=list)
+    deadline_extensions: list[DeadlineSpec] = Field(default_factory=list)
     interruptions: list[InterruptionSpec] = Field(default_factory=list)
     stall: StallSpec | None = None
     cancel_seconds: float = Field(
-        default=0,
-        ge=0,
-        description="Simulated seconds a cancel takes to stop the workload; the run is "
-        "`cancelling` meanwhile (0: cancelled at once).",
+        default=0, ge=0, description="Simulated seconds a cancel takes (`cancelling` meanwhile)."
     )
 
     @model_validator(mode="after")

@@ -1,8 +1,9 @@
 """Every key prefect-ito writes on a flow run — pause keys and flow-run input keys — in one place.
 
 Prefect keys a pause's answer and any other flow-run input by a string. Who reads what goes by
-these prefixes: the watcher resumes only ``defer-`` pauses on its own, and answers a ``spend-`` or
-``restart-`` pause only with a recheck once the backend says a person answered there. The records
+these prefixes: the watcher resumes only ``defer-`` pauses on its own, and answers a ``spend-``
+pause or a pending action's (``restart-``, ``deadline-``: :data:`ACTION_PREFIXES`) only with a
+recheck once the backend says a person answered there. The records
 and claims beside them (``ito-…``) are never pause keys, so nobody can answer one.
 """
 
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import re
 
+from prefect_ito.contract import ActionKind
+
 __all__ = [
+    "ACTION_PREFIXES",
     "ACTION_RECORD_PREFIX",
     "BACKEND_RUN_KEY",
     "DEFER_PREFIX",
@@ -20,7 +24,8 @@ __all__ = [
     "RESTART_PREFIX",
     "RESUME_PREFIX",
     "SPEND_PREFIX",
-    "restart_pause_key",
+    "action_pause_key",
+    "is_action_pause",
     "spend_pause_key",
 ]
 
@@ -34,16 +39,27 @@ SPEND_PREFIX = "spend-"
 RESTART_PREFIX = "restart-"
 """Pause keys of restart decisions start with this."""
 
+ACTION_PREFIXES: dict[ActionKind, str] = {
+    ActionKind.LOSS_SPIKE_RESTART: RESTART_PREFIX,
+    ActionKind.DEADLINE_EXTENSION: "deadline-",
+}
+"""The pause-key prefix of each kind of pending action a person decides at the backend."""
+
 
 def spend_pause_key(manifest_digest: str) -> str:
     """Return the pause key for confirming a manifest: stable across re-entries of a flow run."""
     return SPEND_PREFIX + manifest_digest.removeprefix("sha256:")[:16]
 
 
-def restart_pause_key(action_id: str) -> str:
-    """Return the pause key for a restart decision: stable across re-entries, letters, digits
-    and dashes."""
-    return RESTART_PREFIX + re.sub(r"[^a-zA-Z0-9-]+", "-", action_id).strip("-").lower()
+def action_pause_key(kind: ActionKind, action_id: str) -> str:
+    """Return the pause key for a decision on a pending action: stable across re-entries,
+    letters, digits and dashes."""
+    return ACTION_PREFIXES[kind] + re.sub(r"[^a-zA-Z0-9-]+", "-", action_id).strip("-").lower()
+
+
+def is_action_pause(key: str | None) -> bool:
+    """Tell whether a pause key is a question about a pending action, of any kind."""
+    return key is not None and key.startswith(tuple(ACTION_PREFIXES.values()))
 
 
 BACKEND_RUN_KEY = "ito-backend-run"

@@ -59,7 +59,7 @@ from prefect_ito.exceptions import ItoError
 from prefect_ito.waiting import claims, deferral
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import Deferral
-from prefect_ito.waiting.keys import DEFER_PREFIX, RESTART_PREFIX, RESUME_PREFIX, SPEND_PREFIX
+from prefect_ito.waiting.keys import ACTION_PREFIXES, DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
 from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord, latest_wait, recheck_answer
 from prefect_ito.waiting.watched import in_state, watched_flow_runs
@@ -94,7 +94,10 @@ class _Seen:
 Waiting = tuple[FlowRun, Deferral]
 Asking = tuple[FlowRun, WaitRecord]
 _Record = TypeVar("_Record", Deferral, WaitRecord)
-_ASKED: dict[str, type[WaitRecord]] = {SPEND_PREFIX: QuoteWait, RESTART_PREFIX: ActionWait}
+_ASKED: dict[str, type[WaitRecord]] = {
+    SPEND_PREFIX: QuoteWait,
+    **{prefix: ActionWait for prefix in ACTION_PREFIXES.values()},
+}
 """The pause-key prefix of each question put to a person, and the record a flow writes beside it."""
 
 

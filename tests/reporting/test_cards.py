@@ -10,6 +10,7 @@ from rich.console import Console
 from prefect_ito.cli.views import print_summary
 from prefect_ito.contract import DecisionChoice
 from prefect_ito.reporting import cards
+from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting import report as reporting
 from prefect_ito.reporting.report import TrainingSummary, artifact_key
 
@@ -61,8 +62,9 @@ def test_the_decisions_card_records_who_how_why_when_and_the_checkpoint():
     assert "| note | Ada |" in text
     assert f"| decided at | {cards.when(decision.decided_at)} |" in text
     assert "| why | bad shard 7 |" in text
-    assert "| loss spike | 17.28 at step 12,000 in `pretrain` |" in text
-    assert "| restart checkpoint | `ckpt-pretrain-10000` (step 10,000) |" in text
+    # What was proposed, as the restart's question says it (prefect_ito.questions.restart).
+    assert f"| loss spike | {md.text('17.28 at step 12,000 in pretrain')} |" in text
+    assert f"| restart checkpoint | {md.text('ckpt-pretrain-10000 (step 10,000)')} |" in text
 
 
 def test_a_pending_decision_and_no_decision_at_all_are_said_plainly():
@@ -70,14 +72,17 @@ def test_a_pending_decision_and_no_decision_at_all_are_said_plainly():
     finished, _ = play("default")
 
     assert "**awaiting a person**" in cards.decisions_markdown(waiting)
-    assert "No restart was proposed" in cards.decisions_markdown(finished)
+    assert "Nothing was proposed: nothing needed a person's decision." in (
+        cards.decisions_markdown(finished)
+    )
 
 
 def test_a_decision_taken_before_this_supervisor_attached_still_shows():
     run, _ = play("demo", decide="reject", reason="a | pipe\nand a newline")
     text = cards.decisions_markdown(run, {})
 
-    assert "**rejected: the run went on without restarting**" in text
+    # The backend's record names no kind: only the decision is said.
+    assert "| decision | **rejected** |" in text
     assert "a \\| pipe and a newline" in text
     assert "proposed before this supervisor attached" in text
 

@@ -1,0 +1,142 @@
+"""The kinds of question a backend puts to a person about a run, each registered once.
+
+A backend holds a run and asks a person through a pending action (contract v0.5: decided at the
+backend, by a signed-in person). Each kind the contract defines is one :class:`ActionQuestion`,
+registered here by the module that describes it (:mod:`~prefect_ito.questions.restart`,
+:mod:`~prefect_ito.questions.deadline`): what the Prefect form, the notifications, ``inbox``,
+``status``, the cards, the terminal and ``prefect-ito decide`` say of it comes from that one
+object, and every one of them looks it up by the action's kind (:func:`question_for`).
+
+Adding a kind is the contract's :class:`~prefect_ito.contract.ActionKind` value and the fields it
+requires, its pause-key prefix (:data:`~prefect_ito.waiting.keys.ACTION_PREFIXES`), one module
+here registered in this package's ``__init__``, and the simulator's scenario for it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, Literal
+
+from prefect_ito.contract import ActionKind, DecisionChoice, PendingAction, TrainingRun
+from prefect_ito.waiting.keys import ACTION_PREFIXES, action_pause_key
+
+__all__ = ["KINDS", "ActionQuestion", "Kind", "by_prefix", "question_for", "register", "registered"]
+
+Kind = Literal["spend", "restart", "deadline"]
+"""Every kind of question put to a person: a spend to confirm (a quote), or a pending action's
+(its question's :attr:`ActionQuestion.name`). Read back from Prefect, a record's kind is one of
+these or it is not shown."""
+KINDS: tuple[Kind, ...] = ("spend", "restart", "deadline")
+
+
+class ActionQuestion(ABC):
+    """One kind of pending action, and everything prefect-ito says of it to people.
+
+    Every text is plain (no markdown) unless its name says otherwise; a backend's words in it
+    are escaped by the caller that renders markdown.
+    """
+
+    kind: ClassVar[ActionKind]
+    name: ClassVar[Kind]
+    """A short name: the kind in notifications' payloads, ``inbox`` and ``--json``."""
+    noun: ClassVar[str]
+    """What a person has to do, after "waits for": "a restart to decide"."""
+    subject: ClassVar[str]
+    """What is decided, after "approved"/"rejected": "the restart"."""
+    label: ClassVar[str]
+    """What is proposed, counted: "1 restart proposed", "2 deadline extensions proposed"."""
+
+    @property
+    def pause_prefix(self) -> str:
+        """The pause-key prefix of a flow run waiting on this kind."""
+        return ACTION_PREFIXES[self.kind]
+
+    def pause_key(self, action: PendingAction) -> str:
+        """Return the pause key a flow run waits under for ``action``."""
+        return action_pause_key(self.kind, action.action_id)
+
+    @abstractmethod
+    def heading(self, action: PendingAction) -> str:
+        """Return the form's heading, as markdown."""
+
+    @abstractmethod
+    def situation(self, run: TrainingRun, action: PendingAction) -> str:
+        """Return, as markdown, why the backend holds the run and what it proposes."""
+
+    @abstractmethod
+    def rows(self, run: TrainingRun, action: PendingAction) -> list[tuple[str, str]]:
+        """Return the evidence as (name, markdown value) rows, short enough for the form."""
+
+    def chart(self, run: TrainingRun, action: PendingAction) -> str | None:
+        """Return a chart for the form, as a markdown image; None for none."""
+        return None
+
+    @abstractmethod
+    def choices(self, action: PendingAction) -> dict[DecisionChoice, str]:
+        """Return what each decision does, as markdown: one sentence each."""
+
+    @abstractmethod
+    def asked(self, run: TrainingRun, action: PendingAction) -> str:
+        """Return what is asked, in one line."""
+
+    @abstractmethod
+    def evidence(self, action: PendingAction) -> str:
+        """Return the evidence, in one line."""
+
+    @abstractmethod
+    def numbers(self, action: PendingAction) -> dict[str, float]:
+        """Return the evidence's numbers, for notifications and ``inbox --json``."""
+
+    @abstractmethod
+    def facts(self, action: PendingAction) -> list[tuple[str, str]]:
+        """Return what was proposed as (name, plain text) rows, for the decisions card and view."""
+
+    @abstractmethod
+    def status(self, action: PendingAction) -> str:
+        """Return the pending question in one line, for ``status`` and the progress card."""
+
+    @abstractmethod
+    def outcome(self, decision: DecisionChoice, action: PendingAction | None) -> str:
+        """Return what a decision did, in a few words (``action`` unknown: only the decision)."""
+
+    def waiting(self, action: PendingAction) -> str:
+        """Return the log line's start when the flow begins to wait (before where to decide)."""
+        return f"{self.heading_text(action)}. Waiting for a person to approve or reject it"
+
+    def heading_text(self, action: PendingAction) -> str:
+        """Return the heading as plain text."""
+        return self.heading(action).replace("`", "")
+
+    def asks(self, action: PendingAction) -> str:
+        """Return what the flow run's paused state says it waits for."""
+        return f"approve or reject {self.subject} at the backend"
+
+
+_REGISTERED: dict[ActionKind, ActionQuestion] = {}
+
+
+def register(question: ActionQuestion) -> ActionQuestion:
+    """Register the question of one kind of pending action; return it."""
+    if question.kind in _REGISTERED:
+        raise ValueError(f"{question.kind.value} is registered already")
+    _REGISTERED[question.kind] = question
+    return question
+
+
+def question_for(action: PendingAction | ActionKind | None) -> ActionQuestion | None:
+    """Return the question of an action's kind; None for a kind this version does not know."""
+    kind = action.kind if isinstance(action, PendingAction) else action
+    return _REGISTERED.get(kind) if kind is not None else None
+
+
+def registered() -> dict[ActionKind, ActionQuestion]:
+    """Return every registered question, by kind."""
+    return dict(_REGISTERED)
+
+
+def by_prefix(pause_key: str | None) -> ActionQuestion | None:
+    """Return the question whose flow runs wait under ``pause_key``; None for another pause."""
+    return next(
+        (q for q in _REGISTERED.values() if pause_key and pause_key.startswith(q.pause_prefix)),
+        None,
+    )
