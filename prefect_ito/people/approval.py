@@ -286,9 +286,10 @@ def where_to_decide(action: PendingAction) -> str:
 
 
 def announce_decision(steps: Supervisor, run: TrainingRun, action: PendingAction) -> None:
-    """Say in the flow's log, and to people (``person.answered``), who decided ``action`` at
-    the backend. A flow run resumed after the decision says it on re-entry: the event's id is
-    the question's, so Prefect keeps one however often it is said."""
+    """Say in the flow's log, and to people (``person.answered``), who decided ``action`` at the
+    backend. A flow run resumed after the decision says it on re-entry: the event's id is the
+    question's, so Prefect keeps one however often it is said.
+    """
     record = decision_on(run, action)
     if record is None:
         steps.logger.info(

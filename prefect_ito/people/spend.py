@@ -21,9 +21,6 @@ with the link and the code, and offers to **decline** — which needs no proof o
 declining spends nothing — or to **recheck** the backend. Each confirmation is used once; a new
 quote of the same manifest inherits it only if nothing got worse (the backend's rule), and
 otherwise the person is asked again with what changed.
-
-One module past ~400 lines on purpose: the walk from quote to submission, the form and its
-description are one protocol, read together when the spend rules change.
 """
 
 from __future__ import annotations
