@@ -36,7 +36,7 @@ from prefect_ito.contract import (
     PendingAction,
     TrainingRun,
 )
-from prefect_ito.exceptions import AwaitingDecision
+from prefect_ito.exceptions import AwaitingDecision, ItoRunOutcome
 from prefect_ito.people import asking, notices
 from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
@@ -256,7 +256,7 @@ async def _ask(
         )
         notices.restart_needed(run, action, timeout=timeout)
 
-    def timed_out() -> AwaitingDecision:
+    def timed_out() -> ItoRunOutcome:
         return AwaitingDecision(
             f"nobody decided on the restart proposed for run {run.run_id} "
             f"({action.action_id}) within {timeout:g} s; it stays pending at the backend, and "

@@ -56,6 +56,7 @@ from prefect_ito.exceptions import (
     ConfirmationExpired,
     ConfirmationRequired,
     ConfirmationUsed,
+    ItoError,
     RunCancelled,
     RunRefused,
     SpendDeclined,
@@ -316,7 +317,7 @@ async def wait_for_person(
         )
         notices.spend_needed(quote, timeout=timeout)
 
-    def timed_out() -> AwaitingConfirmation:
+    def timed_out() -> ItoError:
         return AwaitingConfirmation(
             f"nobody confirmed the spend on booking {request.booking_id} (quote "
             f"{quote.quote_id}) within {timeout:g} s; nothing was submitted, and running the "
