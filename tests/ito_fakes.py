@@ -12,7 +12,6 @@ from pydantic import BaseModel, SecretStr
 from prefect_ito.backend._retry import RetryBudget
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import (
-    ERROR_STATUS,
     ErrorCode,
     RunState,
     Telemetry,
@@ -20,6 +19,7 @@ from prefect_ito.contract import (
     TrainingRun,
     TrainingRunRequest,
 )
+from prefect_ito.outcomes import ERROR_STATUS
 
 BASE_URL = "http://desk.test"
 NOW = datetime(2026, 3, 2, tzinfo=UTC)

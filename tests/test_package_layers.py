@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "prefect_ito"
 LAYERS: dict[str, int] = {
     "contract": 0,
     "exceptions": 1,
+    "outcomes": 1,
     "backend": 2,
     "settings": 2,
     "simulator": 2,

@@ -2,8 +2,7 @@
 
 Every call goes through :meth:`ItoClient._request`, which sends, retries what is safe to retry
 (see :mod:`prefect_ito.backend._retry`), and parses the answer into a contract v0 model. The bearer
-token
-is held by an ``httpx.Auth`` as a ``SecretStr`` and attached only at send time.
+token is held by an ``httpx.Auth`` as a ``SecretStr`` and attached only at send time.
 
 The module is past ~400 lines because it is one method per contract endpoint around that one
 choke point; the transport mapping, the retry policy, paging and provenance live beside it in
@@ -16,9 +15,6 @@ Example:
     async with ItoCredentials.load("BLOCK_NAME").get_client() as client:
         capabilities = await client.get_capabilities()
     ```
-
-One module past ~400 lines on purpose: one method per contract endpoint, so the client's whole
-surface reads in one place, as httpx's ``Client`` does; what is not an endpoint lives beside it.
 """
 
 from __future__ import annotations

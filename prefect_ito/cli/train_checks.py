@@ -30,6 +30,7 @@ from prefect_ito.exceptions import (
     ConfirmationRequired,
     ConfirmationUsed,
     InvalidParameters,
+    ItoAPIError,
     ItoError,
     RateLimited,
 )
@@ -113,7 +114,7 @@ async def _probe(credentials: ItoCredentials) -> None:
             await client.get_capabilities()
 
 
-def nobody_to_confirm() -> ConfirmationRequired:
+def nobody_to_confirm() -> ItoAPIError:
     return ConfirmationRequired(
         "nothing was sent: without a terminal nobody can confirm the spend. Run `prefect-ito "
         "quote` with the same options, check the plan and the estimate, then run this command "

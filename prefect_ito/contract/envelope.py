@@ -214,43 +214,6 @@ class ErrorCode(StrEnum):
     CONTRACT_VERSION_UNSUPPORTED = "CONTRACT_VERSION_UNSUPPORTED"
 
 
-ERROR_STATUS: dict[ErrorCode, int] = {
-    ErrorCode.UNAUTHENTICATED: 401,
-    ErrorCode.TOKEN_REVOKED: 401,
-    ErrorCode.INSUFFICIENT_SCOPE: 403,
-    ErrorCode.VALIDATION_ERROR: 422,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.BOOKING_NOT_FOUND: 404,
-    ErrorCode.BOOKING_NOT_ELIGIBLE: 409,
-    ErrorCode.CAPABILITY_NOT_AVAILABLE: 501,
-    ErrorCode.IDEMPOTENCY_KEY_REUSED: 409,
-    ErrorCode.IDEMPOTENCY_KEY_IN_FLIGHT: 409,
-    ErrorCode.BOOKING_BUSY: 409,
-    ErrorCode.RUN_NOT_FOUND: 404,
-    ErrorCode.ACTION_NOT_PENDING: 409,
-    ErrorCode.DECISION_CONFLICT: 409,
-    ErrorCode.RATE_LIMITED: 429,
-    ErrorCode.BACKEND_UNAVAILABLE: 503,
-    ErrorCode.AUTHORIZATION_PENDING: 400,
-    ErrorCode.SLOW_DOWN: 400,
-    ErrorCode.ACCESS_DENIED: 400,
-    ErrorCode.EXPIRED_TOKEN: 400,
-    ErrorCode.INTERNAL_ERROR: 500,
-    ErrorCode.CONFIRMATION_REQUIRED: 428,
-    ErrorCode.CONFIRMATION_MISMATCH: 409,
-    ErrorCode.CONFIRMATION_EXPIRED: 410,
-    ErrorCode.CONFIRMATION_USED: 409,
-    ErrorCode.PAYLOAD_TOO_LARGE: 413,
-    ErrorCode.CLIENT_REFERENCE_IN_USE: 409,
-    ErrorCode.QUOTE_NOT_FOUND: 404,
-    ErrorCode.QUOTE_ALREADY_DECIDED: 409,
-    ErrorCode.SPEND_AUTHORIZATION_NOT_FOUND: 404,
-    ErrorCode.AUTHORIZATION_DOES_NOT_COVER: 403,
-    ErrorCode.CONTRACT_VERSION_UNSUPPORTED: 400,
-}
-"""The HTTP status that goes with each code."""
-
-
 class ApiError(_Model):
     """The ``error`` member of a failed response. ``message`` is safe to show and log."""
 

@@ -2,10 +2,9 @@
 
 The backend holds the run and proposes something (a restart after a loss spike, a later deadline:
 each kind is a question of :mod:`prefect_ito.questions`, which says everything shown of it); only
-a person decides, and only at the backend,
-which knows who they are: on its decide page (the action's ``decide_url`` and ``user_code``), or
-with a token of their own (``prefect-ito decide``, or the terminal ``train`` runs in). The backend
-records their principal. Nothing written in Prefect decides anything: a flow run never relays a
+a person decides, and only at the backend, which knows who they are: on its decide page (the
+action's ``decide_url`` and ``user_code``), or with a token of their own (``prefect-ito decide``,
+or the terminal ``train`` runs in). The backend records their principal. Nothing written in Prefect decides anything: a flow run never relays a
 decision, whatever its token may do.
 
 So the flow only waits: for the backend to say the action is no longer pending. A flow run from a
@@ -33,7 +32,7 @@ from prefect_ito.backend.operations import (
     R,
 )
 from prefect_ito.contract import DecisionRecord, PendingAction, TrainingRun
-from prefect_ito.exceptions import AwaitingDecision
+from prefect_ito.exceptions import AwaitingDecision, ItoRunOutcome
 from prefect_ito.people import asking, notices
 from prefect_ito.questions import ActionQuestion, question_for
 from prefect_ito.reporting import markdown as md
@@ -230,7 +229,7 @@ async def _ask(
         steps.logger.warning("%s: %s.", question.waiting(action), where_to_decide(action))
         notices.action_needed(run, action, question, timeout=timeout)
 
-    def timed_out() -> AwaitingDecision:
+    def timed_out() -> ItoRunOutcome:
         return AwaitingDecision(
             f"nobody decided on {question.subject} proposed for run {run.run_id} "
             f"({action.action_id}) within {timeout:g} s; it stays pending at the backend, and "
@@ -260,9 +259,10 @@ def where_to_decide(action: PendingAction) -> str:
 
 
 def announce_decision(steps: Supervisor, run: TrainingRun, action: PendingAction) -> None:
-    """Say in the flow's log, and to people (``person.answered``), who decided ``action`` at
-    the backend. A flow run resumed after the decision says it on re-entry: the event's id is
-    the question's, so Prefect keeps one however often it is said."""
+    """Say in the flow's log, and to people (``person.answered``), who decided ``action`` at the
+    backend. A flow run resumed after the decision says it on re-entry: the event's id is the
+    question's, so Prefect keeps one however often it is said.
+    """
     record = decision_on(run, action)
     if record is None:
         steps.logger.info(

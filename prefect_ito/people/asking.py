@@ -68,9 +68,10 @@ async def ask(
 ) -> F | None:
     """Wait for a person's answer on ``form``; None if the flow run was cancelled meanwhile.
 
-    Only an answer to a question this flow run asked counts (see :mod:`prefect_ito.people.answers`):
-    one stored after the pause under ``key`` began. An input written before (or for a pause
-    that never happened) is deleted, logged as a warning, and the person is asked as usual.
+    Only an answer to a question this flow run asked counts (see
+    :mod:`prefect_ito.people.answers`): one stored after the pause under ``key`` began. An input
+    written before (or for a pause that never happened) is deleted, logged as a warning, and the
+    person is asked as usual.
 
     Args:
         form: The form a person fills in.
@@ -139,7 +140,8 @@ async def stored_answer(form: type[F], key: str, *, only: str | None = None) -> 
 
     Args:
         form: The form the answer fills in.
-        key: The question's pause key; its later keys (see :mod:`prefect_ito.people.answers`) count.
+        key: The question's pause key; its later keys (see :mod:`prefect_ito.people.answers`)
+            count.
         only: Read the answer to the pause under exactly this key.
     """
     flow_run_id = _flow_run_id()

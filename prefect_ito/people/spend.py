@@ -21,9 +21,6 @@ with the link and the code, and offers to **decline** — which needs no proof o
 declining spends nothing — or to **recheck** the backend. Each confirmation is used once; a new
 quote of the same manifest inherits it only if nothing got worse (the backend's rule), and
 otherwise the person is asked again with what changed.
-
-One module past ~400 lines on purpose: the walk from quote to submission, the form and its
-description are one protocol, read together when the spend rules change.
 """
 
 from __future__ import annotations
@@ -59,6 +56,7 @@ from prefect_ito.exceptions import (
     ConfirmationExpired,
     ConfirmationRequired,
     ConfirmationUsed,
+    ItoError,
     RunCancelled,
     RunRefused,
     SpendDeclined,
@@ -319,7 +317,7 @@ async def wait_for_person(
         )
         notices.spend_needed(quote, timeout=timeout)
 
-    def timed_out() -> AwaitingConfirmation:
+    def timed_out() -> ItoError:
         return AwaitingConfirmation(
             f"nobody confirmed the spend on booking {request.booking_id} (quote "
             f"{quote.quote_id}) within {timeout:g} s; nothing was submitted, and running the "

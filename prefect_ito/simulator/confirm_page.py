@@ -16,7 +16,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse
 
-from prefect_ito.contract import ERROR_STATUS, NOTE_MAX_LENGTH, QuoteAnswer, TrainingQuote
+from prefect_ito.contract import NOTE_MAX_LENGTH, QuoteAnswer, TrainingQuote
+from prefect_ito.outcomes import ERROR_STATUS
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
 from prefect_ito.simulator.ids import CONFIRM_PAGE

@@ -19,13 +19,13 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse
 
 from prefect_ito.contract import (
-    ERROR_STATUS,
     NOTE_MAX_LENGTH,
     DecisionChoice,
     DecisionRequest,
     PendingAction,
     TrainingRun,
 )
+from prefect_ito.outcomes import ERROR_STATUS
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
 from prefect_ito.simulator.ids import DECIDE_PAGE

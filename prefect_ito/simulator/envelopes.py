@@ -13,7 +13,6 @@ from fastapi.responses import JSONResponse
 
 from prefect_ito.contract import (
     DEPRECATION_HEADER,
-    ERROR_STATUS,
     REPLAYED_HEADER,
     REQUEST_ID_HEADER,
     RETRY_AFTER_HEADER,
@@ -23,6 +22,7 @@ from prefect_ito.contract import (
     ErrorCode,
     ErrorEnvelope,
 )
+from prefect_ito.outcomes import ERROR_STATUS
 
 NOTICE = "Reference desk simulator: no live backend was contacted and nothing is trained."
 

@@ -1,8 +1,9 @@
 """How a training run's end becomes a typed outcome, a Prefect state and an exit code.
 
 A backend run that ended without success raises the :class:`~prefect_ito.exceptions.ItoError`
-that names its outcome; each error class states its own ``state_name`` and ``exit_code``, so this
-module only reads them: there is no second table to drift.
+that names its outcome. Each outcome's ``state_name`` and ``exit_code`` are a row of the one
+outcome table (:mod:`prefect_ito.outcomes`), which this module only reads: there is no second
+table to drift.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from prefect import State
 from prefect.states import Cancelled, Failed
 
-from prefect_ito import exceptions
 from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import (
     BudgetExhausted,
@@ -26,18 +26,14 @@ from prefect_ito.exceptions import (
     RunFailed,
     RunRefused,
 )
+from prefect_ito.outcomes import COMPLETED, OUTCOMES
 
 __all__ = ["exit_code", "outcome_error", "outcome_state", "raise_for_outcome"]
 
 
-def _error_classes() -> list[type[ItoError]]:
-    classes = (getattr(exceptions, name) for name in exceptions.__all__)
-    return [cls for cls in classes if isinstance(cls, type) and issubclass(cls, ItoError)]
-
-
 def _state_exit_codes() -> dict[str, ExitCode]:
-    table = {cls.state_name: cls.exit_code for cls in _error_classes()}
-    return {**table, "Completed": ExitCode.SUCCESS}
+    table = {outcome.state_name: outcome.exit_code for outcome in OUTCOMES}
+    return {**table, COMPLETED: ExitCode.SUCCESS}
 
 
 def _state_code(state_name: str) -> str:
@@ -46,7 +42,7 @@ def _state_code(state_name: str) -> str:
     The code of the one class that ends a flow run in that state (Cancelled: RUN_CANCELLED);
     where several do (Unauthenticated), the state's name in upper snake case.
     """
-    codes = {cls.code for cls in _error_classes() if cls.state_name == state_name}
+    codes = {outcome.code for outcome in OUTCOMES if outcome.state_name == state_name}
     if len(codes) == 1:
         return codes.pop()
     return re.sub(r"(?<!^)(?=[A-Z])", "_", state_name).upper()

@@ -13,7 +13,6 @@ from prefect_ito import exceptions as exc
 from prefect_ito.backend._retry import LONG_POLL_MARGIN_SECONDS, RETRY_BUDGET_CAPACITY, RetryBudget
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import (
-    ERROR_STATUS,
     IDEMPOTENCY_HEADER,
     Capabilities,
     Capability,
@@ -24,6 +23,7 @@ from prefect_ito.contract import (
     TrainingRequest,
     TrainingRunList,
 )
+from prefect_ito.outcomes import ERROR_STATUS
 
 EXPECTED_CLASS = {
     ErrorCode.UNAUTHENTICATED: exc.Unauthenticated,

@@ -22,7 +22,8 @@ import pytest
 from fastapi.routing import APIRoute
 
 import prefect_ito.simulator
-from prefect_ito.contract import ERROR_STATUS, ErrorCode
+from prefect_ito.contract import ErrorCode
+from prefect_ito.outcomes import ERROR_STATUS
 from prefect_ito.simulator.app import shared_routes, takes_a_submission
 from prefect_ito.simulator.openapi import openapi_document
 
