@@ -80,7 +80,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "decide": (
         "prefect_ito.cli.decide:decide",
-        "Approve or reject, as yourself, the restart a training flow run waits for.",
+        "Approve or reject, as yourself, what a training flow run waits for: a proposed restart or "
+        "deadline extension.",
     ),
     "status": (
         "prefect_ito.cli.flow_runs:status",

@@ -4,8 +4,8 @@ The backend holds the run and proposes something (a restart after a loss spike, 
 each kind is a question of :mod:`prefect_ito.questions`, which says everything shown of it); only
 a person decides, and only at the backend, which knows who they are: on its decide page (the
 action's ``decide_url`` and ``user_code``), or with a token of their own (``prefect-ito decide``,
-or the terminal ``train`` runs in). The backend records their principal. Nothing written in Prefect decides anything: a flow run never relays a
-decision, whatever its token may do.
+or the terminal ``train`` runs in). The backend records their principal. Nothing written in
+Prefect decides anything: a flow run never relays a decision, whatever its token may do.
 
 So the flow only waits: for the backend to say the action is no longer pending. A flow run from a
 deployment suspends (holding no infrastructure; ``prefect-ito watch`` resumes it once the action
