@@ -13,6 +13,7 @@ from cyclopts import Parameter
 from prefect_ito.cli.errors import exit_with, require_positive, run_command
 from prefect_ito.cli.terminal import has_real_server
 from prefect_ito.exceptions import PrefectServerRequired
+from prefect_ito.people import notices
 from prefect_ito.waiting.recovery import AUTO
 from prefect_ito.waiting.watcher import Watcher
 
@@ -69,6 +70,8 @@ def watch(
         wait=wait,
         max_concurrency=max_concurrency,
         lost_after=lost_after if lost_after is not None else AUTO,
+        # A question whose saying Prefect lost is said again (from the backend's facts).
+        tell_again=notices.tell_again,
     )
     logging.getLogger("prefect_ito").setLevel(logging.INFO)
     run_command(_watch(watcher))

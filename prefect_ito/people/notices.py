@@ -28,17 +28,21 @@ from uuid import UUID
 
 import httpx
 from prefect import get_client, get_run_logger
+from prefect.client.schemas.objects import FlowRun
 from prefect.events import emit_event
+from prefect.events.filters import EventFilter, EventIDFilter
 from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
 from prefect.utilities.urls import url_for
 from pydantic import BaseModel, Field
 
+from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import DecisionRecord, PendingAction, TrainingQuote, TrainingRun
-from prefect_ito.questions import ActionQuestion
+from prefect_ito.questions import ActionQuestion, question_for
 from prefect_ito.questions.registry import Kind
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX, spend_pause_key
+from prefect_ito.waiting.waits import ActionWait, WaitRecord
 
 __all__ = [
     "PERSON_ANSWERED",
@@ -50,10 +54,16 @@ __all__ = [
     "decide_command",
     "spend_answered",
     "spend_needed",
+    "tell_again",
 ]
 
 PERSON_NEEDED = "ito.training.person.needed"
 """Emitted once when a training flow run starts waiting for a person's answer to a question."""
+
+TELL_AGAIN_AFTER_SECONDS = 360.0
+"""How long after a question was asked a watcher makes sure Prefect holds its ``person.needed``:
+past the five minutes in which Prefect refuses an event id it has seen, so that a copy under the
+question's own id is taken."""
 
 PERSON_ANSWERED = "ito.training.person.answered"
 """Emitted once when someone answered the question (``answered_by``, ``answer`` in the payload)."""
@@ -137,23 +147,93 @@ def action_needed(
     if flow_run_id is None:
         return None
     now = datetime.now(UTC)
-    return _needed(
-        Question(
-            kind=question.name,
-            key=question.pause_key(action),
-            flow_run_id=str(flow_run_id),
-            asked=question.asked(run, action),
-            evidence=question.evidence(action),
-            asked_at=now,
-            deadline=now + timedelta(seconds=timeout),
-            link=_link(flow_run_id),
-            command=decide_command(flow_run_id),
-            held_since=action.held_since,
-            held_usd_per_hour=action.hold_usd_per_hour,
-            numbers=question.numbers(action),
-        ),
-        identity=action.action_id,
+    asked = _action_question(run, action, question, flow_run_id, now, timeout)
+    return _needed(asked, identity=action.action_id)
+
+
+def _action_question(
+    run: TrainingRun,
+    action: PendingAction,
+    question: ActionQuestion,
+    flow_run_id: UUID,
+    asked_at: datetime,
+    timeout: float,
+) -> Question:
+    return Question(
+        kind=question.name,
+        key=question.pause_key(action),
+        flow_run_id=str(flow_run_id),
+        asked=question.asked(run, action),
+        evidence=question.evidence(action),
+        asked_at=asked_at,
+        deadline=asked_at + timedelta(seconds=timeout),
+        link=_link(flow_run_id),
+        command=decide_command(flow_run_id),
+        held_since=action.held_since,
+        held_usd_per_hour=action.hold_usd_per_hour,
+        numbers=question.numbers(action),
     )
+
+
+async def tell_again(flow_run: FlowRun, wait: WaitRecord, client: ItoClient) -> bool:
+    """Say again that ``flow_run`` waits for a person, if Prefect holds no ``person.needed`` of
+    the question; return whether it was said.
+
+    Prefect may lose an event (its SQLite writer drops a batch after a restart), and a question
+    nobody hears of is never answered. The watcher calls this for a question the backend still
+    holds open, :data:`TELL_AGAIN_AFTER_SECONDS` after it was asked. What is said comes from the
+    backend (the run and its pending action, read with the watcher's own token) and from Prefect's
+    own flow run (its link, the pause's deadline), never from the record that named it, which
+    anyone may write; and only for a run the backend says this flow run made (its
+    ``client_reference``). The event keeps the question's id, so Prefect (and its triggers)
+    keep one, and a message already sent is not sent twice.
+    """
+    if not isinstance(wait, ActionWait):
+        return False  # a quote names no flow run at the backend: nothing to tie it to
+    run = await client.get_training_run(wait.run_id)
+    action = run.pending_action
+    question = question_for(action)
+    if action is None or question is None or action.action_id != wait.action_id:
+        return False
+    if run.client_reference != str(flow_run.id):
+        return False
+    state = flow_run.state
+    if (
+        state is None
+        or not state.is_paused()
+        or state.state_details.pause_key != (question.pause_key(action))
+    ):
+        return False
+    asked_at = state.timestamp
+    deadline = state.state_details.pause_timeout
+    timeout = (deadline - asked_at).total_seconds() if deadline else 0.0
+    asked = _action_question(run, action, question, flow_run.id, asked_at, timeout)
+    identity = event_id(asked.flow_run_id, asked.key, action.action_id, PERSON_NEEDED)
+    if await _held(identity):
+        return False
+    _emit_needed(asked, identity, related=[_flow_run_resource(flow_run)])
+    return True
+
+
+async def _held(identity: UUID) -> bool:
+    """Tell whether Prefect holds the event ``identity`` (a Prefect that cannot say: it may)."""
+    try:
+        async with get_client() as client:
+            page = await client.read_events(
+                filter=EventFilter(id=EventIDFilter(id=[identity])), limit=1
+            )
+    except (httpx.HTTPError, PrefectHTTPStatusError):
+        return True
+    return bool(page.events)
+
+
+def _flow_run_resource(flow_run: FlowRun) -> dict[str, str]:
+    """The flow run, as a related resource: what the Automations' messages name and link."""
+    return {
+        "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
+        "prefect.resource.role": "flow-run",
+        "prefect.resource.name": flow_run.name,
+    }
 
 
 def spend_answered(quote: TrainingQuote) -> None:
@@ -206,17 +286,24 @@ def resource(flow_run_id: str, key: str, kind: Kind) -> dict[str, str]:
 
 
 def _needed(question: Question, *, identity: str) -> Question:
+    _emit_needed(question, event_id(question.flow_run_id, question.key, identity, PERSON_NEEDED))
+    _record(question)
+    return question
+
+
+def _emit_needed(
+    question: Question, identity: UUID, related: list[dict[str, str]] | None = None
+) -> None:
     payload = question.model_dump(mode="json")
     if (cost := question.held_now()) is not None:
         payload.update(held=cost.sentence(), held_usd=round(cost.usd, 2))
     emit_event(
         event=PERSON_NEEDED,
         resource=resource(question.flow_run_id, question.key, question.kind),
+        related=related,
         payload=payload,
-        id=event_id(question.flow_run_id, question.key, identity, PERSON_NEEDED),
+        id=identity,
     )
-    _record(question)
-    return question
 
 
 def _answered(

@@ -32,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
@@ -94,6 +95,9 @@ class _Seen:
 Waiting = tuple[FlowRun, Deferral]
 Asking = tuple[FlowRun, WaitRecord]
 _Record = TypeVar("_Record", Deferral, WaitRecord)
+TellAgain = Callable[[FlowRun, WaitRecord, ItoClient], Awaitable[bool]]
+"""Says again that a flow run waits for a person; returns whether it said it."""
+
 _ASKED: dict[str, type[WaitRecord]] = {
     SPEND_PREFIX: QuoteWait,
     **{prefix: ActionWait for prefix in ACTION_PREFIXES.values()},
@@ -131,6 +135,13 @@ class Watcher:
     _refused: set[tuple[str, str | None]] = field(default_factory=set)
     _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
     _waits: dict[UUID, tuple[UUID, WaitRecord | None]] = field(default_factory=dict)
+    tell_again: TellAgain | None = None
+    """Says again that a flow run waits for a person if Prefect lost the saying
+    (:func:`prefect_ito.people.notices.tell_again`); None: questions are only read."""
+    tell_again_after: float = 360.0
+    """Seconds after a question was asked, and between two checks of one question, before it is
+    checked whether Prefect holds the saying."""
+    _told_at: dict[tuple[UUID, str], float] = field(default_factory=dict)
     """Per flow run asking a person: its suspended state, and the record read beside it."""
     _resumed_from: dict[UUID, UUID] = field(default_factory=dict)
 
@@ -475,11 +486,30 @@ class Watcher:
                     logger.warning("Could not read %s: %s", record.names(), error)
                     return
             if why is None:
+                await self._tell_again(flow_run, record, backend.client)
                 return
             with _unless_changed(flow_run):
                 await self._resume_once(flow_run, why, recheck_answer(why))
 
         await asyncio.gather(*(read(flow_run, record) for flow_run, record in items))
+
+    async def _tell_again(self, flow_run: FlowRun, record: WaitRecord, client: ItoClient) -> None:
+        """Make sure people were told of a question still open, once it is old enough for
+        Prefect to take its saying again; then again at most every ``tell_again_after``."""
+        state = flow_run.state
+        if self.tell_again is None or state is None:
+            return
+        now, key = time.monotonic(), (flow_run.id, record.key())
+        age = (datetime.now(UTC) - state.timestamp).total_seconds()
+        last = self._told_at.get(key)
+        if age < self.tell_again_after or (last and now - last < self.tell_again_after):
+            return
+        self._told_at[key] = now
+        try:
+            if await self.tell_again(flow_run, record, client):
+                logger.info("Told people again that flow run %s waits for them.", flow_run.id)
+        except ItoError as error:
+            logger.warning("Could not tell again of %s: %s", record.names(), error)
 
     async def _backend(self, api_url: str, entry: str | None) -> _Backend | None:
         """Return the backend for a record, with a client whose token this process resolves."""

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.input import keyset_from_paused_state
 from prefect.states import Running, Suspended
 from spend_helpers import covering_authorization
@@ -28,6 +29,7 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import ALL_SCOPES, DecisionChoice, DecisionRequest, TrainingRun
 from prefect_ito.people.approval import RestartCheck, pause_key
+from prefect_ito.people.notices import PERSON_NEEDED, event_id, tell_again
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.waiting.waits import ActionWait, record_wait
 from prefect_ito.waiting.watcher import Watcher
@@ -43,12 +45,13 @@ async def flow_runs():
             await client.delete_flow_run(flow_run.id)
 
 
-async def spiked(simulator) -> TrainingRun:
+async def spiked(simulator, client_reference: str | None = None) -> TrainingRun:
     """Submit the tests' request under a standing authorization; return it once it waits."""
     authorization = covering_authorization(simulator).authorization_id
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         quote = await client.quote_training_run(QUOTE_REQUEST.to_submission())
         body = QUOTE_REQUEST.to_submission().spending(quote.quote_id, authorization)
+        body = body.model_copy(update={"client_reference": client_reference})
         run = (await client.submit_training_run(body, idempotency_key=str(uuid.uuid4()))).run
         async with asyncio.timeout(30):
             while run.pending_action is None:
@@ -56,15 +59,22 @@ async def spiked(simulator) -> TrainingRun:
     return run
 
 
-async def deciding_flow_run(run: TrainingRun, *, api_url: str):
-    """Leave a flow run suspended on ``run``'s action as ``wait_for_decision`` does."""
-    assert run.pending_action is not None
+async def running_flow_run():
+    """Return a new flow run of the training deployment, running."""
     deployment = await training_deployment("watcher-restart-tests")
     async with get_client() as client:
         flow_run = await client.create_flow_run_from_deployment(
             deployment, parameters={"training": {**REQUEST, "booking": BOOKING}}
         )
         await client.set_flow_run_state(flow_run.id, Running(), force=True)
+    return flow_run
+
+
+async def deciding_flow_run(run: TrainingRun, *, api_url: str, flow_run=None):
+    """Leave a flow run (a new one by default) suspended on ``run``'s action as
+    ``wait_for_decision`` does."""
+    assert run.pending_action is not None
+    flow_run = flow_run or await running_flow_run()
     record = ActionWait(api_url=api_url, run_id=run.run_id, action_id=run.pending_action.action_id)
     await record_wait(flow_run.id, record)
     suspended = Suspended(pause_key=pause_key(run.pending_action))
@@ -139,3 +149,55 @@ async def test_a_run_whose_restart_is_pending_is_never_resumed(start_simulator, 
 
     assert watcher.resumed == [] and await is_paused(flow_run.id)
     assert [r for r in simulator.requests() if r.path.endswith("/decision")] == []
+
+
+async def needed_events(flow_run_id) -> list:
+    async with get_client() as client:
+        page = await client.read_events(
+            filter=EventFilter(
+                event=EventNameFilter(name=[PERSON_NEEDED]),
+                resource=EventResourceFilter(id_prefix=[f"ito.question.{flow_run_id}."]),
+            ),
+            limit=50,
+        )
+    return page.events
+
+
+async def test_a_question_whose_saying_prefect_lost_is_said_again_once_from_the_backend(
+    start_simulator, flow_runs
+):
+    # Prefect's SQLite event writer can drop a batch: a `person.needed` that never arrived.
+    simulator = start_simulator("loss-spike")
+    flow_run = await running_flow_run()
+    flow_runs.append(flow_run)
+    run = await spiked(simulator, client_reference=str(flow_run.id))
+    await deciding_flow_run(run, api_url=simulator.url, flow_run=flow_run)
+    # A decoy names the same backend run in a record of its own: it made no run, so its question
+    # is never said, whatever its record names.
+    decoy = await deciding_flow_run(run, api_url=simulator.url)
+    flow_runs.append(decoy)
+    assert await needed_events(flow_run.id) == []
+
+    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
+    try:
+        await watcher.sweep()
+        async with asyncio.timeout(30):
+            while not (told := await needed_events(flow_run.id)):
+                await asyncio.sleep(0.5)
+        for _ in range(2):
+            await watcher.sweep()
+        await asyncio.sleep(2)  # events arrive in batches: a second one would be in by now
+        (told,) = await needed_events(flow_run.id)
+    finally:
+        await watcher.close()
+
+    assert told.id == event_id(
+        str(flow_run.id), pause_key(run.pending_action), run.pending_action.action_id,
+        PERSON_NEEDED,
+    )  # fmt: skip
+    # What the backend says, linked to the flow run Prefect holds; the decoy is told nothing.
+    assert told.payload["kind"] == "restart" and run.run_id in told.payload["asked"]
+    assert told.payload["command"].startswith(f"prefect-ito decide {flow_run.id}")
+    assert any(r.id == f"prefect.flow-run.{flow_run.id}" for r in told.related)
+    assert await needed_events(decoy.id) == []
+    assert watcher.resumed == [] and await is_paused(flow_run.id)
