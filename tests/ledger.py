@@ -113,6 +113,15 @@ METHODS: dict[str, str] = {
     "own submission did not make, counted from the simulator's runs and request log. Controls: "
     "a decoy's own run is cancelled and followed; a decoy with the colleague's key and exact "
     "request is the same submission, and follows that run by design.",
+    "decision-attempts": "A colleague's run waits on the simulator for a decision on a "
+    "loss-spike restart. A seeded generator builds each attempt without a person's sign-in at "
+    "the backend: the decision route with the workload's token (approve or reject, any typed "
+    "name, a fresh or the colleague's idempotency key, the pending action or a made-up one) or "
+    "another account's person's token; the decide page with no sign-in, a wrong passphrase, an "
+    "account name alone, a foreign Origin or Referer, no or a replayed CSRF token, another "
+    "account's person; and through Prefect, a forged approval and a forged recheck on a flow run "
+    "paused on the restart. Decisions recorded are counted from the simulator's runs; the "
+    "control, the colleague's person signed in on the decide page, must record exactly one.",
 }
 """How each category is measured, for the report."""
 
