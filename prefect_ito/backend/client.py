@@ -266,13 +266,19 @@ class ItoClient:
         the quote, and the submission carries the confirmation (contract v0.3).
 
         Args:
-            request: The submission body (its ``confirmation``, if any, is not needed).
+            request: The submission body (its ``confirmation``, if any, is not needed); its
+                ``client_reference`` (v0.5) goes with the quote.
         """
+        unreferenced = request.client_reference is None
         call = _Call(
             "POST",
             "/v0/training-quotes",
             f"{API_PREFIX}/training-quotes",
-            body=request.model_dump(mode="json", exclude={"confirmation", "client_reference"}),
+            # A reference only when there is one: a backend before v0.3 knows no such field.
+            body=request.model_dump(
+                mode="json",
+                exclude={"confirmation"} | ({"client_reference"} if unreferenced else set()),
+            ),
             repeatable=True,
         )
         return await self._request(call, TrainingQuote)

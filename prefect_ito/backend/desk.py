@@ -165,15 +165,22 @@ async def check_training_capability(client: ItoClient, request: TrainingRequest)
         )
 
 
-async def quote_training_run(client: ItoClient, request: TrainingRequest) -> TrainingQuote:
+async def quote_training_run(
+    client: ItoClient, request: TrainingRequest, client_reference: str | None = None
+) -> TrainingQuote:
     """Return the backend's quote for the request: plan preview, estimate, expiring quote id.
 
-    Creates no work and spends nothing.
+    Creates no work and spends nothing. ``client_reference`` (a flow run's id) goes with the
+    quote: the confirm page names it, and the backend says which flow run a quote is for.
 
     Raises:
         ItoProtocolError: the quote is for another booking, manifest or budget.
     """
-    found = await client.quote_training_run(request.to_submission())
+    body = request.to_submission()
+    # Only to a backend that takes references (v0.3); an older one would refuse the field.
+    if client_reference is not None and (await client.get_capabilities()).client_reference:
+        body = body.referenced(client_reference)
+    found = await client.quote_training_run(body)
     mismatch = quote_mismatch(found, request)
     if mismatch is not None:
         field, differ = mismatch

@@ -112,6 +112,12 @@ class TrainingQuote(_Model):
         description="v0.4: the person's answer (confirmed or declined), with the principal the "
         "backend authenticated; absent while nobody answered.",
     )
+    client_reference: str | None = Field(
+        default=None,
+        description="v0.5: the quote request's `client_reference` (the caller's own id for "
+        "what asked, a flow run for prefect-ito), kept with the quote and shown on the confirm "
+        "page; null when the request carried none.",
+    )
     carried_from: QuoteId | None = Field(
         default=None,
         description="v0.4: the quote of the same manifest a person confirmed, whose "

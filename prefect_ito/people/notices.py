@@ -36,13 +36,19 @@ from prefect.utilities.urls import url_for
 from pydantic import BaseModel, Field
 
 from prefect_ito.backend.client import ItoClient
-from prefect_ito.contract import DecisionRecord, PendingAction, TrainingQuote, TrainingRun
+from prefect_ito.contract import (
+    DecisionRecord,
+    PendingAction,
+    QuoteState,
+    TrainingQuote,
+    TrainingRun,
+)
 from prefect_ito.questions import ActionQuestion, question_for
 from prefect_ito.questions.registry import Kind
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX, spend_pause_key
-from prefect_ito.waiting.waits import ActionWait, WaitRecord
+from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord
 
 __all__ = [
     "PERSON_ANSWERED",
@@ -109,32 +115,35 @@ def spend_needed(quote: TrainingQuote, *, timeout: float) -> Question | None:
 
     Returns the question, or None outside a flow run.
     """
-    cost = quote.plan.cost_usd
     flow_run_id = current_flow_run_id()
     if flow_run_id is None:
         return None
-    now = datetime.now(UTC)
-    return _needed(
-        Question(
-            kind="spend",
-            key=_spend_key(quote),
-            flow_run_id=str(flow_run_id),
-            asked=f"Confirm or decline a training spend on booking {quote.booking_id}",
-            evidence=f"estimate ${cost.low:,.0f}–${cost.high:,.0f}, ceiling "
-            f"${quote.budget_usd:,.0f} (quote {quote.quote_id})",
-            asked_at=now,
-            deadline=now + timedelta(seconds=timeout),
-            link=_link(flow_run_id),
-            command=confirm_command(quote.quote_id),
-            held_since=now if quote.booking_usd_per_hour is not None else None,
-            held_usd_per_hour=quote.booking_usd_per_hour,
-            numbers={
-                "estimate_low_usd": cost.low,
-                "estimate_high_usd": cost.high,
-                "ceiling_usd": quote.budget_usd,
-            },
-        ),
-        identity=quote.quote_id,
+    asked = _spend_question(quote, flow_run_id, datetime.now(UTC), timeout)
+    return _needed(asked, identity=quote.quote_id)
+
+
+def _spend_question(
+    quote: TrainingQuote, flow_run_id: UUID, asked_at: datetime, timeout: float
+) -> Question:
+    cost = quote.plan.cost_usd
+    return Question(
+        kind="spend",
+        key=_spend_key(quote),
+        flow_run_id=str(flow_run_id),
+        asked=f"Confirm or decline a training spend on booking {quote.booking_id}",
+        evidence=f"estimate ${cost.low:,.0f}–${cost.high:,.0f}, ceiling "
+        f"${quote.budget_usd:,.0f} (quote {quote.quote_id})",
+        asked_at=asked_at,
+        deadline=asked_at + timedelta(seconds=timeout),
+        link=_link(flow_run_id),
+        command=confirm_command(quote.quote_id),
+        held_since=asked_at if quote.booking_usd_per_hour is not None else None,
+        held_usd_per_hour=quote.booking_usd_per_hour,
+        numbers={
+            "estimate_low_usd": cost.low,
+            "estimate_high_usd": cost.high,
+            "ceiling_usd": quote.budget_usd,
+        },
     )
 
 
@@ -184,35 +193,49 @@ async def tell_again(flow_run: FlowRun, wait: WaitRecord, client: ItoClient) -> 
     holds open, :data:`TELL_AGAIN_AFTER_SECONDS` after it was asked. What is said comes from the
     backend (the run and its pending action, read with the watcher's own token) and from Prefect's
     own flow run (its link, the pause's deadline), never from the record that named it, which
-    anyone may write; and only for a run the backend says this flow run made (its
-    ``client_reference``). The event keeps the question's id, so Prefect (and its triggers)
+    anyone may write; and only for a run or a quote the backend says this flow run asked for
+    (its ``client_reference``). The event keeps the question's id, so Prefect (and its triggers)
     keep one, and a message already sent is not sent twice.
     """
-    if not isinstance(wait, ActionWait):
-        return False  # a quote names no flow run at the backend: nothing to tie it to
-    run = await client.get_training_run(wait.run_id)
-    action = run.pending_action
-    question = question_for(action)
-    if action is None or question is None or action.action_id != wait.action_id:
-        return False
-    if run.client_reference != str(flow_run.id):
-        return False
     state = flow_run.state
-    if (
-        state is None
-        or not state.is_paused()
-        or state.state_details.pause_key != (question.pause_key(action))
-    ):
+    if state is None or not state.is_paused():
         return False
     asked_at = state.timestamp
     deadline = state.state_details.pause_timeout
     timeout = (deadline - asked_at).total_seconds() if deadline else 0.0
-    asked = _action_question(run, action, question, flow_run.id, asked_at, timeout)
-    identity = event_id(asked.flow_run_id, asked.key, action.action_id, PERSON_NEEDED)
-    if await _held(identity):
+    found = await _open_question(flow_run.id, wait, client, asked_at, timeout)
+    # The question, asked again after a recheck, waits under its key and a suffix of its own.
+    if found is None or not (state.state_details.pause_key or "").startswith(found[0].key):
         return False
-    _emit_needed(asked, identity, related=[_flow_run_resource(flow_run)])
+    asked, identity = found
+    event = event_id(asked.flow_run_id, asked.key, identity, PERSON_NEEDED)
+    if await _held(event):
+        return False
+    _emit_needed(asked, event, related=[_flow_run_resource(flow_run)])
     return True
+
+
+async def _open_question(
+    flow_run_id: UUID, wait: WaitRecord, client: ItoClient, asked_at: datetime, timeout: float
+) -> tuple[Question, str] | None:
+    """Return the question ``wait`` names as the backend states it, and its identity, while the
+    backend holds it open for this flow run; else None."""
+    reference = str(flow_run_id)
+    if isinstance(wait, QuoteWait):
+        quote = await client.get_quote(wait.quote_id)
+        if quote.state is not QuoteState.PENDING or quote.client_reference != reference:
+            return None
+        return _spend_question(quote, flow_run_id, asked_at, timeout), quote.quote_id
+    if not isinstance(wait, ActionWait):
+        return None
+    run = await client.get_training_run(wait.run_id)
+    action = run.pending_action
+    question = question_for(action)
+    if action is None or question is None or action.action_id != wait.action_id:
+        return None
+    if run.client_reference != reference:
+        return None
+    return _action_question(run, action, question, flow_run_id, asked_at, timeout), action.action_id
 
 
 async def _held(identity: UUID) -> bool:

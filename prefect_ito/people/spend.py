@@ -65,6 +65,7 @@ from prefect_ito.people import asking, notices
 from prefect_ito.reporting.publishing import Card
 from prefect_ito.reporting.quote_card import describe, estimate, spend_question
 from prefect_ito.reporting.report import PUBLISHER, artifact_key
+from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import spend_pause_key as pause_key
 from prefect_ito.waiting.waits import recheck_answer
 
@@ -242,7 +243,12 @@ _STILL_ANSWERABLE = (QuoteState.PENDING, QuoteState.CONFIRMED, QuoteState.DECLIN
 
 
 async def _new_quote(steps: Supervisor, request: TrainingRequest) -> TrainingQuote:
-    quote = await steps.perform(QUOTE_TRAINING_RUN, request)
+    # The quote names the flow run that asks (its client reference, as the submission's), so
+    # that the backend can say which flow run a quote is for: on its confirm page, and to a
+    # watcher that tells people again of a question Prefect lost.
+    flow_run_id = current_flow_run_id()
+    reference = str(flow_run_id) if flow_run_id is not None else None
+    quote = await steps.perform(QUOTE_TRAINING_RUN, request, reference)
     for warning in quote.warnings:
         steps.logger.warning("Quote %s: %s.", quote.quote_id, warning)
     if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:

@@ -239,6 +239,7 @@ class QuoteBook:
                 "expires_at": now + timedelta(seconds=self._ttl),
                 "confirm_url": confirm_url,
                 "user_code": code,
+                "client_reference": request.client_reference,
             }
         )
         held = HeldQuote(

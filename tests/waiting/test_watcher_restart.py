@@ -13,7 +13,6 @@ import uuid
 import pytest
 from flow_helpers import BOOKING, REQUEST, training_deployment
 from prefect import get_client
-from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.input import keyset_from_paused_state
 from prefect.states import Running, Suspended
 from spend_helpers import covering_authorization
@@ -21,6 +20,7 @@ from test_watcher_spend import (
     QUOTE_REQUEST,
     RESUME_WITHIN,
     is_paused,
+    needed_events,
     resume_inputs,
     resumed_within,
 )
@@ -149,18 +149,6 @@ async def test_a_run_whose_restart_is_pending_is_never_resumed(start_simulator, 
 
     assert watcher.resumed == [] and await is_paused(flow_run.id)
     assert [r for r in simulator.requests() if r.path.endswith("/decision")] == []
-
-
-async def needed_events(flow_run_id) -> list:
-    async with get_client() as client:
-        page = await client.read_events(
-            filter=EventFilter(
-                event=EventNameFilter(name=[PERSON_NEEDED]),
-                resource=EventResourceFilter(id_prefix=[f"ito.question.{flow_run_id}."]),
-            ),
-            limit=50,
-        )
-    return page.events
 
 
 async def test_a_question_whose_saying_prefect_lost_is_said_again_once_from_the_backend(

@@ -16,6 +16,7 @@ import pytest
 from capture_server import CaptureServer
 from flow_helpers import BOOKING, REQUEST, sweep_watcher, training_deployment
 from prefect import get_client
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.input import keyset_from_paused_state
 from prefect.states import Running, Suspended
 
@@ -23,6 +24,7 @@ from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.people import spend
+from prefect_ito.people.notices import PERSON_NEEDED, tell_again
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.waiting.keys import QUOTE_RECORD_PREFIX
 from prefect_ito.waiting.waits import QuoteWait, record_wait
@@ -312,3 +314,52 @@ async def test_an_invalid_answer_written_into_the_pause_does_not_block_the_resum
     assert watcher.resumed == [flow_run.id]
     (given,) = await resume_inputs(flow_run.id)
     assert given["decision"] == "recheck"  # the watcher's, which decides nothing
+
+
+async def test_a_spend_question_whose_saying_prefect_lost_is_said_again_from_the_backend(
+    start_simulator, flow_runs
+):
+    simulator = start_simulator("default")
+    deployment = await training_deployment("watcher-spend-tests")
+    async with get_client() as client:
+        flow_run = await client.create_flow_run_from_deployment(
+            deployment, parameters={"training": {**REQUEST, "booking": BOOKING}}
+        )
+        await client.set_flow_run_state(flow_run.id, Running(), force=True)
+    flow_runs.append(flow_run)
+    # The flow's quote names the flow run that asks (contract v0.5: a quote's client reference).
+    async with ItoCredentials(api_url=simulator.url).get_client() as backend:
+        submission = QUOTE_REQUEST.to_submission().referenced(str(flow_run.id))
+        quote = await backend.quote_training_run(submission)
+    assert quote.client_reference == str(flow_run.id)
+    await ask_again(flow_run, quote, api_url=simulator.url)
+    decoy = await asking_flow_run(quote, api_url=simulator.url)  # a forged record, same quote
+    flow_runs.append(decoy)
+
+    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
+    try:
+        await watcher.sweep()
+        async with asyncio.timeout(30):
+            while not (told := await needed_events(flow_run.id)):
+                await asyncio.sleep(0.5)
+    finally:
+        await watcher.close()
+
+    (told,) = told
+    assert told.payload["kind"] == "spend" and quote.quote_id in told.payload["evidence"]
+    assert told.payload["command"] == f"prefect-ito confirm {quote.quote_id} [--decline]"
+    assert any(r.id == f"prefect.flow-run.{flow_run.id}" for r in told.related)
+    assert await needed_events(decoy.id) == []
+    assert watcher.resumed == [] and await is_paused(flow_run.id)
+
+
+async def needed_events(flow_run_id) -> list:
+    async with get_client() as client:
+        page = await client.read_events(
+            filter=EventFilter(
+                event=EventNameFilter(name=[PERSON_NEEDED]),
+                resource=EventResourceFilter(id_prefix=[f"ito.question.{flow_run_id}."]),
+            ),
+            limit=50,
+        )
+    return page.events
