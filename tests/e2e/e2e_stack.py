@@ -25,6 +25,8 @@ from prefect.client.schemas.sorting import LogSort
 from prefect.deployments import run_deployment
 from pydantic import SecretStr
 
+from prefect_ito.backend.client import ItoClient
+from prefect_ito.contract import DecisionRequest
 from prefect_ito.simulator import Scenario, SimulatorServer, builtin_scenario
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -308,6 +310,18 @@ def on_booking(booking_id: str, **changes: Any) -> dict[str, Any]:
 def backend_runs(stack: Stack, booking_id: str) -> list[Any]:
     """Return the simulator's training runs on a booking."""
     return [r.run for r in stack.simulator.runs() if r.run.booking_id == booking_id]
+
+
+async def decide_as_the_person(
+    stack: Stack, booking_id: str, decision: DecisionRequest, key: str
+) -> None:
+    """Decide the pending action of the booking's backend run at the backend, as the account's
+    person with a token of their own (contract v0.5)."""
+    (run,) = backend_runs(stack, booking_id)
+    assert run.pending_action is not None, "the run waits for no decision"
+    person = stack.simulator.mint_token(ACCOUNT, principal=f"user:{ACCOUNT}")
+    async with ItoClient(stack.simulator.url, person) as client:
+        await client.decide(run.run_id, run.pending_action.action_id, decision, idempotency_key=key)
 
 
 async def start_training(

@@ -15,6 +15,7 @@ from e2e_stack import (
     Stack,
     backend_runs,
     completed,
+    decide_as_the_person,
     flow_run_processes,
     on_booking,
     start_training,
@@ -25,7 +26,6 @@ from e2e_stack import (
 from prefect import get_client
 from processes import stop_process
 
-from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import DecisionChoice, DecisionRequest, RunState
 
 SUBMIT = ("POST", "/v0/training-runs")
@@ -69,16 +69,8 @@ async def test_a_deferred_run_holds_no_process_goes_through_an_approval_and_ends
     # Resumed by the watcher at the loss spike, the flow run asks a person, who decides at the
     # backend as themselves (contract v0.5); the watcher resumes it once the backend says so.
     await wait_for_flow_run(flow_run.id, awaiting_person, timeout=300)
-    (spiked,) = backend_runs(stack, DEFER_BOOKING)
-    assert spiked.pending_action is not None
-    person = stack.simulator.mint_token(ACCOUNT, principal=f"user:{ACCOUNT}")
-    async with ItoClient(stack.simulator.url, person) as client:
-        await client.decide(
-            spiked.run_id,
-            spiked.pending_action.action_id,
-            DecisionRequest(decision=DecisionChoice.APPROVE, reason="a bad data shard"),
-            idempotency_key="deferred-decision",
-        )
+    approved = DecisionRequest(decision=DecisionChoice.APPROVE, reason="a bad data shard")
+    await decide_as_the_person(stack, DEFER_BOOKING, approved, "deferred-decision")
 
     done = await wait_for_flow_run(flow_run.id, completed, timeout=300)
 

@@ -27,7 +27,7 @@ from e2e_stack import (
     CONFIRM_BOOKING,
     LOST_BOOKING,
     Stack,
-    backend_runs,
+    decide_as_the_person,
     environment,
     on_booking,
     start_training,
@@ -43,7 +43,6 @@ from prefect.events.schemas.automations import AutomationCore
 from prefect.states import Cancelled
 from processes import stop_process
 
-from prefect_ito.backend.client import ItoClient
 from prefect_ito.contract import DecisionChoice, DecisionRequest
 
 AUTOMATIONS = CHECKOUT / "deployments" / "automations.yaml"
@@ -187,16 +186,8 @@ async def test_a_spend_and_a_restart_wait_notify_show_in_the_inbox_and_close_whe
     # the backend by a person (contract v0.5), with a note. Each sends its closing message.
     async with get_client() as client:
         await client.resume_flow_run(spend.id, run_input={"decision": "decline", "reason": "no"})
-    (spiked,) = backend_runs(stack, APPROVE_BOOKING)
-    assert spiked.pending_action is not None
-    person = stack.simulator.mint_token(ACCOUNT, principal=f"user:{ACCOUNT}")
-    async with ItoClient(stack.simulator.url, person) as backend:
-        await backend.decide(
-            spiked.run_id,
-            spiked.pending_action.action_id,
-            DecisionRequest(decision=DecisionChoice.REJECT, decided_by="Ada", reason="noise"),
-            idempotency_key="notifications-decision",
-        )
+    rejected = DecisionRequest(decision=DecisionChoice.REJECT, decided_by="Ada", reason="noise")
+    await decide_as_the_person(stack, APPROVE_BOOKING, rejected, "notifications-decision")
 
     def closed(flow_run: FlowRun) -> list[dict[str, str]]:
         link = f"{stack.api_url.removesuffix('/api')}/runs/flow-run/{flow_run.id}"

@@ -23,6 +23,7 @@ from test_watcher_spend import (
     needed_events,
     resume_inputs,
     resumed_within,
+    said_again,
 )
 
 from prefect_ito.backend.client import ItoClient
@@ -167,17 +168,7 @@ async def test_a_question_whose_saying_prefect_lost_is_said_again_once_from_the_
     assert await needed_events(flow_run.id) == []
 
     watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
-    try:
-        await watcher.sweep()
-        async with asyncio.timeout(30):
-            while not (told := await needed_events(flow_run.id)):
-                await asyncio.sleep(0.5)
-        for _ in range(2):
-            await watcher.sweep()
-        await asyncio.sleep(2)  # events arrive in batches: a second one would be in by now
-        (told,) = await needed_events(flow_run.id)
-    finally:
-        await watcher.close()
+    told = await said_again(watcher, flow_run.id)
 
     assert told.id == event_id(
         str(flow_run.id), pause_key(run.pending_action), run.pending_action.action_id,
