@@ -32,7 +32,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
     # Before, train ended with the final state only; now with the demo's summary.
     for heading in (f"Backend run {run_id}: succeeded", "Gates", "Telemetry"):
         assert heading in result.stdout, result.stdout
-    assert "Decisions: no restart was proposed." in result.stdout
+    assert "Decisions: nothing was proposed to a person." in result.stdout
     # Before, about 25 "Task run … Finished in state Completed()" lines drowned the stages.
     assert not TASK_CHATTER.search(output), output
 

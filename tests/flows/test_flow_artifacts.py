@@ -44,7 +44,8 @@ async def test_each_concern_is_one_card_on_the_flow_run_and_the_decision_is_on_r
     assert "| note | Ada |" in card["decisions"].data
     assert "| why | looked at it |" in card["decisions"].data
     assert card["decisions"].description == "1 restart proposed: 1 approved."
-    assert "`ckpt-pretrain-" in card["decisions"].data
+    # The restart's facts, as its question says them (markdown-escaped text in the card).
+    assert "| restart checkpoint | ckpt\\-pretrain\\-" in card["decisions"].data
 
     summary = await state.aresult()
     assert isinstance(summary, TrainingSummary)
