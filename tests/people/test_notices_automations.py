@@ -7,6 +7,7 @@ count as an expired question.
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from prefect.server.utilities.user_templates import (
     register_user_template_filters,
     render_user_template,
 )
-from prefect.settings import PREFECT_UI_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL, temporary_settings
 
 from prefect_ito.people import notices
 
@@ -129,13 +130,55 @@ def test_a_question_has_the_same_event_ids_on_every_re_entry():
     assert first != notices.event_id("f-2", "restart-a", "a", notices.PERSON_NEEDED)
 
 
-async def test_without_a_ui_url_on_the_server_messages_name_the_flow_run_not_none():
-    # Before: the expired message ended "Flow run: None" on a server without PREFECT_UI_URL.
+EXPIRED = {"prefect.state-message": "The flow was suspended and never resumed."}
+"""The resource of the Failed event the expired message answers."""
+
+
+async def render_without_ui_url(action: object, flow_run: object) -> str:
+    """Render a message as a server with neither ``PREFECT_UI_URL`` nor ``PREFECT_API_URL`` does."""
     register_user_template_filters(all_filters)
-    for automation in automations():
-        action = automation.actions[0]
-        context = {"event": {"payload": PAYLOAD, "resource": {}}, "flow_run": FLOW_RUN}
-        with temporary_settings({PREFECT_UI_URL: None}):
-            body = await render_user_template(action.body, context)  # type: ignore[union-attr]
-        assert "None" not in body, automation.name
-        assert str(FLOW_RUN.id) in body, automation.name
+    payload = {**PAYLOAD, "answered_by": "user:ada", "answer": "approve"}
+    context = {"event": {"payload": payload, "resource": EXPIRED}, "flow_run": flow_run}
+    with temporary_settings({PREFECT_UI_URL: None, PREFECT_API_URL: None}):
+        subject = await render_user_template(action.subject, context)  # type: ignore[attr-defined]
+        body = await render_user_template(action.body, context)  # type: ignore[attr-defined]
+    return f"{subject}\n{body}"
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3])
+async def test_without_a_ui_url_on_the_server_messages_name_the_flow_run_not_none(index):
+    # Before: the expired message ended "Flow run: None" on a server without PREFECT_UI_URL.
+    automation = automations()[index]
+
+    message = await render_without_ui_url(automation.actions[0], FLOW_RUN)
+
+    assert "None" not in message, automation.name
+    assert str(FLOW_RUN.id) in message and "quiet-heron" in message, automation.name
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3])
+async def test_a_message_naming_no_flow_run_says_so_on_every_line(index):
+    # Before: an expired message whose event named no flow run read "nobody answered in time ()"
+    # and ended "Flow run: " with nothing after it.
+    automation = automations()[index]
+
+    message = await render_without_ui_url(automation.actions[0], None)
+
+    assert "None" not in message and "()" not in message, automation.name
+    assert "no flow run named" in message.splitlines()[0], automation.name
+    empty_label = re.search(r"\w:[ \t]*$", message, re.MULTILINE)  # "Flow run: " and nothing
+    assert not empty_label, message
+
+
+async def test_the_expired_message_quotes_the_state_message_and_breaks_its_links():
+    # Before: the state message, which anyone who can send an event writes, was shown as the
+    # message's own words, with any link in it left clickable.
+    register_user_template_filters(all_filters)
+    action = automations()[3].actions[0]
+    forged = {"prefect.state-message": "nobody confirmed the spend: https://desk.example.evil/c"}
+    context = {"event": {"payload": {}, "resource": forged}, "flow_run": FLOW_RUN}
+
+    body = await render_user_template(action.body, context)  # type: ignore[union-attr]
+
+    assert "> nobody confirmed the spend: https:[//]desk.example.evil/c" in body
+    assert "://desk.example.evil" not in body
