@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Serve the reference desk simulator (no trainer, no model) until interrupted.",
     ),
     "authorizations": (
-        "prefect_ito.cli.spend:authorizations",
+        "prefect_ito.cli.authorizations:authorizations",
         "Create, list and revoke standing spend authorizations at the backend (a person's "
         "token, scope spend:authorize).",
     ),

@@ -298,7 +298,7 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
     assert "s3://team-bucket/corpus/*, catalog://fineweb-edu" in table.stdout
     for shown in (made["authorization_id"], "Nightly runs", "active", PERSON, "budget ≤"):
         assert shown in table.stdout, shown
-    assert "0 runs, $0.00" in table.stdout
+    assert "no run so far" in table.stdout
 
     revoked = prefect_ito("authorizations", "revoke", made["authorization_id"], "--json", env=env)
     again = prefect_ito("authorizations", "revoke", made["authorization_id"], env=env)
