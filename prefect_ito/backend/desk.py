@@ -31,6 +31,7 @@ from prefect_ito.contract import (
 )
 from prefect_ito.exceptions import (
     BookingNotEligible,
+    BookingNotFound,
     CapabilityNotAvailable,
     ClientReferenceInUse,
     ConfirmationExpired,
@@ -80,8 +81,18 @@ async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingElig
         BookingNotEligible: the booking is not completed, not eligible, not the authenticated
             account's, or not what the caller handed over (GPU SKU, node count, GPUs per node,
             fabric, region, account).
+        BookingNotFound: the backend knows no such booking for this account (the message names
+            the booking asked for, and says which id to give instead).
     """
-    eligibility = await client.get_training_eligibility(claim.booking_id)
+    try:
+        eligibility = await client.get_training_eligibility(claim.booking_id)
+    except BookingNotFound as error:
+        raise BookingNotFound(
+            _not_found(client, claim.booking_id, error.message),
+            status_code=error.status_code,
+            request_id=error.request_id,
+            field=error.field,
+        ) from None
     if eligibility.status is not BookingStatus.COMPLETED or not eligibility.eligible:
         reason = eligibility.reason or f"the booking is {eligibility.status.value}"
         raise BookingNotEligible(f"booking {claim.booking_id} cannot train: {reason}")
@@ -103,6 +114,18 @@ async def verify_booking(client: ItoClient, claim: BookingClaim) -> TrainingElig
             + "; ".join(mismatches)
         )
     return eligibility
+
+
+def _not_found(client: ItoClient, booking_id: str, said: str) -> str:
+    """Say which booking the backend does not know, where, and which id to give instead.
+
+    The contract lists no bookings (a booking flow hands its id over), so the backend's own
+    words come along: the simulator's say where it lists its bookings.
+    """
+    return (
+        f"booking {booking_id!r} was not found at {client.base_url}: give the id of one of this "
+        f"account's bookings, as its booking flow handed it over. The backend said: {said}"
+    )
 
 
 async def _check_account(

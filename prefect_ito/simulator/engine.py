@@ -338,7 +338,11 @@ class Engine:
         """
         booking = self.bookings.get(booking_id)
         if booking is None or not booking.held_by(account):
-            raise SimError(ErrorCode.BOOKING_NOT_FOUND, "no such booking")
+            raise SimError(
+                ErrorCode.BOOKING_NOT_FOUND,
+                "no such booking for this account; this simulator lists its bookings at "
+                "/_sim/bookings",
+            )
         return booking
 
     def eligibility(self, account: str, booking_id: str) -> TrainingEligibility:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from ito_fakes import NOW, Script, Sleeps, fail, mock_client, ok, sample_run
+from ito_fakes import BASE_URL, NOW, Script, Sleeps, fail, mock_client, ok, sample_run
 
 from prefect_ito import exceptions as exc
 from prefect_ito.backend.auth import ENV_API_URL, ENV_TOKEN
@@ -98,6 +98,22 @@ async def test_a_booking_the_backend_places_in_another_account_is_refused() -> N
             await verify_booking(client, BookingClaim(booking_id="bk-1"))
 
     assert "held by account 'globex', not by the authenticated account 'acme'" in str(caught.value)
+
+
+async def test_a_booking_the_backend_does_not_know_is_named_with_the_backend_s_words() -> None:
+    # Before: "[BOOKING_NOT_FOUND] no such booking" named neither the booking nor what to give.
+    script = Script(fail(ErrorCode.BOOKING_NOT_FOUND, message="no such booking"))
+    async with mock_client(script) as client:
+        with pytest.raises(exc.BookingNotFound) as caught:
+            await verify_booking(client, BookingClaim(booking_id="bk-123"))
+
+    assert str(caught.value) == (
+        f"[BOOKING_NOT_FOUND] booking 'bk-123' was not found at {BASE_URL}: give the id of one "
+        "of this account's bookings, as its booking flow handed it over. The backend said: no "
+        "such booking"
+    )
+    assert caught.value.status_code == 404
+    assert caught.value.exit_code == ExitCode.BOOKING
 
 
 async def test_a_booking_whose_answer_names_no_account_is_refused() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import httpx
 from cli_helpers import (
     TRAIN,
     UNCONFIRMED,
     confirming_env,
+    one_document,
     prefect_ito,
     quote_for_train,
     worker_env,
@@ -19,6 +21,29 @@ QUOTE = ["quote", *UNCONFIRMED[1:]]
 
 def posts(simulator: SimulatorServer, path: str = "/v0/training-runs") -> list[object]:
     return [r for r in simulator.requests() if r.method == "POST" and r.path == path]
+
+
+def test_a_booking_the_backend_does_not_know_is_named_and_where_its_bookings_are(simulator):
+    # Before: "error: [BOOKING_NOT_FOUND request …] no such booking": which booking, and which
+    # ones there are, the person had to find out alone.
+    unknown = [*QUOTE[:2], "bk-123", *QUOTE[3:]]
+    assert QUOTE[1] == "--booking"
+    env = worker_env(simulator, "")
+
+    result = prefect_ito(*unknown, env=env)
+    document = one_document(prefect_ito(*unknown, "--json", env=env))
+
+    assert result.returncode == ExitCode.BOOKING, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: [BOOKING_NOT_FOUND request req_"), line
+    assert f"booking 'bk-123' was not found at {simulator.url}: give the id of one" in line
+    assert "this simulator lists its bookings at /_sim/bookings" in line
+    listed = httpx.get(f"{simulator.url}/_sim/bookings", timeout=10).json()["data"]
+    assert "bk-h200-2x8-ib" in [booking["booking_id"] for booking in listed]
+    assert document["error"]["code"] == "BOOKING_NOT_FOUND"
+    assert document["error"]["exit_code"] == ExitCode.BOOKING
+    assert "'bk-123'" in document["error"]["message"]
 
 
 def test_quote_prints_the_plan_the_estimate_and_the_command_that_confirms_it(
