@@ -66,10 +66,6 @@ __all__ = [
 PERSON_NEEDED = "ito.training.person.needed"
 """Emitted once when a training flow run starts waiting for a person's answer to a question."""
 
-TELL_AGAIN_AFTER_SECONDS = 360.0
-"""How long after a question was asked a watcher makes sure Prefect holds its ``person.needed``:
-past the five minutes in which Prefect refuses an event id it has seen, so that a copy under the
-question's own id is taken."""
 
 PERSON_ANSWERED = "ito.training.person.answered"
 """Emitted once when someone answered the question (``answered_by``, ``answer`` in the payload)."""
@@ -190,12 +186,12 @@ async def tell_again(flow_run: FlowRun, wait: WaitRecord, client: ItoClient) -> 
 
     Prefect may lose an event (its SQLite writer drops a batch after a restart), and a question
     nobody hears of is never answered. The watcher calls this for a question the backend still
-    holds open, :data:`TELL_AGAIN_AFTER_SECONDS` after it was asked. What is said comes from the
-    backend (the run and its pending action, read with the watcher's own token) and from Prefect's
-    own flow run (its link, the pause's deadline), never from the record that named it, which
-    anyone may write; and only for a run or a quote the backend says this flow run asked for
-    (its ``client_reference``). The event keeps the question's id, so Prefect (and its triggers)
-    keep one, and a message already sent is not sent twice.
+    holds open, :data:`~prefect_ito.waiting.watcher.TELL_AGAIN_AFTER_SECONDS` after it was asked.
+    What is said comes from the backend (the run and its pending action, read with the watcher's
+    own token) and from Prefect's own flow run (its link, the pause's deadline), never from the
+    record that named it, which anyone may write; and only for a run or a quote the backend says
+    this flow run asked for (its ``client_reference``). The event keeps the question's id, so
+    Prefect (and its triggers) keep one, and a message already sent is not sent twice.
     """
     state = flow_run.state
     if state is None or not state.is_paused():

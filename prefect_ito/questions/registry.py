@@ -99,13 +99,9 @@ class ActionQuestion(ABC):
     def outcome(self, decision: DecisionChoice, action: PendingAction | None) -> str:
         """Return what a decision did, in a few words (``action`` unknown: only the decision)."""
 
+    @abstractmethod
     def waiting(self, action: PendingAction) -> str:
         """Return the log line's start when the flow begins to wait (before where to decide)."""
-        return f"{self.heading_text(action)}. Waiting for a person to approve or reject it"
-
-    def heading_text(self, action: PendingAction) -> str:
-        """Return the heading as plain text."""
-        return self.heading(action).replace("`", "")
 
     def asks(self, action: PendingAction) -> str:
         """Return what the flow run's paused state says it waits for."""

@@ -73,6 +73,11 @@ logger = logging.getLogger("prefect_ito.waiting.watcher")
 _CHANGED_UNDER_US = (ObjectNotFound, NotPausedError, FlowPauseTimeout, RuntimeError)
 """What Prefect raises when a flow run was cancelled, resumed or deleted since the sweep read it."""
 
+TELL_AGAIN_AFTER_SECONDS = 360.0
+"""How long after a question was asked a watcher makes sure Prefect holds its ``person.needed``:
+past the five minutes in which Prefect refuses an event id it has seen, so that a copy under the
+question's own id is taken."""
+
 
 @dataclass
 class _Backend:
@@ -138,7 +143,7 @@ class Watcher:
     tell_again: TellAgain | None = None
     """Says again that a flow run waits for a person if Prefect lost the saying
     (:func:`prefect_ito.people.notices.tell_again`); None: questions are only read."""
-    tell_again_after: float = 360.0
+    tell_again_after: float = TELL_AGAIN_AFTER_SECONDS
     """Seconds after a question was asked, and between two checks of one question, before it is
     checked whether Prefect holds the saying."""
     _told_at: dict[tuple[UUID, str], float] = field(default_factory=dict)
