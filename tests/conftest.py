@@ -222,6 +222,12 @@ _STARTED = (time.monotonic(), os.getloadavg()[0])
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
+        "--fast",
+        action="store_true",
+        help="Run only the fast tier: the tests that start no Prefect server and no process (the "
+        "quick loop after each change); a test of it that starts a process fails.",
+    )
+    parser.addoption(
         "--reliability-report",
         metavar="PATH",
         default=None,
@@ -256,11 +262,56 @@ on a Prefect server. Spread among the others, so that the two workers seldom wai
 a block, the waiting ones left both cores about half idle for the last six minutes of a run."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("fast"):
+        _keep_the_fast_tier(config, items)
     order = {path: rank for rank, path in enumerate(_module_order(list(dict.fromkeys(
         item.path for item in items
     ))))}  # fmt: skip
     items.sort(key=lambda item: order[item.path])  # stable: each module's tests keep their order
+
+
+# --- the fast tier -------------------------------------------------------------------------------
+# ``--fast`` keeps the tests that need neither the session's Prefect server nor a process of their
+# own: a test is left out when it (or a fixture it uses) asks for ``prefect_server``, when it is
+# marked ``slow``, or when it is an end-to-end test (``tests/e2e/``: each starts a stack).
+# Which tests start a process is not guessed: in the fast tier, starting one fails the test
+# (``_no_process_in_the_fast_tier``), so a test that does is marked or moved.
+
+SERVER_FIXTURES = frozenset({"prefect_server"})
+"""Fixtures that start the session's Prefect server: every test using one is out of the tier."""
+
+
+def _keep_the_fast_tier(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = [item for item in items if not _is_fast(item)]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if _is_fast(item)]
+
+
+def _is_fast(item: pytest.Item) -> bool:
+    if item.path.parent.name == "e2e" or item.get_closest_marker("slow") is not None:
+        return False
+    return not SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_in_the_fast_tier(pytestconfig: pytest.Config) -> Iterator[None]:
+    # Session-wide, so that it is in place before any module's fixtures start.
+    if not pytestconfig.getoption("fast"):
+        yield
+        return
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            "a test of the fast tier (--fast) started a process: mark it "
+            "@pytest.mark.slow (or its module: pytestmark), or call it in-process"
+        )
+
+    # Refused where the child would be started, so that Popen cleans up after itself.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "_execute_child", refuse)
+        yield
 
 
 def _module_order(paths: list[Path]) -> list[Path]:

@@ -120,12 +120,14 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_importing_the_package_registers_no_keyring_backend(tmp_path: Path) -> None:
     result = run(["-c", IMPORT_PROBE], clean_env(tmp_path))
 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_login_without_any_keyring_fails_before_the_device_flow(
     simulator: SimulatorServer, tmp_path: Path
 ) -> None:
@@ -138,6 +140,7 @@ def test_login_without_any_keyring_fails_before_the_device_flow(
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 @UNUSABLE
 def test_login_with_an_unusable_keyring_fails_before_the_device_flow(
     backend: str, simulator: SimulatorServer, tmp_path: Path
@@ -151,6 +154,7 @@ def test_login_with_an_unusable_keyring_fails_before_the_device_flow(
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 @UNUSABLE
 def test_whoami_with_an_unusable_keyring_is_not_logged_in(
     backend: str, simulator: SimulatorServer, tmp_path: Path
@@ -172,6 +176,7 @@ def test_whoami_with_an_unusable_keyring_is_not_logged_in(
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 def test_whoami_on_a_revoked_token_exits_with_the_authentication_code(
     simulator: SimulatorServer, tmp_path: Path
 ) -> None:
@@ -194,6 +199,7 @@ def test_whoami_on_a_revoked_token_exits_with_the_authentication_code(
     assert token not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_an_unreachable_backend_is_one_line_naming_its_url(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -209,6 +215,7 @@ def test_an_unreachable_backend_is_one_line_naming_its_url(tmp_path: Path) -> No
         assert f"talking to the Itô backend at {url}" in one_line_error(result)
 
 
+@pytest.mark.slow
 def test_a_bad_url_is_one_line(tmp_path: Path) -> None:
     result = prefect_ito("whoami", "--api-url", "desk.example", env=clean_env(tmp_path))
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+import pytest
 from cli_helpers import prefect_ito
 from device_login import approve_in_browser
 
@@ -49,6 +50,7 @@ def _device_login(url: str) -> dict[str, str]:
     return grant
 
 
+@pytest.mark.slow
 def test_a_device_login_at_a_limited_simulator_grants_only_those_scopes() -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -66,6 +68,7 @@ def test_a_device_login_at_a_limited_simulator_grants_only_those_scopes() -> Non
     assert grant["scope"] == "training:read training:cancel"
 
 
+@pytest.mark.slow
 def test_an_unknown_scope_is_one_line_naming_the_option() -> None:
     result = prefect_ito("simulator", "--login-scopes", "training:write", env=dict(os.environ))
 

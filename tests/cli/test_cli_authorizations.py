@@ -87,6 +87,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: ExitCode) -> 
 # --- list -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_list_reads_at_80_columns_and_names_budgets_as_budgets(simulator):
     # Before: eight table columns at 80 columns cut every name, state and expiry ("nigh…",
     # "acti…") and stacked the limits one word a line; "used: 1 runs, $250,000.00" was the
@@ -117,6 +118,7 @@ def test_the_list_reads_at_80_columns_and_names_budgets_as_budgets(simulator):
     assert "…" not in listed.stdout and "total spend" not in text
 
 
+@pytest.mark.slow
 def test_an_unused_authorization_says_it_covered_no_run(simulator):
     env = env_for(simulator, person(simulator), columns=80)
     create(env, "Weekly eval", "--data", "*")
@@ -130,6 +132,7 @@ def test_an_unused_authorization_says_it_covered_no_run(simulator):
 # --- revoke ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_revoke_takes_the_name_of_one_authorization(simulator):
     # Before: `authorizations revoke nightly` answered "no such spend authorization".
     env = env_for(simulator, person(simulator))
@@ -145,6 +148,7 @@ def test_revoke_takes_the_name_of_one_authorization(simulator):
     assert states(env) == {nightly: "revoked", other: "active"}
 
 
+@pytest.mark.slow
 def test_a_name_with_spaces_is_a_name_too(simulator):
     env = env_for(simulator, person(simulator))
     made = create(env, "Nightly runs", "--data", "*")
@@ -155,6 +159,7 @@ def test_a_name_with_spaces_is_a_name_too(simulator):
     assert states(env) == {made: "revoked"}
 
 
+@pytest.mark.slow
 def test_an_id_is_taken_before_a_name(simulator):
     env = env_for(simulator, person(simulator))
     first = create(env, "first", "--data", "*")
@@ -168,6 +173,7 @@ def test_an_id_is_taken_before_a_name(simulator):
     assert deletes == [f"/v0/spend-authorizations/{first}"]  # one request, as before
 
 
+@pytest.mark.slow
 def test_a_name_two_authorizations_share_is_refused_naming_both_ids(simulator):
     env = env_for(simulator, person(simulator))
     older = create(env, "nightly", "--data", "*")
@@ -188,6 +194,7 @@ def test_a_name_two_authorizations_share_is_refused_naming_both_ids(simulator):
     assert states(env) == {older: "active", newer: "active"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wanted", ["nope", "sa_0123456789abcdef", "bad/name", "nightly runs"])
 def test_neither_an_id_nor_a_name_of_the_account_is_not_found(simulator, wanted):
     env = env_for(simulator, person(simulator))
@@ -202,6 +209,7 @@ def test_neither_an_id_nor_a_name_of_the_account_is_not_found(simulator, wanted)
     assert states(env) == {made: "active"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wanted", ["", "   "])
 def test_an_empty_authorization_is_refused_before_any_request(simulator, wanted):
     env = env_for(simulator, person(simulator))

@@ -107,6 +107,7 @@ def one_line_error(result: subprocess.CompletedProcess, code: ExitCode) -> str:
 # --- confirm --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_confirm_with_yes_records_the_person_s_principal_at_the_backend(simulator):
     quote = make_quote(simulator)
     token = person(simulator)
@@ -128,6 +129,7 @@ def test_confirm_with_yes_records_the_person_s_principal_at_the_backend(simulato
     assert (stated.confirmation.principal, stated.confirmation.note) == (PERSON, "Ada L.")
 
 
+@pytest.mark.slow
 def test_confirm_json_is_one_document_with_the_quote_and_the_confirmation(simulator):
     quote = make_quote(simulator)
     token = person(simulator)
@@ -144,6 +146,7 @@ def test_confirm_json_is_one_document_with_the_quote_and_the_confirmation(simula
     assert data["confirmation"]["state"] == "confirmed"
 
 
+@pytest.mark.slow
 def test_a_quote_that_made_a_run_is_refused_naming_its_state_and_nothing_is_sent(simulator):
     quote = make_quote(simulator)
     env = env_for(simulator, person(simulator))
@@ -160,6 +163,7 @@ def test_a_quote_that_made_a_run_is_refused_naming_its_state_and_nothing_is_sent
     assert answers_sent(simulator) == sent
 
 
+@pytest.mark.slow
 def test_decline_records_the_decline_and_a_declined_quote_cannot_be_confirmed(simulator):
     quote = make_quote(simulator)
     env = env_for(simulator, workload(simulator))  # declining spends nothing: any token may
@@ -183,6 +187,7 @@ def test_decline_records_the_decline_and_a_declined_quote_cannot_be_confirmed(si
     assert answers_sent(simulator) == sent
 
 
+@pytest.mark.slow
 def test_a_workload_token_is_told_where_a_person_confirms_and_nothing_is_recorded(simulator):
     quote = make_quote(simulator)
     token = workload(simulator)
@@ -199,6 +204,7 @@ def test_a_workload_token_is_told_where_a_person_confirms_and_nothing_is_recorde
     assert (stated.state, stated.confirmation) == (QuoteState.PENDING, None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quote_id", ["../runs", "q/1", " q_1", "q?x", "x" * 129])
 def test_a_malformed_quote_id_is_refused_before_any_request(simulator, quote_id):
     env = env_for(simulator, person(simulator))
@@ -211,6 +217,7 @@ def test_a_malformed_quote_id_is_refused_before_any_request(simulator, quote_id)
     assert len(simulator.requests()) == before
 
 
+@pytest.mark.slow
 def test_without_a_terminal_confirm_needs_yes_and_sends_nothing(simulator):
     quote = make_quote(simulator)
     env = env_for(simulator, person(simulator))
@@ -233,6 +240,7 @@ def at_a_terminal(env: dict[str, str], args: list[str], reply: str) -> tuple[int
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("reply", "confirmed"), [("y", True), ("", False), ("no", False)])
 def test_at_a_terminal_the_person_is_asked_and_no_is_the_default(simulator, reply, confirmed):
     quote = make_quote(simulator)
@@ -254,6 +262,7 @@ def test_at_a_terminal_the_person_is_asked_and_no_is_the_default(simulator, repl
 # --- authorizations -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_authorizations_create_list_and_revoke_round_trip(simulator):
     token = person(simulator)
     env = env_for(simulator, token)
@@ -326,6 +335,7 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
         (["--expires-in", "30d", "--data", ""], "data_ref_patterns.0"),
     ],
 )
+@pytest.mark.slow
 def test_authorizations_create_refuses_a_past_expiry_or_a_bad_amount_locally(
     simulator, options, field
 ):
@@ -341,6 +351,7 @@ def test_authorizations_create_refuses_a_past_expiry_or_a_bad_amount_locally(
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 def test_a_workload_token_may_not_create_an_authorization(simulator):
     env = env_for(simulator, workload(simulator))
 

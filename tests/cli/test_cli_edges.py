@@ -219,6 +219,7 @@ def test_bad_options_name_the_option_and_send_nothing(simulator, prefect_server)
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 def test_the_first_train_on_a_brand_new_prefect_home_works(simulator):
     # A new PREFECT_HOME migrates its database first; on a small busy machine that took longer
     # than the 20 s Prefect allows its temporary server.
@@ -240,6 +241,7 @@ def test_the_first_train_on_a_brand_new_prefect_home_works(simulator):
     assert "database is locked" not in output
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_a_terminal_detaches_in_ephemeral_mode(tmp_path):
     # A terminal sends Ctrl-C to its whole foreground process group: once that stopped Prefect's
     # temporary server too, and the detaching command then waited for it forever.

@@ -57,6 +57,7 @@ def methods(simulator: SimulatorServer, since: int = 0) -> set[str]:
     return {entry.method for entry in simulator.requests()[since:]}
 
 
+@pytest.mark.slow
 def test_capabilities_and_whoami_answer_in_the_contract_s_envelope(simulator):
     token = simulator.mint_token("cli").get_secret_value()
     env = backend_env(simulator, token)
@@ -131,6 +132,7 @@ async def finished_runs(simulator: SimulatorServer, targets: list[str]) -> list[
     return run_ids
 
 
+@pytest.mark.slow
 async def test_runs_show_asks_the_backend_by_each_selector_and_only_reads(monkeypatch):
     with SimulatorServer(builtin_scenario("default"), time_scale=FAST) as simulator:
         token = simulator.mint_token("cli").get_secret_value()
@@ -185,6 +187,7 @@ BAD_INPUT = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "named", "field"), BAD_INPUT.values(), ids=BAD_INPUT.keys())
 def test_bad_input_is_one_error_document_naming_the_field_and_nothing_is_sent(
     simulator, args, named, field
@@ -202,6 +205,7 @@ def test_bad_input_is_one_error_document_naming_the_field_and_nothing_is_sent(
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 def test_an_unknown_simulator_scenario_is_one_line_naming_it():
     # Before, a traceback (FileNotFoundError).
     result = prefect_ito("simulator", "--scenario", "nope", env=dict(os.environ), timeout=120)
@@ -213,6 +217,7 @@ def test_an_unknown_simulator_scenario_is_one_line_naming_it():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("port", ["-5", "70000"])
 def test_a_simulator_port_out_of_range_is_one_line(port):
     # Before, a traceback (OverflowError from the socket's bind).
@@ -347,6 +352,7 @@ def test_demo_answers_in_json(prefect_server):
     assert document["live_api_contacted"] is False
 
 
+@pytest.mark.slow
 def test_login_whoami_logout_answer_in_json(tmp_path: Path):
     env = {key: value for key, value in os.environ.items() if key != "ITO_COMPUTE_TOKEN"}
     env.update(XDG_DATA_HOME=str(tmp_path), PREFECT_API_URL=NOWHERE)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import prefect_ito
 
 
@@ -22,6 +24,7 @@ def python(code: str, cwd: Path, **env: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_public_names_are_all_there_and_imported_on_first_use(tmp_path):
     code = (
         "import sys, prefect_ito\n"
@@ -35,6 +38,7 @@ def test_the_public_names_are_all_there_and_imported_on_first_use(tmp_path):
     assert set(prefect_ito.__all__) <= set(dir(prefect_ito))
 
 
+@pytest.mark.slow
 def test_the_environment_alone_is_read_without_prefect_when_no_file_could_set_them(tmp_path):
     code = (
         "import sys\n"
@@ -47,6 +51,7 @@ def test_the_environment_alone_is_read_without_prefect_when_no_file_could_set_th
     assert python(code, tmp_path, **env) == "7 False"
 
 
+@pytest.mark.slow
 def test_a_file_prefect_reads_still_sets_them_through_prefect(tmp_path):
     (tmp_path / "prefect.toml").write_text("[integrations.ito]\nmax_retries = 4\n")
     code = (
@@ -59,6 +64,7 @@ def test_a_file_prefect_reads_still_sets_them_through_prefect(tmp_path):
     assert python(code, tmp_path, **env) == "4 True"
 
 
+@pytest.mark.slow
 def test_a_profile_that_names_them_is_read_through_prefect(tmp_path):
     profiles = tmp_path / "profiles.toml"
     profiles.write_text(
@@ -72,6 +78,7 @@ def test_a_profile_that_names_them_is_read_through_prefect(tmp_path):
     assert python(code, tmp_path, **env) == "5"
 
 
+@pytest.mark.slow
 def test_the_request_fields_and_the_quote_command_import_no_prefect(tmp_path):
     code = (
         "import sys\n"

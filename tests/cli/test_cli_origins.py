@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from capture_server import CaptureServer
 from cli_helpers import person_env, prefect_ito, stored_login
 from prefect import get_client
@@ -81,6 +82,7 @@ async def test_a_block_naming_an_origin_this_shell_is_not_for_is_refused(
     assert token not in result.stdout + result.stderr + as_json.stdout + as_json.stderr
 
 
+@pytest.mark.slow
 def test_a_token_without_its_url_is_one_line(tmp_path, simulator):
     env = person_env(tmp_path, "http://127.0.0.1:9/api", ITO_COMPUTE_TOKEN="lonely-canary")
     result = prefect_ito("whoami", "--api-url", simulator.url, env=env)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from device_login import approve_in_browser
 from keyrings.alt.file import PlaintextKeyring
 
@@ -58,6 +59,7 @@ def _login_as_told(env: dict[str, str]) -> tuple[int, str]:
     return login.returncode, output
 
 
+@pytest.mark.slow
 def test_the_banner_says_how_to_get_a_token_and_following_it_logs_in(tmp_path: Path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -91,6 +93,7 @@ def test_the_banner_says_how_to_get_a_token_and_following_it_logs_in(tmp_path: P
     assert "itosim_" not in "\n".join(banner)
 
 
+@pytest.mark.slow
 def test_port_0_is_served_on_the_port_the_banner_names():
     # The banner named the port asked for, :0, which no client can reach.
     simulator = subprocess.Popen(
@@ -111,6 +114,7 @@ def test_port_0_is_served_on_the_port_the_banner_names():
     assert answer.json()["ok"] is False  # the simulator's own envelope: no token was sent
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line_and_no_banner():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from cli_helpers import (
     TRAIN,
     UNCONFIRMED,
@@ -23,6 +24,7 @@ def posts(simulator: SimulatorServer, path: str = "/v0/training-runs") -> list[o
     return [r for r in simulator.requests() if r.method == "POST" and r.path == path]
 
 
+@pytest.mark.slow
 def test_a_booking_the_backend_does_not_know_is_named_and_where_its_bookings_are(simulator):
     # Before: "error: [BOOKING_NOT_FOUND request …] no such booking": which booking, and which
     # ones there are, the person had to find out alone.

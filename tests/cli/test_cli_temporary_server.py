@@ -23,6 +23,7 @@ GONE_WITHIN = 60.0
 """A bound on the wait, not a speed target: the server stops in a second or two."""
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="reads processes from /proc")
 def test_a_train_killed_outright_leaves_no_temporary_prefect_server(simulator, tmp_path):
     home = str(migrated_home(tmp_path))  # the first start on a new home has tests of its own
@@ -96,6 +97,7 @@ def _read(path: Path) -> str:
         return ""
 
 
+@pytest.mark.slow
 def test_a_temporary_server_s_output_goes_to_a_file_not_the_command_s_terminal(tmp_path, capfd):
     # What a stopped server printed once: its pool's ERROR and traceback after the detach line.
     noise = "ERROR | sqlalchemy.pool.impl.AsyncAdaptedQueuePool - Exception during reset"
@@ -110,6 +112,7 @@ def test_a_temporary_server_s_output_goes_to_a_file_not_the_command_s_terminal(t
     assert noise in (tmp_path / TEMPORARY_SERVER_LOG).read_text()
 
 
+@pytest.mark.slow
 def test_a_child_whose_caller_chose_its_output_keeps_it(tmp_path, capfd):
     # Only a child started with no say over its output (Prefect's server) writes to the file.
     script = "import sys; print('out'); print('err', file=sys.stderr)"

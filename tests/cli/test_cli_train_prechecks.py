@@ -32,6 +32,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("confirm", ["../quotes", " q1 ", ""])
 def test_a_malformed_quote_id_is_refused_before_a_server_starts(simulator, tmp_path, confirm):
     env = ephemeral(confirming_env(simulator, ""), tmp_path)
@@ -42,6 +43,7 @@ def test_a_malformed_quote_id_is_refused_before_a_server_starts(simulator, tmp_p
     assert not started_a_server(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_request_s_own_digest_is_no_quote_id_and_is_told_so(simulator, tmp_path):
     env = ephemeral(confirming_env(simulator, ""), tmp_path)
     result = prefect_ito(*UNCONFIRMED, "--confirm", REQUEST.digest(), env=env)
@@ -51,6 +53,7 @@ def test_the_request_s_own_digest_is_no_quote_id_and_is_told_so(simulator, tmp_p
     assert not started_a_server(tmp_path)
 
 
+@pytest.mark.slow
 def test_another_request_s_digest_is_a_mismatch_before_a_server_starts(simulator, tmp_path):
     other = REQUEST.model_copy(update={"budget_usd": 1_000}).digest()
     env = ephemeral(confirming_env(simulator, ""), tmp_path)
@@ -61,6 +64,7 @@ def test_another_request_s_digest_is_a_mismatch_before_a_server_starts(simulator
     assert not started_a_server(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_quote_of_another_request_is_refused_before_a_server_starts(simulator, tmp_path):
     other = REQUEST.model_copy(update={"budget_usd": 1_000})
     quote_id = make_quote(simulator, other.to_submission().model_dump(mode="json"))
@@ -73,6 +77,7 @@ def test_a_quote_of_another_request_is_refused_before_a_server_starts(simulator,
     assert simulator.runs() == []
 
 
+@pytest.mark.slow
 def test_a_backend_that_is_down_is_one_line_and_no_server_starts(tmp_path):
     with SimulatorServer(builtin_scenario("default")) as simulator:
         env = ephemeral(worker_env(simulator, ""), tmp_path)

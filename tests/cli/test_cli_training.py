@@ -66,6 +66,7 @@ def test_train_exits_with_the_invalid_input_code_before_any_request(simulator, p
     assert simulator.requests() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["decide", "status", "cancel"])
 def test_server_commands_say_plainly_they_need_a_prefect_server(command):
     env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
@@ -78,6 +79,7 @@ def test_server_commands_say_plainly_they_need_a_prefect_server(command):
     assert "needs a real Prefect server" in result.stderr
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode_whatever_the_shell_holds():
     with tempfile.TemporaryDirectory() as home:
         env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}

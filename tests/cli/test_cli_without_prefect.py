@@ -70,11 +70,13 @@ BOOKING = REQUEST.booking_id
     ],
     ids=" ".join,
 )
+@pytest.mark.slow
 def test_a_command_that_runs_no_flow_never_imports_prefect(simulator, args):
     verdict, output = run(simulator, *args)
     assert verdict == "NO-PREFECT", output
 
 
+@pytest.mark.slow
 def test_confirming_a_quote_never_imports_prefect(simulator):
     quote_id = quote_for_train(simulator)
     verdict, output = run(simulator, "confirm", quote_id, "--yes", "--json")
@@ -82,6 +84,7 @@ def test_confirming_a_quote_never_imports_prefect(simulator):
     assert verdict == "NO-PREFECT", output
 
 
+@pytest.mark.slow
 def test_quote_never_imports_prefect(simulator):
     args = ["quote", "--booking", BOOKING, "--model-size", "8B", "--target", "t"]
     verdict, output = run(
@@ -91,6 +94,7 @@ def test_quote_never_imports_prefect(simulator):
     assert verdict == "NO-PREFECT", output
 
 
+@pytest.mark.slow
 def test_a_flow_command_still_imports_prefect(simulator):
     verdict, output = run(simulator, "status", "--help")
     assert verdict == "IMPORTED-PREFECT", output  # the check above can tell the two apart

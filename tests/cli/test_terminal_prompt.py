@@ -419,6 +419,7 @@ asyncio.run(terminal.ask_at_terminal(terminal.RestartPause(None, "### Loss spike
 """
 
 
+@pytest.mark.slow
 def test_at_a_terminal_the_person_decides_as_themselves_by_typing_it_out():
     with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
         run = _spiked_run(simulator)

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 from reliability_kit import Backend, completed_bookings, request_for, training_fields
 from spend_helpers import covering_authorization
 from transports import Tap
@@ -201,6 +202,7 @@ async def confirm_and_submit(credentials: ItoCredentials, request: Any, index: i
         )
 
 
+@pytest.mark.slow
 async def test_a_command_that_confirms_and_submits_goes_through_a_storm(backend, ledger):
     # Before, one `train --confirm` in three ended BACKEND_UNAVAILABLE with no run: one caller
     # working through the storm step after step spent the process's retry budget in seconds,
@@ -274,6 +276,7 @@ async def test_whole_pipelines_complete_in_a_storm(backend, run_training, ledger
     assert all(wait >= RETRY_AFTER for wait in waits)
 
 
+@pytest.mark.slow
 async def test_a_job_outside_a_flow_completes_in_a_storm(backend, ledger):
     # ItoTrainingRun supervises with the flow's loop but without Prefect's task retries: it gave
     # up on the first call whose client retries the storm used up, while a flow went on. Now each

@@ -27,6 +27,8 @@ LEAK = "test_a_canary_leaks_into_the_captured_output"
 SEARCH = "test_no_token_appears_anywhere_the_suite_can_read"
 RUN_VARIABLES = ("PYTEST_XDIST_", "PREFECT_ITO_TEST_RUN", "PREFECT_ITO_POSTGRES_URL")
 """What this run's own workers inherit: the other run starts afresh (its own run, no cluster)."""
+pytestmark = pytest.mark.slow  # a run of the suite of its own
+
 OUTCOME = re.compile(r"^\[(gw\d+)\] \[ *\d+%\] (PASSED|FAILED|ERROR) (\S+) *$", re.MULTILINE)
 
 

@@ -60,6 +60,7 @@ def test_held_for_is_none_when_the_backend_did_not_say(fields):
     assert held_for(_action(**fields), now=NOW) is None
 
 
+@pytest.mark.slow
 def test_the_module_imports_no_prefect():
     # The command line imports it without Prefect; a subprocess sees a clean import.
     import subprocess
