@@ -139,7 +139,7 @@ def main() -> None:
 
     output.use_json(output.JSON_FLAG in arguments)
     try:
-        app(exit_on_error=False, print_error=False)
+        app(arguments, exit_on_error=False, print_error=False)
     except CycloptsError as error:
         exit_with(_invalid_option(error))
     except Exception as error:

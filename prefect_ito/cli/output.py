@@ -42,6 +42,7 @@ __all__ = [
     "emit",
     "emit_unexpected",
     "fail",
+    "forget",
     "json_mode",
     "use_json",
 ]
@@ -77,6 +78,15 @@ def use_json(enabled: bool = True) -> None:
     sys.stdout.flush()
     _document_fd = os.dup(1)
     os.dup2(2, 1)
+
+
+def forget() -> None:
+    """Forget JSON mode and the document emitted, for a command run again in the same process
+    (the CLI's tests do so); standard output stays where it is now."""
+    global _document_fd, _emitted
+    if _document_fd is not None:
+        os.close(_document_fd)
+    _document_fd, _emitted = None, False
 
 
 def json_mode() -> bool:

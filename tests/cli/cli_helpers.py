@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -10,7 +11,9 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,63 @@ def prefect_ito(
         [sys.executable, "-m", "prefect_ito.cli", *args],
         env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
+
+
+def in_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the CLI in this process, as :func:`prefect_ito` runs it in a child, and return what a
+    child would have: its exit code, standard output and standard error.
+
+    For the fast tier: a command that neither runs a flow nor imports Prefect behaves the same in
+    either (Prefect reads its settings once per process, so a command that does is run in a child).
+    The environment is ``env`` alone, standard input reads nothing, and both descriptors 1 and 2
+    are files for the time of the call, since JSON mode points descriptor 1 at descriptor 2.
+    """
+    from prefect_ito.cli import main, output
+
+    saved_environ, saved_argv = dict(os.environ), sys.argv
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    saved_fds = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdin = io.StringIO("")
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = ["prefect-ito", *args]
+        try:
+            code = _exit_code(main)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            for fd, saved in zip((1, 2), saved_fds, strict=True):
+                os.dup2(saved, fd)
+                os.close(saved)
+            os.environ.clear()
+            os.environ.update(saved_environ)
+            sys.argv = saved_argv
+            output.forget()
+        stdout, stderr = (_read(file) for file in (out, err))
+    return subprocess.CompletedProcess(["prefect-ito", *args], code, stdout, stderr)
+
+
+def _exit_code(main: Any) -> int:
+    """Call the CLI's entry point; return the exit code a process would have ended with."""
+    try:
+        main()
+    except SystemExit as ended:
+        return ended.code if isinstance(ended.code, int) else (0 if ended.code is None else 1)
+    except Exception:
+        traceback.print_exc()  # as the interpreter would, so that a test sees "Traceback"
+        return 1
+    return 0
+
+
+def _read(file: Any) -> str:
+    file.seek(0)
+    return file.read().decode("utf-8", errors="replace")
 
 
 def worker_env(simulator: SimulatorServer, prefect_server: str) -> dict[str, str]:

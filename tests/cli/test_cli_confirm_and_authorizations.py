@@ -1,8 +1,9 @@
 """`prefect-ito confirm` and `authorizations`: a person's spend authority, at the backend.
 
-Every command runs as a child process against a simulator on a real loopback port, with no
-terminal (as a script runs it) unless a test gives it one, and with ``PREFECT_API_URL`` pointing
-where nothing listens: none of these commands asks Prefect anything.
+Every command runs in this process (:func:`cli_helpers.in_process`) against a simulator on a real
+loopback port, with no terminal (as a script runs it); a test that gives it a terminal runs it as
+a child process. ``PREFECT_API_URL`` points where nothing listens: none of these commands asks
+Prefect anything.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import uuid
 
 import pytest
-from cli_helpers import converse, one_document, prefect_ito
+from cli_helpers import converse, in_process, one_document
 from pydantic import SecretStr
 
 from prefect_ito.backend.client import ItoClient
@@ -107,12 +108,11 @@ def one_line_error(result: subprocess.CompletedProcess, code: ExitCode) -> str:
 # --- confirm --------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_confirm_with_yes_records_the_person_s_principal_at_the_backend(simulator):
     quote = make_quote(simulator)
     token = person(simulator)
 
-    result = prefect_ito(
+    result = in_process(
         "confirm", quote.quote_id, "--yes", "--note", "Ada L.", env=env_for(simulator, token)
     )
 
@@ -129,14 +129,11 @@ def test_confirm_with_yes_records_the_person_s_principal_at_the_backend(simulato
     assert (stated.confirmation.principal, stated.confirmation.note) == (PERSON, "Ada L.")
 
 
-@pytest.mark.slow
 def test_confirm_json_is_one_document_with_the_quote_and_the_confirmation(simulator):
     quote = make_quote(simulator)
     token = person(simulator)
 
-    result = prefect_ito(
-        "confirm", quote.quote_id, "--yes", "--json", env=env_for(simulator, token)
-    )
+    result = in_process("confirm", quote.quote_id, "--yes", "--json", env=env_for(simulator, token))
 
     data = one_document(result, token)["data"]
     assert set(data) == {"quote", "confirmation"}
@@ -146,16 +143,15 @@ def test_confirm_json_is_one_document_with_the_quote_and_the_confirmation(simula
     assert data["confirmation"]["state"] == "confirmed"
 
 
-@pytest.mark.slow
 def test_a_quote_that_made_a_run_is_refused_naming_its_state_and_nothing_is_sent(simulator):
     quote = make_quote(simulator)
     env = env_for(simulator, person(simulator))
-    assert prefect_ito("confirm", quote.quote_id, "--yes", env=env).returncode == 0
+    assert in_process("confirm", quote.quote_id, "--yes", env=env).returncode == 0
     use_quote(simulator, quote.quote_id)
     sent = answers_sent(simulator)
 
-    again = prefect_ito("confirm", quote.quote_id, "--yes", env=env)
-    as_json = prefect_ito("confirm", quote.quote_id, "--yes", "--json", env=env)
+    again = in_process("confirm", quote.quote_id, "--yes", env=env)
+    as_json = in_process("confirm", quote.quote_id, "--yes", "--json", env=env)
 
     line = one_line_error(again, ExitCode.NOT_CONFIRMED)
     assert f"quote {quote.quote_id} is used" in line and "nothing was sent" in line
@@ -163,12 +159,11 @@ def test_a_quote_that_made_a_run_is_refused_naming_its_state_and_nothing_is_sent
     assert answers_sent(simulator) == sent
 
 
-@pytest.mark.slow
 def test_decline_records_the_decline_and_a_declined_quote_cannot_be_confirmed(simulator):
     quote = make_quote(simulator)
     env = env_for(simulator, workload(simulator))  # declining spends nothing: any token may
 
-    declined = prefect_ito("confirm", quote.quote_id, "--decline", "--note", "too dear", env=env)
+    declined = in_process("confirm", quote.quote_id, "--decline", "--note", "too dear", env=env)
 
     assert declined.returncode == ExitCode.SUCCESS, declined.stdout + declined.stderr
     assert "Traceback" not in declined.stdout + declined.stderr
@@ -178,7 +173,7 @@ def test_decline_records_the_decline_and_a_declined_quote_cannot_be_confirmed(si
     assert stated.confirmation is not None and stated.confirmation.note == "too dear"
     sent = answers_sent(simulator)
 
-    confirm = prefect_ito(
+    confirm = in_process(
         "confirm", quote.quote_id, "--yes", env=env_for(simulator, person(simulator))
     )
 
@@ -187,12 +182,11 @@ def test_decline_records_the_decline_and_a_declined_quote_cannot_be_confirmed(si
     assert answers_sent(simulator) == sent
 
 
-@pytest.mark.slow
 def test_a_workload_token_is_told_where_a_person_confirms_and_nothing_is_recorded(simulator):
     quote = make_quote(simulator)
     token = workload(simulator)
 
-    result = prefect_ito("confirm", quote.quote_id, "--yes", env=env_for(simulator, token))
+    result = in_process("confirm", quote.quote_id, "--yes", env=env_for(simulator, token))
 
     line = one_line_error(result, ExitCode.FORBIDDEN)
     assert "INSUFFICIENT_SCOPE" in line and "spend:confirm" in line
@@ -204,27 +198,25 @@ def test_a_workload_token_is_told_where_a_person_confirms_and_nothing_is_recorde
     assert (stated.state, stated.confirmation) == (QuoteState.PENDING, None)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("quote_id", ["../runs", "q/1", " q_1", "q?x", "x" * 129])
 def test_a_malformed_quote_id_is_refused_before_any_request(simulator, quote_id):
     env = env_for(simulator, person(simulator))
     before = len(simulator.requests())
 
-    result = prefect_ito("confirm", quote_id, "--yes", env=env)
+    result = in_process("confirm", quote_id, "--yes", env=env)
 
     line = one_line_error(result, ExitCode.INVALID_INPUT)
     assert "quote_id" in line
     assert len(simulator.requests()) == before
 
 
-@pytest.mark.slow
 def test_without_a_terminal_confirm_needs_yes_and_sends_nothing(simulator):
     quote = make_quote(simulator)
     env = env_for(simulator, person(simulator))
     before = len(simulator.requests())
 
-    result = prefect_ito("confirm", quote.quote_id, env=env)
-    as_json = prefect_ito("confirm", quote.quote_id, "--json", env=env)
+    result = in_process("confirm", quote.quote_id, env=env)
+    as_json = in_process("confirm", quote.quote_id, "--json", env=env)
 
     line = one_line_error(result, ExitCode.INVALID_INPUT)
     assert "--yes" in line and "nothing was sent" in line
@@ -262,7 +254,6 @@ def test_at_a_terminal_the_person_is_asked_and_no_is_the_default(simulator, repl
 # --- authorizations -------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_authorizations_create_list_and_revoke_round_trip(simulator):
     token = person(simulator)
     env = env_for(simulator, token)
@@ -273,8 +264,8 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
         "--data", "s3://team-bucket/corpus/*", "--data", "catalog://fineweb-edu",
     ]  # fmt: skip
 
-    created = one_document(prefect_ito(*create, "--json", env=env), token)["data"]
-    human = prefect_ito(*create[:3], "Weekly", "--expires-in", "1w", "--data", "*", env=env)
+    created = one_document(in_process(*create, "--json", env=env), token)["data"]
+    human = in_process(*create[:3], "Weekly", "--expires-in", "1w", "--data", "*", env=env)
 
     made = created["authorization"]
     assert made["authorization_id"].startswith("sa_")
@@ -298,8 +289,8 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
     keys = [r.idempotency_key for r in simulator.requests() if r.method == "POST"]
     assert len(keys) == 2 and all(keys) and keys[0] != keys[1]
 
-    listed = one_document(prefect_ito("authorizations", "list", "--json", env=env), token)
-    table = prefect_ito("authorizations", "list", env=env)
+    listed = one_document(in_process("authorizations", "list", "--json", env=env), token)
+    table = in_process("authorizations", "list", env=env)
 
     ids = [a["authorization_id"] for a in listed["data"]["authorizations"]]
     assert made["authorization_id"] in ids and len(ids) == 2
@@ -309,13 +300,13 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
         assert shown in table.stdout, shown
     assert "no run so far" in table.stdout
 
-    revoked = prefect_ito("authorizations", "revoke", made["authorization_id"], "--json", env=env)
-    again = prefect_ito("authorizations", "revoke", made["authorization_id"], env=env)
+    revoked = in_process("authorizations", "revoke", made["authorization_id"], "--json", env=env)
+    again = in_process("authorizations", "revoke", made["authorization_id"], env=env)
 
     assert one_document(revoked, token)["data"]["authorization"]["state"] == "revoked"
     assert again.returncode == ExitCode.SUCCESS, again.stderr
     assert "is revoked by user:ada" in again.stdout
-    after = one_document(prefect_ito("authorizations", "list", "--json", env=env))
+    after = one_document(in_process("authorizations", "list", "--json", env=env))
     states = {a["authorization_id"]: a["state"] for a in after["data"]["authorizations"]}
     assert states[made["authorization_id"]] == "revoked"
 
@@ -335,14 +326,13 @@ def test_authorizations_create_list_and_revoke_round_trip(simulator):
         (["--expires-in", "30d", "--data", ""], "data_ref_patterns.0"),
     ],
 )
-@pytest.mark.slow
 def test_authorizations_create_refuses_a_past_expiry_or_a_bad_amount_locally(
     simulator, options, field
 ):
     env = env_for(simulator, person(simulator))
 
-    result = prefect_ito("authorizations", "create", "--name", "x", *options, env=env)
-    as_json = prefect_ito("authorizations", "create", "--name", "x", *options, "--json", env=env)
+    result = in_process("authorizations", "create", "--name", "x", *options, env=env)
+    as_json = in_process("authorizations", "create", "--name", "x", *options, "--json", env=env)
 
     line = one_line_error(result, ExitCode.INVALID_INPUT)
     if field:
@@ -351,11 +341,10 @@ def test_authorizations_create_refuses_a_past_expiry_or_a_bad_amount_locally(
     assert simulator.requests() == []
 
 
-@pytest.mark.slow
 def test_a_workload_token_may_not_create_an_authorization(simulator):
     env = env_for(simulator, workload(simulator))
 
-    result = prefect_ito(
+    result = in_process(
         "authorizations", "create", "--name", "x", "--expires-in", "1d", "--data", "*", env=env
     )
 

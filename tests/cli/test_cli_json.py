@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_helpers import FLOW_RUN_LINE, TRAIN, one_document, prefect_ito, worker_env
+from cli_helpers import FLOW_RUN_LINE, TRAIN, in_process, one_document, prefect_ito, worker_env
 from device_login import approve_in_browser
 from keyrings.alt.file import PlaintextKeyring
 from simulator_fixture import FAST
@@ -57,14 +57,13 @@ def methods(simulator: SimulatorServer, since: int = 0) -> set[str]:
     return {entry.method for entry in simulator.requests()[since:]}
 
 
-@pytest.mark.slow
 def test_capabilities_and_whoami_answer_in_the_contract_s_envelope(simulator):
     token = simulator.mint_token("cli").get_secret_value()
     env = backend_env(simulator, token)
 
-    capabilities = one_document(prefect_ito("capabilities", "--json", env=env), token)
-    whoami = one_document(prefect_ito("whoami", "--json", env=env), token)
-    human = prefect_ito("capabilities", env=env)
+    capabilities = one_document(in_process("capabilities", "--json", env=env), token)
+    whoami = one_document(in_process("whoami", "--json", env=env), token)
+    human = in_process("capabilities", env=env)
 
     Envelope[Capabilities].model_validate(capabilities)  # the contract's own model reads it
     assert capabilities["data"]["schema_version"] == SCHEMA_VERSION
@@ -187,14 +186,13 @@ BAD_INPUT = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("args", "named", "field"), BAD_INPUT.values(), ids=BAD_INPUT.keys())
 def test_bad_input_is_one_error_document_naming_the_field_and_nothing_is_sent(
     simulator, args, named, field
 ):
     token = simulator.mint_token("cli").get_secret_value()
 
-    result = prefect_ito(*args, "--json", env=backend_env(simulator, token))
+    result = in_process(*args, "--json", env=backend_env(simulator, token))
 
     document = one_document(result, token)
     assert result.returncode == ExitCode.INVALID_INPUT, result.stderr
@@ -205,10 +203,9 @@ def test_bad_input_is_one_error_document_naming_the_field_and_nothing_is_sent(
     assert simulator.requests() == []
 
 
-@pytest.mark.slow
 def test_an_unknown_simulator_scenario_is_one_line_naming_it():
     # Before, a traceback (FileNotFoundError).
-    result = prefect_ito("simulator", "--scenario", "nope", env=dict(os.environ), timeout=120)
+    result = in_process("simulator", "--scenario", "nope", env=dict(os.environ))
 
     assert result.returncode == ExitCode.INVALID_INPUT
     assert result.stderr.startswith(
@@ -217,11 +214,10 @@ def test_an_unknown_simulator_scenario_is_one_line_naming_it():
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("port", ["-5", "70000"])
 def test_a_simulator_port_out_of_range_is_one_line(port):
     # Before, a traceback (OverflowError from the socket's bind).
-    result = prefect_ito("simulator", "--port", port, env=dict(os.environ), timeout=120)
+    result = in_process("simulator", "--port", port, env=dict(os.environ))
 
     assert result.returncode == ExitCode.INVALID_INPUT
     assert result.stderr.startswith("error: port: ")
