@@ -49,7 +49,12 @@ authorizations = App(
     "token, scope spend:authorize).",
 )
 
-_console = Console()
+
+def _console() -> Console:
+    # Made when printing, so that it is as wide as the terminal is then (COLUMNS included).
+    return Console()
+
+
 _DURATION = re.compile(r"(\d+)([wdhms])")
 _UNITS = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 
@@ -217,7 +222,7 @@ def _show_created(result: dict[str, Any]) -> None:
 
 
 def _say(line: str) -> None:
-    _console.print(line, markup=False, highlight=False, soft_wrap=True)
+    _console().print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _limits(limits: SpendLimits) -> str:
@@ -267,16 +272,17 @@ def _show_list(result: dict[str, Any]) -> None:
     """
     found: list[SpendAuthorization] = result["authorizations"]
     if not found:
-        _console.print("No standing authorizations for this account.")
+        _console().print("No standing authorizations for this account.")
         return
     _say(f"Standing spend authorizations of this account, newest first ({len(found)}):")
+    console = _console()
     for item in found:
-        _console.print()
+        console.print()
         # Text, not markup: a name is whatever its person typed (shown quoted, as revoke takes
         # it). The id has no space, so it is never broken.
         state = f"{item.state.value}, expires {cards.when(item.expires_at)}"
-        _console.print(Text(f"{item.authorization_id}  {item.name!r}  {state}"), highlight=False)
-        _console.print(Padding(_facts(item), (0, 0, 0, 2), expand=False))
+        console.print(Text(f"{item.authorization_id}  {item.name!r}  {state}"), highlight=False)
+        console.print(Padding(_facts(item), (0, 0, 0, 2), expand=False))
 
 
 def _facts(item: SpendAuthorization) -> Table:

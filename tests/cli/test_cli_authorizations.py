@@ -1,7 +1,8 @@
 """`prefect-ito authorizations list` and `revoke`: read at 80 columns, revoked by name or id.
 
-Every command runs as a child process against a simulator on a real loopback port, with no
-terminal, and with ``PREFECT_API_URL`` pointing where nothing listens: none of them asks Prefect.
+Every command runs in this process (:func:`cli_helpers.in_process`) against a simulator on a real
+loopback port, with no terminal, and with ``PREFECT_API_URL`` pointing where nothing listens: none
+of them asks Prefect.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
-from cli_helpers import one_document, prefect_ito
+from cli_helpers import in_process, one_document
 from pydantic import SecretStr
 
 from prefect_ito.backend.client import ItoClient
@@ -51,7 +52,7 @@ def env_for(simulator: SimulatorServer, token: str, columns: int = 200) -> dict[
 
 def create(env: dict[str, str], name: str, *limits: str) -> str:
     """Create a standing authorization through the CLI and return its id."""
-    made = prefect_ito(
+    made = in_process(
         "authorizations", "create", "--name", name, "--expires-in", "30d", *limits, "--json",
         env=env,
     )  # fmt: skip
@@ -59,7 +60,7 @@ def create(env: dict[str, str], name: str, *limits: str) -> str:
 
 
 def states(env: dict[str, str]) -> dict[str, str]:
-    listed = one_document(prefect_ito("authorizations", "list", "--json", env=env))
+    listed = one_document(in_process("authorizations", "list", "--json", env=env))
     return {a["authorization_id"]: a["state"] for a in listed["data"]["authorizations"]}
 
 
@@ -87,7 +88,6 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: ExitCode) -> 
 # --- list -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_the_list_reads_at_80_columns_and_names_budgets_as_budgets(simulator):
     # Before: eight table columns at 80 columns cut every name, state and expiry ("nigh…",
     # "acti…") and stacked the limits one word a line; "used: 1 runs, $250,000.00" was the
@@ -100,7 +100,7 @@ def test_the_list_reads_at_80_columns_and_names_budgets_as_budgets(simulator):
     )  # fmt: skip
     run_under(simulator, nightly)
 
-    listed = prefect_ito("authorizations", "list", env=env)
+    listed = in_process("authorizations", "list", env=env)
 
     assert listed.returncode == ExitCode.SUCCESS, listed.stderr
     lines = listed.stdout.splitlines()
@@ -118,12 +118,11 @@ def test_the_list_reads_at_80_columns_and_names_budgets_as_budgets(simulator):
     assert "…" not in listed.stdout and "total spend" not in text
 
 
-@pytest.mark.slow
 def test_an_unused_authorization_says_it_covered_no_run(simulator):
     env = env_for(simulator, person(simulator), columns=80)
     create(env, "Weekly eval", "--data", "*")
 
-    listed = prefect_ito("authorizations", "list", env=env)
+    listed = in_process("authorizations", "list", env=env)
 
     assert "'Weekly eval'" in listed.stdout
     assert "covered     no run so far" in listed.stdout
@@ -132,15 +131,14 @@ def test_an_unused_authorization_says_it_covered_no_run(simulator):
 # --- revoke ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_revoke_takes_the_name_of_one_authorization(simulator):
     # Before: `authorizations revoke nightly` answered "no such spend authorization".
     env = env_for(simulator, person(simulator))
     nightly = create(env, "nightly", "--data", "*")
     other = create(env, "weekly", "--data", "*")
 
-    revoked = prefect_ito("authorizations", "revoke", "nightly", env=env)
-    as_json = one_document(prefect_ito("authorizations", "revoke", "nightly", "--json", env=env))
+    revoked = in_process("authorizations", "revoke", "nightly", env=env)
+    as_json = one_document(in_process("authorizations", "revoke", "nightly", "--json", env=env))
 
     assert revoked.returncode == ExitCode.SUCCESS, revoked.stderr
     assert f"Standing authorization {nightly} ('nightly') is revoked by user:ada" in revoked.stdout
@@ -148,24 +146,22 @@ def test_revoke_takes_the_name_of_one_authorization(simulator):
     assert states(env) == {nightly: "revoked", other: "active"}
 
 
-@pytest.mark.slow
 def test_a_name_with_spaces_is_a_name_too(simulator):
     env = env_for(simulator, person(simulator))
     made = create(env, "Nightly runs", "--data", "*")
 
-    revoked = prefect_ito("authorizations", "revoke", "Nightly runs", env=env)
+    revoked = in_process("authorizations", "revoke", "Nightly runs", env=env)
 
     assert revoked.returncode == ExitCode.SUCCESS, revoked.stderr
     assert states(env) == {made: "revoked"}
 
 
-@pytest.mark.slow
 def test_an_id_is_taken_before_a_name(simulator):
     env = env_for(simulator, person(simulator))
     first = create(env, "first", "--data", "*")
     create(env, first, "--data", "*")  # named like the first one's id
 
-    revoked = prefect_ito("authorizations", "revoke", first, env=env)
+    revoked = in_process("authorizations", "revoke", first, env=env)
 
     assert revoked.returncode == ExitCode.SUCCESS, revoked.stderr
     assert states(env)[first] == "revoked"
@@ -173,15 +169,14 @@ def test_an_id_is_taken_before_a_name(simulator):
     assert deletes == [f"/v0/spend-authorizations/{first}"]  # one request, as before
 
 
-@pytest.mark.slow
 def test_a_name_two_authorizations_share_is_refused_naming_both_ids(simulator):
     env = env_for(simulator, person(simulator))
     older = create(env, "nightly", "--data", "*")
     newer = create(env, "nightly", "--data", "catalog://ito/*")
 
-    result = prefect_ito("authorizations", "revoke", "nightly", env=env)
+    result = in_process("authorizations", "revoke", "nightly", env=env)
     document: dict[str, Any] = one_document(
-        prefect_ito("authorizations", "revoke", "nightly", "--json", env=env)
+        in_process("authorizations", "revoke", "nightly", "--json", env=env)
     )
 
     line = one_line_error(result, ExitCode.INVALID_INPUT)
@@ -194,13 +189,12 @@ def test_a_name_two_authorizations_share_is_refused_naming_both_ids(simulator):
     assert states(env) == {older: "active", newer: "active"}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("wanted", ["nope", "sa_0123456789abcdef", "bad/name", "nightly runs"])
 def test_neither_an_id_nor_a_name_of_the_account_is_not_found(simulator, wanted):
     env = env_for(simulator, person(simulator))
     made = create(env, "Nightly runs", "--data", "*")  # names match exactly, case included
 
-    result = prefect_ito("authorizations", "revoke", wanted, env=env)
+    result = in_process("authorizations", "revoke", wanted, env=env)
 
     line = one_line_error(result, ExitCode.NOT_FOUND)
     assert "SPEND_AUTHORIZATION_NOT_FOUND" in line
@@ -209,12 +203,11 @@ def test_neither_an_id_nor_a_name_of_the_account_is_not_found(simulator, wanted)
     assert states(env) == {made: "active"}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("wanted", ["", "   "])
 def test_an_empty_authorization_is_refused_before_any_request(simulator, wanted):
     env = env_for(simulator, person(simulator))
 
-    result = prefect_ito("authorizations", "revoke", wanted, env=env)
+    result = in_process("authorizations", "revoke", wanted, env=env)
 
     line = one_line_error(result, ExitCode.INVALID_INPUT)
     assert line == "error: authorization: give its id (sa_…) or its name"
