@@ -1,9 +1,10 @@
 """Every error prefect-ito raises, in one tree rooted at :class:`ItoError`.
 
 ```
-ItoError                  prefect-ito's own outcomes: SpendDeclined, AwaitingConfirmation,
-│                         DeadlineExceeded, Detached, FlowRunNotFound, NothingToDecide,
-│                         AnsweredByAnother, PrefectServerRequired, PrefectUnreachable
+ItoError                  prefect-ito's own outcomes: SpendDeclined, NotConfirmed,
+│                         AwaitingConfirmation, DeadlineExceeded, Detached, FlowRunNotFound,
+│                         NothingToDecide, AnsweredByAnother, PrefectServerRequired,
+│                         PrefectUnreachable
 ├── ItoTransportError     the request did not complete: ItoTimeoutError, ItoConnectionError
 ├── ItoProtocolError      the answer does not match contract v0
 ├── ItoAPIError           the backend answered with an error envelope: a class for each of its
@@ -51,7 +52,8 @@ __all__ = [
     "FlowRunNotFound", "GateFailed", "IdempotencyKeyInFlight", "IdempotencyKeyReused",
     "InsecureKeyring", "InsufficientScope", "InternalError", "InvalidParameters", "ItoAPIError",
     "ItoConnectionError", "ItoError", "ItoProtocolError", "ItoRunOutcome", "ItoTimeoutError",
-    "ItoTransportError", "NoUsableKeyring", "NotFound", "NotLoggedIn", "NothingToDecide",
+    "ItoTransportError", "NoUsableKeyring", "NotConfirmed", "NotFound", "NotLoggedIn",
+    "NothingToDecide",
     "OriginNotAllowed", "PayloadTooLarge", "PrefectServerRequired", "PrefectUnreachable",
     "QuoteAlreadyDecided", "QuoteNotFound", "RateLimited", "RunCancelled", "RunFailed",
     "RunNotFound", "RunRefused", "RunStalled", "SlowDown", "SpendAuthorizationNotFound",
@@ -349,6 +351,7 @@ class NoUsableKeyring(ItoError):
 InsecureKeyring = _outcome("InsecureKeyring", NoUsableKeyring)
 TokenWithoutOrigin = _outcome("TokenWithoutOrigin", ItoError)
 SpendDeclined = _outcome("SpendDeclined", ItoError)
+NotConfirmed = _outcome("NotConfirmed", ItoError)
 AwaitingConfirmation = _outcome("AwaitingConfirmation", ItoError)
 DeadlineExceeded = _outcome("DeadlineExceeded", ItoError)
 Detached = _outcome("Detached", ItoError)

@@ -253,6 +253,10 @@ _ROWS: dict[ExitCode, tuple[_Row, ...]] = {
         # confirm the quote.
         ("AuthorizationDoesNotCover", "AUTHORIZATION_DOES_NOT_COVER", "NotConfirmed",       403,
          "the named standing authorization does not cover the quote now"),
+        # A person asked to confirm (`prefect-ito confirm`) answered anything but yes: they
+        # declined nothing, and the quote can still be confirmed or declined.
+        ("NotConfirmed",              "NOT_CONFIRMED",                "NotConfirmed",       None,
+         "the person did not confirm the spend: nothing was sent, and the quote stays open"),
         ("AwaitingConfirmation",      "AWAITING_CONFIRMATION",        "AwaitingConfirmation", None,
          "nobody confirmed or declined the spend in time: nothing was submitted"),
     ),

@@ -36,6 +36,7 @@ from prefect_ito.exceptions import PrefectServerRequired
 from prefect_ito.people.answers import is_question_key
 from prefect_ito.people.notices import Question, confirm_command, decide_command
 from prefect_ito.questions import by_prefix
+from prefect_ito.questions.registry import KINDS
 from prefect_ito.waiting.keys import (
     DEFER_PREFIX,
     QUESTION_RECORD_PREFIX,
@@ -169,6 +170,19 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
 
+_FORM_DOES: dict[str, str] = {
+    "spend": " (its form can only decline, or recheck once confirmed at the backend: a person "
+    "confirms on the backend's page, which the form names, or with the command below)",
+    **{
+        kind: " (its form only rechecks once decided at the backend: a person decides on the "
+        "backend's page, which the form names, or with the command below)"
+        for kind in KINDS
+        if kind != "spend"
+    },
+}
+"""What the flow run's form can do, by kind of question: a person answers at the backend."""
+
+
 def _show_inbox(entries: list[dict[str, Any]]) -> None:
     if not entries:
         _console.print("Nobody is needed: no flow run waits for a person.")
@@ -187,7 +201,8 @@ def _show_entry(entry: dict[str, Any]) -> None:
         *([f"  Evidence: {entry['evidence']}"] if entry["evidence"] else []),
         f"  Since: {entry['since'] or '?'}   Deadline: {entry['deadline'] or 'none'}",
         f"  Cost held: {entry['held'] or 'not reported'}",
-        f"  Form: {entry['link'] or 'set PREFECT_UI_URL to get a link'}",
+        f"  Flow run: {entry['link'] or 'set PREFECT_UI_URL to get a link'}"
+        f"{_FORM_DOES.get(entry['kind'], '')}",
         *([f"  Answer: {entry['command']}"] if entry["command"] else []),
     ]
     for line in lines:

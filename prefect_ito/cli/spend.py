@@ -38,8 +38,8 @@ from prefect_ito.exceptions import (
     InvalidParameters,
     ItoAPIError,
     ItoError,
+    NotConfirmed,
     QuoteAlreadyDecided,
-    SpendDeclined,
     invalid_parameters,
 )
 from prefect_ito.reporting import cards
@@ -128,8 +128,10 @@ async def _confirm(answer: _Answer, api_url: str | None, credentials: str | None
         _print_quote(quote)
         _refuse_answered(quote, answer.decline)
         if not (answer.decline or answer.yes or _person_agrees()):
-            raise SpendDeclined(
-                f"not confirmed: quote {quote.quote_id} stays {_state(quote)}; nothing was sent"
+            raise NotConfirmed(
+                f"not confirmed: quote {quote.quote_id} stays {_state(quote)}; nothing was sent "
+                f"(confirm it later with `prefect-ito confirm {quote.quote_id}`, or decline it "
+                "with --decline)"
             )
         confirmation = await _send(client, quote, answer)
         quote = await _read_again(client, quote)

@@ -122,7 +122,8 @@ async def run_training(
     verbose: bool = False,
 ) -> State[Any]:
     """Run ``flow`` here with ``parameters``; ``operator`` answers restart decisions, and
-    ``confirmer`` spend confirmations (without one they are left to the Prefect UI).
+    ``confirmer`` spend confirmations (without one, a person confirms at the backend: its page,
+    or ``prefect-ito confirm``).
 
     Prefect's per-task "Finished in state" lines stay off the console unless ``verbose``.
     """
@@ -266,10 +267,16 @@ def _status(error: Exception) -> int | None:
 
 def _announce_pause(console: Console, flow_run_id: UUID, *, spend: bool = False) -> None:
     if spend:
-        console.print("[bold yellow]The spend needs a person's confirmation.[/]")
+        # A person confirms at the backend, never in Prefect: its form only declines or rechecks.
+        console.print(
+            "[bold yellow]The spend needs a person's confirmation at the backend[/] (its confirm "
+            "page, or `prefect-ito confirm QUOTE_ID` logged in as yourself).",
+            soft_wrap=True,
+        )
         if has_real_server() and (ui := PREFECT_UI_URL.value()):
             console.print(
-                f"Confirm or decline in the Prefect UI: {ui}/runs/flow-run/{flow_run_id}",
+                f"The flow run in the Prefect UI: {ui}/runs/flow-run/{flow_run_id} (its form "
+                "can only decline the spend, or recheck once it was confirmed at the backend)",
                 soft_wrap=True,
             )
         return
@@ -344,7 +351,10 @@ async def confirm_at_terminal(pause: SpendPause) -> SpendDecision | None:
             "here: confirm it on the backend's own page, or decline it.[/]"
         )
     else:
-        console.print(Markdown(describe(stated, stated.manifest)))
+        # The quote without the Prefect form's answers (decline, recheck): here the answers are
+        # this prompt's own.
+        console.print(Markdown(describe(stated, stated.manifest, choices=False)))
+        console.print(Markdown(_WHAT_EACH_ANSWER_DOES_HERE))
     decision = await _read_choice(console, "Confirm or decline the spend?", _SPEND_CHOICES)
     if decision is None or pause.quote is None or (decision == "confirm" and stated is None):
         console.print(
@@ -369,6 +379,13 @@ _CHOICES: dict[str, Choice] = {
     "reject": "reject",
 }
 
+
+_WHAT_EACH_ANSWER_DOES_HERE = (
+    "- **confirm**: confirmed at the backend as you (this terminal's login); the flow goes on.\n"
+    "- **decline**: nothing is submitted; the quote is declined at the backend and the flow run "
+    "ends Declined."
+)
+"""What the terminal's two answers to a spend do: shown above its prompt."""
 
 _SPEND_CHOICES: dict[str, Literal["confirm", "decline"]] = {
     "c": "confirm",

@@ -196,11 +196,12 @@ async def wait_for_decision(
         if not still_pending(now, action):
             announce_decision(steps, now, action)
             return now
-        steps.logger.info(
-            "Rechecked: backend run %s still waits for a decision on %s; nothing was decided. "
-            "Asking again.",
-            run.run_id,
+        steps.logger.warning(
+            "Rechecked: %s is still pending at the backend (run %s): nobody decided it. "
+            "Decide at %s; asking again.",
             action.action_id,
+            run.run_id,
+            where_to_decide(action),
         )
         fresh = True
 

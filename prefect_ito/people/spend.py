@@ -235,6 +235,9 @@ async def _current_quote(steps: Supervisor, request: TrainingRequest) -> Trainin
             recorded.quote_id,
             recorded.state.value if recorded.state else "of unknown state",
         )
+        # Answered while this flow run held no process (on the backend's page, with `confirm`):
+        # whoever resumed it (the watcher, a recheck), this is where the flow learns it.
+        _tell_answered(steps, recorded)
         return recorded
     return await _new_quote(steps, request)
 
@@ -358,12 +361,33 @@ async def _after_answer(
     now = await steps.perform(READ_TRAINING_QUOTE, request, quote.quote_id)
     if now is None or now.state not in _STILL_ANSWERABLE:
         return await _new_quote(steps, request)
-    if now.state is QuoteState.CONFIRMED and now.confirmation is not None:
-        get_run_logger().info(
-            "%s confirmed the spend at the backend (quote %s)%s.",
-            now.confirmation.principal,
+    if now.state is QuoteState.PENDING:
+        steps.logger.warning(
+            "Rechecked: the quote %s is still pending at the backend: nobody confirmed or "
+            "declined it. Confirm it at %s (code %s) or with `%s`; asking again.",
             now.quote_id,
-            f": {now.confirmation.note}" if now.confirmation.note else "",
+            now.confirm_url or "the backend's confirm page",
+            now.user_code or "none",
+            notices.confirm_command(now.quote_id),
         )
-    notices.spend_answered(now)
+        return now
+    _tell_answered(steps, now)
     return now
+
+
+def _tell_answered(steps: Supervisor, quote: TrainingQuote) -> None:
+    """Say who answered the quote a person was asked about: in the flow's log, and to people
+    (``person.answered``, which also withdraws the reminder). Said where the flow learns it,
+    once per way it learns it: after its own wait, or on the re-entry of a resumed run; the
+    event's id is the question's, so Prefect keeps one however often it is said.
+    """
+    answer = quote.confirmation
+    if quote.state in (QuoteState.CONFIRMED, QuoteState.DECLINED) and answer is not None:
+        steps.logger.info(
+            "%s %s the spend at the backend (quote %s)%s.",
+            answer.principal,
+            quote.state.value,
+            quote.quote_id,
+            f": {answer.note}" if answer.note else "",
+        )
+    notices.spend_answered(quote)

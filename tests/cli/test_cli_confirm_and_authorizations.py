@@ -246,7 +246,9 @@ def test_at_a_terminal_the_person_is_asked_and_no_is_the_default(simulator, repl
         assert code == ExitCode.SUCCESS, output
         assert stated.state is QuoteState.CONFIRMED
     else:
-        assert code == ExitCode.DECLINED, output
+        # Before: exit code 11, "declined", though nothing was declined and the quote stays open.
+        assert code == ExitCode.NOT_CONFIRMED, output
+        assert "not confirmed" in output and f"prefect-ito confirm {quote.quote_id}" in output
         assert stated.state is QuoteState.PENDING
         assert answers_sent(simulator) == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import subprocess
@@ -245,3 +246,33 @@ async def test_a_restart_wait_says_what_it_asks_and_names_the_checkpoint(
         r"backend by \d{4}-\d\d-\d\d \d\d:\d\d UTC",
         said[0],
     ), said
+
+
+async def test_a_recheck_before_anyone_decided_says_it_is_still_pending_and_where_to_decide(
+    monkeypatch, prefect_server, caplog
+):
+    # Before: the flow asked again with no word that nothing had changed at the backend.
+    from prefect_ito.people import approval, asking
+
+    class Suspended(Exception):
+        pass
+
+    async def suspend(*_: Any, **__: Any) -> None:
+        raise Suspended  # asked again: the end of the process, as under a worker
+
+    monkeypatch.setattr(asking, "can_suspend", lambda: True)
+    monkeypatch.setattr(asking, "suspend", suspend)
+    run = spiked_run()
+    steps = DecidedAtTheBackend(run, pending_reads=1)
+
+    @flow
+    async def rechecked() -> Any:
+        await answered_suspension(approval.pause_key(run.pending_action), RECHECK)
+        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+
+    with caplog.at_level(logging.INFO, logger=steps.logger.name), pytest.raises(Suspended):
+        await rechecked()
+
+    (said,) = [r.getMessage() for r in caplog.records if "still pending" in r.getMessage()]
+    assert run.pending_action.action_id in said
+    assert approval.where_to_decide(run.pending_action) in said

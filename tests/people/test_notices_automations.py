@@ -182,3 +182,17 @@ async def test_the_expired_message_quotes_the_state_message_and_breaks_its_links
 
     assert "> nobody confirmed the spend: https:[//]desk.example.evil/c" in body
     assert "://desk.example.evil" not in body
+
+
+@pytest.mark.parametrize("index", [0, 1])
+async def test_a_message_says_what_the_flow_run_s_form_can_do_and_where_a_person_answers(index):
+    # Before: the link was offered as the place to answer, where the form can only decline a
+    # spend or recheck.
+    spend = " ".join((await render(index, {**PAYLOAD, "kind": "spend"})).split())
+    restart = " ".join((await render(index, PAYLOAD)).split())
+
+    assert (
+        "it shows the quote and the backend's confirm page, where a person confirms; its form "
+        "can only decline or recheck" in spend
+    )
+    assert "the backend's decide page, where a person decides; its form only rechecks" in restart
