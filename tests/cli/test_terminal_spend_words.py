@@ -8,6 +8,7 @@ import os
 import sys
 
 import httpx
+import pytest
 from cli_helpers import converse
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
@@ -32,6 +33,7 @@ UI = "http://127.0.0.1:9"
 """A Prefect server's UI that the words name; nothing here reaches it."""
 
 
+@pytest.mark.slow  # a pseudo-terminal, in a child process
 def test_the_spend_prompt_sends_a_person_to_the_backend_and_lists_only_its_own_answers():
     # Before: "Confirm or decline in the Prefect UI: <link>", where the form can only decline
     # or recheck; and the form's answers (decline, recheck) printed right above the terminal's
