@@ -3,8 +3,10 @@ those waiting for a person (a spend to confirm, a restart to decide) once the ba
 person answered there; re-enter flow runs whose process was lost
 (:mod:`prefect_ito.waiting.recovery`).
 
-The watcher keeps no state of its own. Each sweep lists the watched flow runs once, re-enters the
-lost ones, then looks at the ``ito-training`` flow runs that are suspended: deferred (under a
+The watcher keeps no state of its own. It lists the watched flow runs (every page of them) once
+every ``list_every`` seconds, re-entering the lost ones; between listings it works from the last
+one, and lists sooner when a change names a backend run no listing showed. Each sweep looks at
+the ``ito-training`` flow runs that are suspended: deferred (under a
 ``defer-`` pause key, with a :class:`Deferral` record beside it), or asking a person (under a
 ``spend-`` or ``restart-`` pause key, with a :class:`~prefect_ito.waiting.waits.WaitRecord`). It
 reads each deferred run's backend run once, resumes the flow runs whose run changed in a way the
@@ -97,6 +99,14 @@ class _Seen:
     heartbeat_seen_at: float
 
 
+@dataclass
+class _Listing:
+    """The suspended flow runs Prefect listed, and when the listing started."""
+
+    paused: list[FlowRun]
+    at: float
+
+
 Waiting = tuple[FlowRun, Deferral]
 Asking = tuple[FlowRun, WaitRecord]
 _Record = TypeVar("_Record", Deferral, WaitRecord)
@@ -115,9 +125,10 @@ class Watcher:
     """Resumes deferred flow runs on a change, and re-enters lost ones; see the module docstring.
 
     What it holds in memory is only a cache of what Prefect and the backends say (records, which
-    never change under their key, and the last version and heartbeat seen of each run), so that
-    an idle sweep costs one change-feed request per backend, whatever the number of deferred
-    runs (and one read per run that asks a person).
+    never change under their key, the last version and heartbeat seen of each run, and the last
+    listing of flow runs), so that an idle sweep costs one change-feed request per backend,
+    whatever the number of deferred runs (and one read per run that asks a person), and a change
+    costs the reads of its run and its resume, not a new listing of every flow run.
 
     Attributes:
         wait: Seconds one long-poll (and so one idle sweep) may wait for a change.
@@ -140,15 +151,24 @@ class Watcher:
     _refused: set[tuple[str, str | None]] = field(default_factory=set)
     _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
     _waits: dict[UUID, tuple[UUID, WaitRecord | None]] = field(default_factory=dict)
+    """Per flow run asking a person: its suspended state, and the record read beside it."""
     tell_again: TellAgain | None = None
     """Says again that a flow run waits for a person if Prefect lost the saying
     (:func:`prefect_ito.people.notices.tell_again`); None: questions are only read."""
     tell_again_after: float = TELL_AGAIN_AFTER_SECONDS
     """Seconds after a question was asked, and between two checks of one question, before it is
     checked whether Prefect holds the saying."""
+    list_every: float | None = None
+    """Seconds between two listings of the flow runs Prefect holds (None: every ``wait``), unless
+    a change names a backend run no listing showed, or a flow run was suspending as it was
+    listed. Between listings the watcher waits on the backends with what it last listed, so a
+    change is acted on in the time of one backend read, however many flow runs there are."""
     _told_at: dict[tuple[UUID, str], float] = field(default_factory=dict)
-    """Per flow run asking a person: its suspended state, and the record read beside it."""
     _resumed_from: dict[UUID, UUID] = field(default_factory=dict)
+    _listing: _Listing | None = None
+    _list_now: bool = False
+    _named_unknown: set[str] = field(default_factory=set)
+    """Backend runs a change named that no listing showed: each asks for one listing, once."""
 
     def __post_init__(self) -> None:
         self.recovery = Recovery(self.lost_after)
@@ -188,15 +208,7 @@ class Watcher:
     async def sweep(self) -> None:
         """Re-enter lost runs; resume suspended runs whose run or quote changed, then wait for
         one change."""
-        # One listing a sweep, for recovery and for the waits: every watcher sweeps the team's
-        # Prefect server as often as each second while idle.
-        seen = await watched_flow_runs(*JUDGED)
-        before = len(self.recovery.recovered)
-        await self.recovery.recover(seen)
-        # Left out of this sweep's waits: the runs it just re-entered (no longer suspended as
-        # listed). One re-entered earlier that suspended again since is waited on as any other.
-        re_entered = set(self.recovery.recovered[before:])
-        paused = [run for run in in_state(seen, StateType.PAUSED) if run.id not in re_entered]
+        paused = await self._paused()
         self._forget_resumed(paused)
         deferred = _by_backend(await self._deferred(paused))
         asking = _by_backend(await self._asking(paused))
@@ -218,7 +230,39 @@ class Watcher:
                 await self._wait_for_change(backend, pending, asked)
                 waited = True
         if not waited:  # nothing to wait on, or only on backends refused: no busy loop
+            self._list_now = True  # a listing of nothing to wait on costs next to nothing
             await asyncio.sleep(min(self.wait, 5.0))
+
+    async def _paused(self) -> list[FlowRun]:
+        """Return the suspended flow runs to wait on: listed anew (re-entering lost runs on the
+        way) when a listing is due, else as last listed."""
+        listing = self._listing
+        every = self.wait if self.list_every is None else self.list_every
+        if listing is not None and not self._list_now and time.monotonic() - listing.at < every:
+            return listing.paused
+        self._list_now = False
+        listed_at = time.monotonic()
+        # One listing for recovery and for the waits: it is the cost that grows with the number
+        # of flow runs, every page of them from Prefect.
+        seen = await watched_flow_runs(*JUDGED)
+        before = len(self.recovery.recovered)
+        await self.recovery.recover(seen)
+        # Left out of the waits: the runs just re-entered (no longer suspended as listed). One
+        # re-entered earlier that suspended again since is waited on as any other.
+        re_entered = set(self.recovery.recovered[before:])
+        paused = [run for run in in_state(seen, StateType.PAUSED) if run.id not in re_entered]
+        self._listing = _Listing(paused, listed_at)
+        return paused
+
+    def _list_for(self, run_ids: set[str]) -> None:
+        """List again at the next sweep if a change named a backend run no listing showed (a
+        deferral written since); each such run asks for it once, so runs of the account that no
+        flow run waits on do not make every change a listing."""
+        known = {record.run_id for record in self._records.values()}
+        unknown = run_ids - known - self._named_unknown
+        if unknown:
+            self._named_unknown |= unknown
+            self._list_now = True
 
     def _forget_resumed(self, paused: list[FlowRun]) -> None:
         """Forget resumes of runs no longer suspended as they were: a run that suspended again
@@ -264,7 +308,8 @@ class Watcher:
             )
             return None
         if record is None:
-            return None  # suspending right now: the record comes first, look again soon
+            self._list_now = True  # suspending right now: the record comes first, look again
+            return None
         self._records[(flow_run.id, key)] = record
         # A new deferral is read once: its run may have moved before the feed's cursor.
         self._unread.add(record.run_id)
@@ -350,6 +395,7 @@ class Watcher:
         page = await backend.client.list_changes(after=backend.cursor, wait=wait)
         backend.cursor = page.cursor
         moved = {change.run_id for change in page.changes}
+        self._list_for(moved)
         await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
         await self._read_questions(backend, [item for item in asked if item[1].woken_by(page)])
 

@@ -27,17 +27,21 @@ from prefect_ito.jobs import ItoTrainingJob
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.people import spend
 from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator.builtins import SECOND_COMPLETED_BOOKING
 from prefect_ito.waiting import deferral
 from prefect_ito.waiting.deferral import Deferral, deferral_key
 from prefect_ito.waiting.watcher import Watcher
 
 
-async def deferred_flow_run(simulator, *, key: str | None = None):
+async def deferred_flow_run(simulator, *, key: str | None = None, booking: str = BOOKING):
     """Submit a backend run and leave a flow run suspended on it, as a deferring flow does.
 
-    Every flow run it makes on one simulator waits on the same run: the one their shared key made.
+    Every flow run it makes on one simulator and booking waits on the same run: the one their
+    shared key made.
     """
-    training = TrainingParameters(**{**REQUEST, "booking": BOOKING, "idempotency_key": "watched"})
+    training = TrainingParameters(
+        **{**REQUEST, "booking": booking, "idempotency_key": f"watched-{booking}"}
+    )
     job = ItoTrainingJob(
         credentials=ItoCredentials(api_url=simulator.url),
         training=training,
@@ -614,6 +618,73 @@ async def test_a_sweep_lists_prefect_s_flow_runs_once(start_simulator, monkeypat
     # It judged this one (others the session left may be re-entered): nothing to do yet.
     assert await is_paused(flow_run.id)
     assert flow_run.id not in [*watcher.resumed, *watcher.recovered]
+
+
+def count_listings(monkeypatch) -> list[object]:
+    """Count the listings of flow runs every watcher of this test asks Prefect for."""
+    listings: list[object] = []
+    list_flow_runs = PrefectClient.read_flow_runs
+
+    async def counted(self, **kwargs):
+        listings.append(kwargs["flow_run_filter"].state.type.any_)
+        return await list_flow_runs(self, **kwargs)
+
+    monkeypatch.setattr(PrefectClient, "read_flow_runs", counted)
+    return listings
+
+
+async def test_a_change_resumes_a_run_without_listing_prefect_s_flow_runs_again(
+    start_simulator, monkeypatch
+):
+    # Before, every sweep listed every watched flow run, every page of them: at 500 deferred
+    # runs a change waited seconds for the listing before its run was resumed.
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    flow_run, run = await deferred_flow_run(simulator)
+    listings = count_listings(monkeypatch)
+    watcher = Watcher(wait=1.0, lost_after=None, list_every=3600)
+    sweeps = 0
+    try:
+        await watcher.sweep()
+        async with ItoCredentials(api_url=simulator.url).get_client() as client:
+            await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+        async with asyncio.timeout(60):
+            while flow_run.id not in watcher.resumed:
+                await watcher.sweep()
+                sweeps += 1
+    finally:
+        await watcher.close()
+
+    assert sweeps >= 1 and len(listings) == 1, listings
+    assert not await is_paused(flow_run.id)
+
+
+async def test_a_change_naming_a_run_no_listing_showed_lists_once_more(
+    start_simulator, monkeypatch
+):
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=1.0))
+    await deferred_flow_run(simulator)
+    listings = count_listings(monkeypatch)
+    watcher = Watcher(wait=1.0, lost_after=None, list_every=3600)
+    try:
+        await watcher.sweep()
+        # Deferred since the listing: the feed names its run (submitted, then in its first stage).
+        later, run = await deferred_flow_run(simulator, booking=SECOND_COMPLETED_BOOKING)
+        async with asyncio.timeout(60):
+            while run.run_id not in {r.run_id for r in watcher._records.values()}:
+                await watcher.sweep()
+        listed = len(listings)
+        async with ItoCredentials(api_url=simulator.url).get_client() as client:
+            await client.cancel_training_run(run.run_id, reason="test", idempotency_key="c")
+        async with asyncio.timeout(60):
+            while later.id not in watcher.resumed:
+                await watcher.sweep()
+    finally:
+        await watcher.close()
+
+    assert 2 <= listed <= 3, listings  # the first, and one the unknown run asked for (or two,
+    # if the flow run was still writing its record as it was listed)
+    assert len(listings) == listed  # the change of a run it knows asked for none
+    assert not await is_paused(later.id)
 
 
 async def test_recovery_with_nothing_to_judge_opens_no_prefect_client(monkeypatch):
