@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,14 +31,17 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.exceptions import (
+    AuthorizationDoesNotCover,
     BookingNotEligible,
     BookingNotFound,
     CapabilityNotAvailable,
     ClientReferenceInUse,
     ConfirmationExpired,
+    ConfirmationRequired,
     ConfirmationUsed,
     InsufficientScope,
     InvalidParameters,
+    ItoAPIError,
     ItoProtocolError,
     QuoteAlreadyDecided,
     QuoteNotFound,
@@ -287,6 +291,35 @@ async def poll_training_quote(client: ItoClient, quote_id: str) -> TrainingQuote
     return await client.get_quote(quote_id)
 
 
+MENDABLE_REFUSALS = (
+    AuthorizationDoesNotCover,
+    ConfirmationExpired,
+    ConfirmationUsed,
+    ConfirmationRequired,
+)
+"""The backend's refusals of a submission that a person or a new quote can mend: nothing was
+created, and spending goes on (asks a person, or quotes again)."""
+
+
+@dataclass(frozen=True)
+class SubmissionRefused:
+    """The backend refused a submission for a reason a person or a new quote can mend.
+
+    Returned, not raised: a refusal is the backend's answer, not a fault, so the flow's
+    ``submit_training_run`` task ends Completed rather than Failed with a traceback, and spending
+    decides what comes next (:func:`prefect_ito.people.spend.submit_with_consent`).
+    """
+
+    error: ItoAPIError
+    """The refusal, one of :data:`MENDABLE_REFUSALS`, as the backend stated it (its message is
+    safe to show)."""
+
+    def reason(self) -> str:
+        """Return why, in the backend's words: its ``details.reason`` if it gave one."""
+        said = self.error.details.get("reason")
+        return said if isinstance(said, str) and said else self.error.message
+
+
 async def submit_training_run(
     client: ItoClient,
     request: TrainingRequest,
@@ -294,8 +327,9 @@ async def submit_training_run(
     authorization_id: str | None,
     idempotency_key: str,
     client_reference: str | None = None,
-) -> TrainingRun:
-    """Submit the request on ``quote_id`` once under ``idempotency_key``; return the run.
+) -> TrainingRun | SubmissionRefused:
+    """Submit the request on ``quote_id`` once under ``idempotency_key``; return the run, or
+    the backend's refusal when a person or a new quote can mend it (:class:`SubmissionRefused`).
 
     The one call that creates work, and only the backend decides whether it may: a person's
     confirmation of the quote at the backend, or the standing authorization
@@ -307,14 +341,14 @@ async def submit_training_run(
 
     Raises:
         ClientReferenceInUse: the reference made a run of a different request.
-        ConfirmationRequired, AuthorizationDoesNotCover, ConfirmationExpired, ConfirmationUsed:
-            the backend's refusal; nothing was created.
     """
     body = request.to_submission().spending(quote_id, authorization_id)
     if client_reference is not None and (await client.get_capabilities()).client_reference:
         body = body.referenced(client_reference)
     try:
         submission = await client.submit_training_run(body, idempotency_key=idempotency_key)
+    except MENDABLE_REFUSALS as refusal:
+        return SubmissionRefused(refusal)
     except ClientReferenceInUse:
         if client_reference is None:  # not sent, so not this reference: the backend's word
             raise
