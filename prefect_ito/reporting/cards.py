@@ -27,6 +27,7 @@ from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.holding import held_for
+from prefect_ito.reporting.moments import asked
 from prefect_ito.reporting.moments import when as when  # many callers read it here
 
 Actions = Mapping[str, PendingAction]
@@ -135,6 +136,9 @@ class DecisionSummary(BaseModel):
     checkpoint_id: str | None = None
     checkpoint_step: int | None = None
     proposed_at: datetime | None = None
+    """When it was proposed, on the run's own clock."""
+    held_since: datetime | None = None
+    """When the backend began holding the run for a person, on the wall clock."""
 
     def who(self) -> str | None:
         """Return who decided: the principal the backend authenticated, else the name relayed
@@ -189,6 +193,7 @@ def _summary(action: PendingAction | None, action_id: str) -> DecisionSummary:
         checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
         checkpoint_step=checkpoint.step if checkpoint else None,
         proposed_at=action.proposed_at,
+        held_since=action.held_since,
     )
 
 
@@ -216,7 +221,7 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
             *(f"| {name} | {_cell(value)} |" for name, value in facts),
-            f"| proposed at | {when(row.proposed_at)} |",
+            "| {} | {} |".format(*asked(row.held_since, row.proposed_at)),
             "",
         ]
     if any(row.action is None for row in rows):

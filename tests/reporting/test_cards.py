@@ -95,6 +95,39 @@ def test_timestamps_read_as_dates_people_use():
     assert cards.when(row.proposed_at).endswith(" UTC")
 
 
+def test_the_decisions_card_and_the_terminal_keep_to_the_wall_clock():
+    # Before: "proposed at 2026-12-13 17:09" (the simulated run's compressed clock) beside
+    # "decided at 2026-12-05 00:36" (the wall clock), neither labelled.
+    run, seen = play("demo", decide="approve")
+    row = cards.decisions(run, seen)[0]
+    assert row.held_since is not None and row.decided_at is not None
+    assert cards.when(row.proposed_at) != cards.when(row.held_since)  # two clocks, really
+
+    text = cards.decisions_markdown(run, seen)
+    console = Console(record=True, width=200)
+    print_summary(console, TrainingSummary.of(run, actions=seen))
+    printed = console.export_text()
+
+    for shown in (text, printed):
+        assert cards.when(row.held_since) in shown and cards.when(row.decided_at) in shown
+        assert cards.when(row.proposed_at) not in shown, shown
+    assert f"| asked at | {cards.when(row.held_since)} |" in text
+    # Without the wall clock's moment, the run's own is shown under a label that says so.
+    unheld = {key: action.model_copy(update={"held_since": None}) for key, action in seen.items()}
+    text = cards.decisions_markdown(run, unheld)
+    assert f"| proposed at (the run's clock) | {cards.when(row.proposed_at)} |" in text
+
+
+def test_the_status_line_of_a_pending_action_keeps_to_the_wall_clock():
+    run, _ = play("loss-spike", decide=None)
+    action = run.pending_action
+    assert action is not None and action.held_since is not None
+
+    line = reporting.status_facts(run)["pending_decision"]
+
+    assert line.endswith(f"proposed, asked at {cards.when(action.held_since)}"), line
+
+
 def test_the_summary_carries_every_decision_with_its_checkpoint():
     run, seen = play("demo", decide="approve")
     summary = TrainingSummary.of(run, actions=seen)
