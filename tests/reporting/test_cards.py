@@ -177,6 +177,11 @@ def test_one_card_per_concern_and_status_facts_on_the_progress_card():
     assert "of $250,000.00" in facts["spend"]
     assert "restart from ckpt-pretrain-10000 (step 10,000)" in facts["pending_decision"]
     assert all(len(value) <= 500 for value in facts.values())  # Prefect cuts longer values
+    # Before: the key "forecast" held "forecast: $…", read "forecast: forecast: $…".
+    assert (
+        facts["forecast"].startswith("$")
+        and "at completion of $250,000 budget" in facts["forecast"]
+    )
 
 
 def test_text_from_people_and_the_backend_is_printed_as_text_at_the_terminal():
