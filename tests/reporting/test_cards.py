@@ -38,10 +38,23 @@ def test_the_progress_of_a_finished_run_says_how_it_ended_not_what_runs_now():
     waiting, _ = play("loss-spike", decide=None)
 
     assert cards.progress_percent(finished) == 100.0
-    assert cards.progress_description(finished) == "Succeeded: 8 of 8 stages done."
+    assert cards.progress_description(finished) == (
+        "Succeeded: 8 of 8 stages done, 6 of 6 gates passed."
+    )
     assert "now" not in cards.progress_description(finished).lower()
-    assert (
-        cards.progress_description(waiting) == "pretrain waits for a decision; 2 of 8 stages done."
+    assert cards.progress_description(waiting) == (
+        "pretrain waits for a decision; 2 of 8 stages done, 0 of 6 gates passed; "
+        f"next: {md.text('mid_train')}."
+    )
+
+
+def test_the_progress_card_says_more_than_a_percentage():
+    # Before: "Progress: 100%" and a count of stages; not the gates passed, what runs next, or
+    # where a run that did not succeed stopped.
+    failed, _ = play("gate-failure")
+
+    assert cards.progress_description(failed) == (
+        f"Gate failed: 4 of 8 stages done, 1 of 6 gates passed; stopped in {md.text('mid_train')}."
     )
 
 
