@@ -220,7 +220,7 @@ async def submit_with_consent(
                     await publish_quote(quote, request, said=_submitted(quote, made))
                 return made
             if isinstance(made.error, AuthorizationDoesNotCover) and authorization is not None:
-                why = uncovered(authorization, made)
+                why = _uncovered(authorization, made)
                 steps.logger.warning("%s. Asking a person.", why[:1].upper() + why[1:])
                 authorization = None
                 continue
@@ -247,7 +247,7 @@ def _submitted(quote: TrainingQuote, run: TrainingRun) -> str:
     return f"Submitted{who}: backend run {run.run_id}."
 
 
-def uncovered(authorization: ItoSpendAuthorization, refusal: SubmissionRefused) -> str:
+def _uncovered(authorization: ItoSpendAuthorization, refusal: SubmissionRefused) -> str:
     """Return why a person is asked after the backend refused ``authorization``: which one, and
     why it does not cover the run (the backend's reason), in one line."""
     name = authorization.label
