@@ -14,12 +14,12 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from prefect_ito.backend import ownership
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.refusals import MENDABLE_REFUSALS, SubmissionRefused
 from prefect_ito.contract import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     BookingStatus,
@@ -31,17 +31,14 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.exceptions import (
-    AuthorizationDoesNotCover,
     BookingNotEligible,
     BookingNotFound,
     CapabilityNotAvailable,
     ClientReferenceInUse,
     ConfirmationExpired,
-    ConfirmationRequired,
     ConfirmationUsed,
     InsufficientScope,
     InvalidParameters,
-    ItoAPIError,
     ItoProtocolError,
     QuoteAlreadyDecided,
     QuoteNotFound,
@@ -289,35 +286,6 @@ async def poll_training_quote(client: ItoClient, quote_id: str) -> TrainingQuote
         QuoteNotFound: the backend has no such quote (any more).
     """
     return await client.get_quote(quote_id)
-
-
-MENDABLE_REFUSALS = (
-    AuthorizationDoesNotCover,
-    ConfirmationExpired,
-    ConfirmationUsed,
-    ConfirmationRequired,
-)
-"""The backend's refusals of a submission that a person or a new quote can mend: nothing was
-created, and spending goes on (asks a person, or quotes again)."""
-
-
-@dataclass(frozen=True)
-class SubmissionRefused:
-    """The backend refused a submission for a reason a person or a new quote can mend.
-
-    Returned, not raised: a refusal is the backend's answer, not a fault, so the flow's
-    ``submit_training_run`` task ends Completed rather than Failed with a traceback, and spending
-    decides what comes next (:func:`prefect_ito.people.spend.submit_with_consent`).
-    """
-
-    error: ItoAPIError
-    """The refusal, one of :data:`MENDABLE_REFUSALS`, as the backend stated it (its message is
-    safe to show)."""
-
-    def reason(self) -> str:
-        """Return why, in the backend's words: its ``details.reason`` if it gave one."""
-        said = self.error.details.get("reason")
-        return said if isinstance(said, str) and said else self.error.message
 
 
 async def submit_training_run(

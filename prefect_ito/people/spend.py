@@ -21,6 +21,9 @@ with the link and the code, and offers to **decline** — which needs no proof o
 declining spends nothing — or to **recheck** the backend. Each confirmation is used once; a new
 quote of the same manifest inherits it only if nothing got worse (the backend's rule), and
 otherwise the person is asked again with what changed.
+
+One module past ~400 lines: the walk from a quote to a submission — authorization, person,
+requote, and the quote's card at each end — is read in one place.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from prefect import get_run_logger
 from prefect.input import RunInput
 from pydantic import Field
 
-from prefect_ito.backend.desk import SubmissionRefused
 from prefect_ito.backend.operations import (
     DECLINE_TRAINING_QUOTE,
     POLL_TRAINING_QUOTE,
@@ -44,6 +46,7 @@ from prefect_ito.backend.operations import (
     P,
     R,
 )
+from prefect_ito.backend.refusals import SubmissionRefused
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import (
     QuoteState,
