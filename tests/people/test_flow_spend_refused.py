@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from flow_helpers import Person, parameters
 from prefect import get_client
 from prefect.client.schemas.filters import (
@@ -28,8 +29,12 @@ from rich.console import Console
 from spend_helpers import covering_authorization, person_token
 from test_flow_spend import Confirmer
 
+from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli.terminal import run_training
+from prefect_ito.exceptions import ConfirmationRequired
 from prefect_ito.flows import ito_training
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX
 
 
@@ -153,3 +158,26 @@ async def test_the_quote_card_of_a_declined_spend_says_nothing_was_submitted(sta
     assert card.description is not None
     assert card.description.startswith("Not submitted: the spend on booking")
     assert "declined" in card.description
+
+
+async def test_a_job_outside_a_flow_run_says_which_authorization_does_not_cover_it_and_why(
+    start_simulator,
+):
+    # Before: "needs a person's confirmation at the backend", and not that the job's own
+    # authorization was revoked.
+    simulator = start_simulator("default")
+    named = covering_authorization(simulator)
+    revoke(simulator, named.authorization_id)
+    training = TrainingParameters(**parameters(simulator)["training"])
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url), training=training, authorization=named
+    )
+
+    with pytest.raises(ConfirmationRequired) as raised:
+        await job.trigger()
+
+    assert (
+        f"the standing authorization {named.authorization_id} does not cover this run: the "
+        "authorization is revoked" in str(raised.value)
+    )
+    assert simulator.runs() == []
