@@ -183,6 +183,8 @@ class ItoAPIError(ItoError):
         request_id: The backend's ``X-Request-Id``, if it sent one.
         field: The offending request field, if the backend named one.
         retry_after: Seconds the backend asked to wait (``Retry-After``), if it said.
+        details: The envelope's ``error.details``: facts about the error, by code (e.g.
+            ``reason`` for ``AUTHORIZATION_DOES_NOT_COVER``); empty when it sent none.
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class ItoAPIError(ItoError):
         request_id: str | None = None,
         field: str | None = None,
         retry_after: float | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         if code is not None:
@@ -202,6 +205,7 @@ class ItoAPIError(ItoError):
         self.request_id = request_id
         self.field = field
         self.retry_after = retry_after
+        self.details = details or {}
 
     def __str__(self) -> str:
         prefix = f"[{self.code}] "
@@ -259,6 +263,7 @@ def error_from_envelope(
     request_id: str | None = None,
     field: str | None = None,
     retry_after: float | None = None,
+    details: dict[str, Any] | None = None,
 ) -> ItoAPIError:
     """Return the error for an envelope's ``error.code``: the one place codes map to classes.
 
@@ -269,6 +274,7 @@ def error_from_envelope(
         request_id: The backend's request id, if any.
         field: The envelope's ``error.field``, if any.
         retry_after: The parsed ``Retry-After``, if the answer had one.
+        details: The envelope's ``error.details``, if any.
 
     Returns:
         An instance of the matching subclass, or of :class:`ItoAPIError` for an unknown code.
@@ -278,6 +284,7 @@ def error_from_envelope(
         "request_id": request_id,
         "field": field,
         "retry_after": retry_after,
+        "details": details,
     }
     cls = _API_ERRORS.get(code)
     if cls is None:

@@ -34,6 +34,7 @@ from prefect_ito.parameters import (
     resolve_booking,
     submission_key,
 )
+from prefect_ito.reporting import report as reporting
 from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
 from prefect_ito.supervision.outcomes import outcome_state, raise_for_outcome
@@ -151,7 +152,10 @@ async def _supervise(
     except supervision.CancelRequested as cancel:
         if not made_it:
             return Cancelled(message=_detached(cancel.run))
-        _, message = await supervision.stop_for_cancel(steps, cancel.run)
+        final, message = await supervision.stop_for_cancel(steps, cancel.run)
+        # The cards and the terminal's summary end in the state the cancel left, not the last
+        # one supervision saw before it.
+        await reporting.publish(final)
         return Cancelled(message=message)
     except ItoError as error:
         return _failed(error)

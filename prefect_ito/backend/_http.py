@@ -176,6 +176,7 @@ def _api_error(
     code = error.get("code") if isinstance(error, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     field = error.get("field") if isinstance(error, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
     if not (isinstance(code, str) and code and isinstance(message, str)):
         return ItoProtocolError(
             f"{endpoint} answered HTTP {response.status_code} without a valid error envelope",
@@ -189,6 +190,7 @@ def _api_error(
         request_id=response.headers.get(REQUEST_ID_HEADER),
         field=field if isinstance(field, str) else None,
         retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        details=details if isinstance(details, dict) else None,
     )
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prefect_ito.backend import ownership
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.refusals import MENDABLE_REFUSALS, SubmissionRefused
 from prefect_ito.contract import (
     IDEMPOTENCY_KEY_MAX_LENGTH,
     BookingStatus,
@@ -294,8 +295,9 @@ async def submit_training_run(
     authorization_id: str | None,
     idempotency_key: str,
     client_reference: str | None = None,
-) -> TrainingRun:
-    """Submit the request on ``quote_id`` once under ``idempotency_key``; return the run.
+) -> TrainingRun | SubmissionRefused:
+    """Submit the request on ``quote_id`` once under ``idempotency_key``; return the run, or
+    the backend's refusal when a person or a new quote can mend it (:class:`SubmissionRefused`).
 
     The one call that creates work, and only the backend decides whether it may: a person's
     confirmation of the quote at the backend, or the standing authorization
@@ -307,14 +309,14 @@ async def submit_training_run(
 
     Raises:
         ClientReferenceInUse: the reference made a run of a different request.
-        ConfirmationRequired, AuthorizationDoesNotCover, ConfirmationExpired, ConfirmationUsed:
-            the backend's refusal; nothing was created.
     """
     body = request.to_submission().spending(quote_id, authorization_id)
     if client_reference is not None and (await client.get_capabilities()).client_reference:
         body = body.referenced(client_reference)
     try:
         submission = await client.submit_training_run(body, idempotency_key=idempotency_key)
+    except MENDABLE_REFUSALS as refusal:
+        return SubmissionRefused(refusal)
     except ClientReferenceInUse:
         if client_reference is None:  # not sent, so not this reference: the backend's word
             raise

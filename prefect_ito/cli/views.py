@@ -35,7 +35,7 @@ from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.contract import Telemetry
 from prefect_ito.exceptions import ItoError
 from prefect_ito.people.notices import decide_command
-from prefect_ito.reporting import cards, holding
+from prefect_ito.reporting import cards, holding, moments
 from prefect_ito.reporting.forecast import SAID, Forecast
 from prefect_ito.reporting.report import SEEN, TrainingSummary
 from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL
@@ -217,6 +217,7 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         table.add_row("why", escape(row.reason or "—"))
         for name, value in row.facts() or [("proposed", "—")]:
             table.add_row(name, escape(value))
+        table.add_row(*moments.asked(row.held_since, row.proposed_at))
         tables.append(table)
     return tables
 

@@ -87,6 +87,11 @@ class Question(BaseModel):
     flow_run_id: str = Field(description="The flow run that waits.")
     asked: str = Field(description="What is asked, in one line.")
     evidence: str = Field(description="The evidence, in one line.")
+    why: str | None = Field(
+        default=None,
+        description="Why a person is needed now, in one line: e.g. which standing "
+        "authorization does not cover a spend, and why.",
+    )
     asked_at: datetime = Field(description="When the flow run started waiting.")
     deadline: datetime = Field(description="When the question expires unanswered.")
     link: str | None = Field(description="The flow run's page in the Prefect UI (its form).")
@@ -106,20 +111,27 @@ class Question(BaseModel):
         return held(self.held_since, self.held_usd_per_hour, now)
 
 
-def spend_needed(quote: TrainingQuote, *, timeout: float) -> Question | None:
-    """Announce that the flow run waits for a person to confirm or decline ``quote``.
+def spend_needed(
+    quote: TrainingQuote, *, timeout: float, why: str | None = None
+) -> Question | None:
+    """Announce that the flow run waits for a person to confirm or decline ``quote``, ``why``
+    saying why a person is needed now.
 
     Returns the question, or None outside a flow run.
     """
     flow_run_id = current_flow_run_id()
     if flow_run_id is None:
         return None
-    asked = _spend_question(quote, flow_run_id, datetime.now(UTC), timeout)
+    asked = _spend_question(quote, flow_run_id, datetime.now(UTC), timeout, why)
     return _needed(asked, identity=quote.quote_id)
 
 
 def _spend_question(
-    quote: TrainingQuote, flow_run_id: UUID, asked_at: datetime, timeout: float
+    quote: TrainingQuote,
+    flow_run_id: UUID,
+    asked_at: datetime,
+    timeout: float,
+    why: str | None = None,
 ) -> Question:
     cost = quote.plan.cost_usd
     return Question(
@@ -129,6 +141,7 @@ def _spend_question(
         asked=f"Confirm or decline a training spend on booking {quote.booking_id}",
         evidence=f"estimate ${cost.low:,.0f}–${cost.high:,.0f}, ceiling "
         f"${quote.budget_usd:,.0f} (quote {quote.quote_id})",
+        why=why,
         asked_at=asked_at,
         deadline=asked_at + timedelta(seconds=timeout),
         link=_link(flow_run_id),

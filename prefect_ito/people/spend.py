@@ -21,6 +21,9 @@ with the link and the code, and offers to **decline** — which needs no proof o
 declining spends nothing — or to **recheck** the backend. Each confirmation is used once; a new
 quote of the same manifest inherits it only if nothing got worse (the backend's rule), and
 otherwise the person is asked again with what changed.
+
+One module past ~400 lines: the walk from a quote to a submission — authorization, person,
+requote, and the quote's card at each end — is read in one place.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from prefect_ito.backend.operations import (
     P,
     R,
 )
+from prefect_ito.backend.refusals import SubmissionRefused
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import (
     QuoteState,
@@ -53,9 +57,7 @@ from prefect_ito.contract import (
 from prefect_ito.exceptions import (
     AuthorizationDoesNotCover,
     AwaitingConfirmation,
-    ConfirmationExpired,
     ConfirmationRequired,
-    ConfirmationUsed,
     ItoError,
     RunCancelled,
     RunRefused,
@@ -91,9 +93,10 @@ class Supervisor(Protocol):
         """Do a backend operation (see :mod:`prefect_ito.backend.operations`)."""
 
     async def await_person(
-        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool, why: str
     ) -> TrainingQuote:
-        """Wait for a person to confirm or decline the quote (see :func:`wait_for_person`)."""
+        """Wait for a person to confirm or decline the quote (see :func:`wait_for_person`);
+        ``why`` says why a person is needed now."""
 
     async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
         """Return the quote an earlier process of this supervisor asked a person about."""
@@ -101,6 +104,9 @@ class Supervisor(Protocol):
     async def record_quote(self, quote: TrainingQuote) -> None:
         """Record the quote a person is asked about, for a watcher and for a re-entry."""
 
+
+NO_AUTHORIZATION = "no standing authorization is named, so only a person can allow this spend"
+"""Why a person is asked about a spend when the flow run names no standing authorization."""
 
 MAX_REQUOTES = 5
 """New quotes one submission asks for when one expired or moved on, before it gives up."""
@@ -136,21 +142,27 @@ def recheck(why: str) -> SpendDecision:
     return SpendDecision.model_validate(recheck_answer(why))
 
 
-async def publish_quote(quote: TrainingQuote, request: TrainingRequest) -> None:
-    """Show the quote as a card on this flow run while it waits for its spend.
+async def publish_quote(
+    quote: TrainingQuote, request: TrainingRequest, *, why: str | None = None, said: str = ""
+) -> None:
+    """Show the quote as a card on this flow run while it waits for its spend, and how the
+    wait ended (``said``) once it did.
 
     The run's other cards are keyed by the backend run, which does not exist before the spend
     is confirmed; so until then the Artifacts tab would be empty. One card per manifest,
-    updated in place when a new quote replaces the old.
+    updated in place when a new quote replaces the old, and when the wait ends.
     """
+    waiting = (
+        f"Waiting for a person: spend {estimate(quote)} estimated, "
+        f"${request.budget_usd:,.0f} at most, on booking {quote.booking_id}."
+    )
     await PUBLISHER.publish(
         [
             Card(
                 key=artifact_key(pause_key(quote.manifest_digest), "quote"),
                 type="markdown",
-                data=describe(quote, request, choices=False),
-                description=f"Waiting for a person: spend {estimate(quote)} estimated, "
-                f"${request.budget_usd:,.0f} at most, on booking {quote.booking_id}.",
+                data=describe(quote, request, choices=False, why=None if said else why),
+                description=said or waiting,
             )
         ]
     )
@@ -184,21 +196,21 @@ async def submit_with_consent(
         AwaitingConfirmation, RunCancelled: nobody answered in time; the flow run was cancelled.
         ConfirmationRequired: the quotes kept expiring or moving on; nothing was submitted.
     """
-    quote = await _current_quote(steps, request)
+    quote, shown = await _current_quote(steps, request)
     authorization = steps.authorization
-    asked, requotes = False, 0
-    while True:
-        _check(quote)
-        if authorization is not None and quote.state is not QuoteState.CONFIRMED:
-            allowed_by = authorization.authorization_id
-        elif quote.state is QuoteState.CONFIRMED:
-            allowed_by = None
-        else:
-            quote = await steps.await_person(quote, request, again=asked)
-            asked = True
-            continue
-        try:
-            return await steps.perform(
+    asked, requotes, why = False, 0, NO_AUTHORIZATION
+    try:
+        while True:
+            _check(quote)
+            if authorization is not None and quote.state is not QuoteState.CONFIRMED:
+                allowed_by = authorization.authorization_id
+            elif quote.state is QuoteState.CONFIRMED:
+                allowed_by = None
+            else:
+                quote = await steps.await_person(quote, request, again=asked, why=why)
+                asked = shown = True
+                continue
+            made = await steps.perform(
                 SUBMIT_TRAINING_RUN,
                 request,
                 quote.quote_id,
@@ -206,16 +218,17 @@ async def submit_with_consent(
                 idempotency_key,
                 client_reference,
             )
-        except AuthorizationDoesNotCover as refusal:
-            steps.logger.warning(
-                "The standing authorization %s does not cover this request: %s. Asking a person.",
-                allowed_by,
-                refusal,
-            )
-            authorization = None
-        except (ConfirmationExpired, ConfirmationUsed, ConfirmationRequired):
-            # Expired, superseded, or priced on a booking that changed since: a new quote, which
-            # a person's confirmation carries to only if nothing got worse.
+            if not isinstance(made, SubmissionRefused):
+                if shown:
+                    await publish_quote(quote, request, said=_submitted(quote, made))
+                return made
+            if isinstance(made.error, AuthorizationDoesNotCover) and authorization is not None:
+                why = _uncovered(authorization, made)
+                steps.logger.warning("%s. Asking a person.", why[:1].upper() + why[1:])
+                authorization = None
+                continue
+            # Expired, superseded, or priced on a booking that changed since: a new quote,
+            # which a person's confirmation carries to only if nothing got worse.
             requotes += 1
             if requotes > MAX_REQUOTES:
                 raise ConfirmationRequired(
@@ -224,10 +237,34 @@ async def submit_with_consent(
                     "asks again"
                 ) from None
             quote = await _new_quote(steps, request)  # a confirmation carries if nothing worse
+    except (SpendDeclined, AwaitingConfirmation, RunCancelled, ConfirmationRequired) as ended:
+        if shown:  # the quote's card ends in what happened, not "Waiting for a person"
+            await publish_quote(quote, request, said=f"Not submitted: {ended.message}.")
+        raise
 
 
-async def _current_quote(steps: Supervisor, request: TrainingRequest) -> TrainingQuote:
-    """Return the quote this flow run recorded, while it can still be confirmed; else a new one."""
+def _submitted(quote: TrainingQuote, run: TrainingRun) -> str:
+    """Return the quote card's last line once its run was submitted."""
+    answer = quote.confirmation
+    who = f", confirmed by {answer.principal}" if answer is not None else ""
+    return f"Submitted{who}: backend run {run.run_id}."
+
+
+def _uncovered(authorization: ItoSpendAuthorization, refusal: SubmissionRefused) -> str:
+    """Return why a person is asked after the backend refused ``authorization``: which one, and
+    why it does not cover the run (the backend's reason), in one line."""
+    name = authorization.label
+    which = (
+        name
+        if name == authorization.authorization_id
+        else f"{name} ({authorization.authorization_id})"
+    )
+    return f"the standing authorization {which} does not cover this run: {refusal.reason()}"
+
+
+async def _current_quote(steps: Supervisor, request: TrainingRequest) -> tuple[TrainingQuote, bool]:
+    """Return the quote this flow run recorded, while it can still be confirmed, else a new one;
+    and whether it is the recorded one (a person was asked about it, and its card shown)."""
     recorded = await steps.recorded_quote(request)
     if recorded is not None and recorded.state in _STILL_ANSWERABLE:
         steps.logger.info(
@@ -238,8 +275,8 @@ async def _current_quote(steps: Supervisor, request: TrainingRequest) -> Trainin
         # Answered while this flow run held no process (on the backend's page, with `confirm`):
         # whoever resumed it (the watcher, a recheck), this is where the flow learns it.
         _tell_answered(steps, recorded)
-        return recorded
-    return await _new_quote(steps, request)
+        return recorded, True
+    return await _new_quote(steps, request), False
 
 
 _STILL_ANSWERABLE = (QuoteState.PENDING, QuoteState.CONFIRMED, QuoteState.DECLINED)
@@ -288,10 +325,14 @@ async def wait_for_person(
     request: TrainingRequest,
     *,
     again: bool,
+    why: str,
     timeout: float,
     poll_interval: float,
 ) -> TrainingQuote:
     """Wait until the quote is confirmed or declined at the backend; return it as it is then.
+
+    ``why`` says why a person is needed now (no authorization is named, or which one does not
+    cover the run and why): the form, the card, the log and the notice all say it.
 
     An expired or superseded quote is replaced by a new one (which a person's confirmation may
     carry to); a quote still pending after a "recheck" is asked about again.
@@ -302,7 +343,7 @@ async def wait_for_person(
         RunCancelled: the flow run was cancelled while it waited.
     """
     await steps.record_quote(quote)
-    await publish_quote(quote, request)
+    await publish_quote(quote, request, why=why)
 
     async def settled() -> SpendDecision | None:
         try:
@@ -324,7 +365,8 @@ async def wait_for_person(
             quote.confirm_url or "the backend's confirm page",
             quote.user_code or "none",
         )
-        notices.spend_needed(quote, timeout=timeout)
+        get_run_logger().warning("A person is asked because %s.", why)
+        notices.spend_needed(quote, timeout=timeout, why=why)
 
     def timed_out() -> ItoError:
         return AwaitingConfirmation(
@@ -336,7 +378,7 @@ async def wait_for_person(
     answer = await asking.ask(
         SpendDecision,
         key=pause_key(quote.manifest_digest),
-        description=describe(quote, request),
+        description=describe(quote, request, why=why),
         timeout=timeout,
         poll_interval=poll_interval,
         waiting=waiting,

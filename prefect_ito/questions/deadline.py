@@ -10,6 +10,7 @@ from typing import ClassVar
 from prefect_ito.contract import ActionKind, DecisionChoice, PendingAction, TrainingRun
 from prefect_ito.questions.registry import ActionQuestion, Kind, register
 from prefect_ito.reporting import markdown as md
+from prefect_ito.reporting import moments
 from prefect_ito.reporting.moments import when
 
 __all__ = ["DEADLINE", "DeadlineExtension"]
@@ -97,7 +98,7 @@ class DeadlineExtension(ActionQuestion):
         now, proposed = _deadlines(action)
         return (
             f"deadline {when(now)} at step {action.step:,} in {action.stage}: extension to "
-            f"{when(proposed)} proposed {when(action.proposed_at)}"
+            f"{when(proposed)} proposed, {moments.said_asked(action)}"
         )
 
     def outcome(self, decision: DecisionChoice, action: PendingAction | None) -> str:

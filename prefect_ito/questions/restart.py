@@ -13,9 +13,8 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.questions.registry import ActionQuestion, Kind, register
-from prefect_ito.reporting import charts
+from prefect_ito.reporting import charts, moments
 from prefect_ito.reporting import markdown as md
-from prefect_ito.reporting.moments import when
 
 __all__ = ["RESTART", "Restart"]
 
@@ -106,8 +105,8 @@ class Restart(ActionQuestion):
         loss, _, checkpoint = _spike(action)
         return (
             f"loss spike {loss:.2f} at step {action.step:,} in {action.stage}: restart from "
-            f"{checkpoint.checkpoint_id} (step {checkpoint.step:,}) proposed "
-            f"{when(action.proposed_at)}"
+            f"{checkpoint.checkpoint_id} (step {checkpoint.step:,}) proposed, "
+            f"{moments.said_asked(action)}"
         )
 
     def outcome(self, decision: DecisionChoice, action: PendingAction | None) -> str:

@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prefect_ito.contract import (
     DecisionChoice,
+    GateStatus,
     PendingAction,
     RunState,
+    StageStatus,
     Telemetry,
     TrainingRun,
 )
@@ -27,6 +29,7 @@ from prefect_ito.reporting import charts
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.holding import held_for
+from prefect_ito.reporting.moments import asked
 from prefect_ito.reporting.moments import when as when  # many callers read it here
 
 Actions = Mapping[str, PendingAction]
@@ -60,17 +63,37 @@ def gate_rows(run: TrainingRun) -> list[dict[str, Any]]:
 
 
 def progress_description(run: TrainingRun) -> str:
-    """Return the progress card's one line: where the run is, or how it ended.
+    """Return the progress card's one line: where the run is, the stages and gates behind it,
+    and what comes next; or how it ended, and where it stopped.
 
-    The Artifacts tab shows only the first forty characters or so: what matters comes first.
+    A progress card holds only a percentage, which says nothing of what the run does: this line
+    says the rest. The Artifacts tab shows only the first forty characters or so: what matters
+    comes first.
     """
     done = sum(stage.status.done for stage in run.stages)
-    where = f"{done} of {len(run.stages)} stages done"
+    gated = [stage.gate for stage in run.stages if stage.gate is not None]
+    passed = sum(gate.status is GateStatus.PASSED for gate in gated)
+    where = f"{done} of {len(run.stages)} stages done, {passed} of {len(gated)} gates passed"
     if run.state.terminal:
-        return f"{md.text(run.state.value.capitalize().replace('_', ' '))}: {where}."
+        stopped = next((s.name for s in run.stages if s.status in _STOPPED), None)
+        at = f"; stopped in {md.text(stopped)}" if stopped else ""
+        return f"{md.text(run.state.value.capitalize().replace('_', ' '))}: {where}{at}."
+    following = next(
+        (
+            s.name
+            for s in run.stages
+            if s.status is StageStatus.PENDING and s.name != run.current_stage
+        ),
+        None,
+    )
+    then = f"; next: {md.text(following)}" if following else "; no stage after it"
     if run.state is RunState.AWAITING_DECISION:
-        return f"{md.text(run.current_stage)} waits for a decision; {where}."
-    return f"Now {md.text(run.current_stage or 'starting')}; {where}."
+        return f"{md.text(run.current_stage)} waits for a decision; {where}{then}."
+    return f"Now {md.text(run.current_stage or 'starting')}; {where}{then}."
+
+
+_STOPPED = (StageStatus.FAILED, StageStatus.REFUSED, StageStatus.CANCELLED)
+"""The statuses of the stage a run that did not succeed stopped in."""
 
 
 def gates_description(run: TrainingRun) -> str:
@@ -135,6 +158,9 @@ class DecisionSummary(BaseModel):
     checkpoint_id: str | None = None
     checkpoint_step: int | None = None
     proposed_at: datetime | None = None
+    """When it was proposed, on the run's own clock."""
+    held_since: datetime | None = None
+    """When the backend began holding the run for a person, on the wall clock."""
 
     def who(self) -> str | None:
         """Return who decided: the principal the backend authenticated, else the name relayed
@@ -189,6 +215,7 @@ def _summary(action: PendingAction | None, action_id: str) -> DecisionSummary:
         checkpoint_id=checkpoint.checkpoint_id if checkpoint else None,
         checkpoint_step=checkpoint.step if checkpoint else None,
         proposed_at=action.proposed_at,
+        held_since=action.held_since,
     )
 
 
@@ -216,7 +243,7 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
             *(f"| {name} | {_cell(value)} |" for name, value in facts),
-            f"| proposed at | {when(row.proposed_at)} |",
+            "| {} | {} |".format(*asked(row.held_since, row.proposed_at)),
             "",
         ]
     if any(row.action is None for row in rows):

@@ -18,14 +18,20 @@ SHOWN_DATA_REFS = 3
 """Data references listed by name; the rest are counted."""
 
 
-def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = True) -> str:
+def describe(
+    quote: TrainingQuote,
+    request: TrainingRequest,
+    *,
+    choices: bool = True,
+    why: str | None = None,
+) -> str:
     """Return the markdown a person reads above the form: cost first, then where to confirm.
 
     The Resume dialog shows the description in a box about 290 px high: its first lines say
     the estimate, the ceiling and the booking's term, and the estimate's table follows; the
     manifest and the plan are below. The dialog is narrow and does not wrap table cells, so
     values stay short. Without ``choices`` (``prefect-ito quote``) the form's answers are left
-    out.
+    out. ``why`` says, right under the heading, why a person is asked now.
     """
     plan = quote.plan
     p = plan.parallelism
@@ -34,6 +40,7 @@ def describe(quote: TrainingQuote, request: TrainingRequest, *, choices: bool = 
         f"### Spend on booking {md.code(quote.booking_id)}: {estimate(quote)} estimated, "
         f"${request.budget_usd:,.0f} at most{over}",
         "",
+        *([f"**Why you are asked:** {md.text(why)}.", ""] if why else []),
         _term(quote),
         "",
         "| estimate | low | high |",
@@ -123,8 +130,12 @@ def _term(quote: TrainingQuote) -> str:
 
 def _where_to_confirm(quote: TrainingQuote, choices: bool) -> list[str]:
     """Return the lines that say where a person confirms: the backend's page and code."""
-    if quote.state is QuoteState.CONFIRMED and quote.confirmation is not None:
-        return [f"Confirmed at the backend by {md.code(quote.confirmation.principal)}.", ""]
+    answer = quote.confirmation
+    if quote.state in (QuoteState.CONFIRMED, QuoteState.DECLINED) and answer is not None:
+        return [
+            f"{quote.state.value.capitalize()} at the backend by {md.code(answer.principal)}.",
+            "",
+        ]
     # The address is shown too: a terminal shows a link's text, not where it points.
     where = (
         f"[the backend's confirm page]({quote.confirm_url}) ({md.code(quote.confirm_url)})"

@@ -41,7 +41,6 @@ from prefect_ito.reporting.cards import (
     decisions,
     decisions_headline,
     decisions_markdown,
-    forecast_line,
     gate_rows,
     gates_description,
     hold_cost,
@@ -276,7 +275,8 @@ def status_facts(run: TrainingRun) -> dict[str, str]:
         "stage": run.current_stage or "",
         "spend": spend(t),
         "pending_decision": "",
-        "forecast": forecast_line(run) or "",
+        # Under the key "forecast": its figures, so that it reads "forecast: $…" once.
+        "forecast": found.figures() if (found := forecast(run)) is not None else "",
         "held": hold_cost(run) or "",
         **status_numbers(run),
     }

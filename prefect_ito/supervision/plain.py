@@ -42,17 +42,17 @@ class ClientSteps(Steps):
         return await resend(lambda: operation.call(self.client, *args, **kwargs), self.logger)
 
     async def await_person(
-        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool, why: str
     ) -> TrainingQuote:
         if current_flow_run_id() is None:
             where = f" at {quote.confirm_url} (code {quote.user_code})" if quote.confirm_url else ""
             raise ConfirmationRequired(
                 f"the spend on booking {request.booking_id} (quote {quote.quote_id}) needs a "
-                f"person's confirmation at the backend{where}, and outside a flow run nobody "
-                "can be waited for: confirm it there and run the job again, give the job a "
+                f"person's confirmation at the backend{where} ({why}), and outside a flow run "
+                "nobody can be waited for: confirm it there and run the job again, give the job a "
                 "standing authorization that covers it, or trigger it in a flow run"
             )
-        return await super().await_person(quote, request, again=again)
+        return await super().await_person(quote, request, again=again, why=why)
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         # Reads and re-sent events (Prefect keeps one of each id): safe to make again.

@@ -65,7 +65,7 @@ class Steps(ABC):
         )
 
     async def await_person(
-        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool
+        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool, why: str
     ) -> TrainingQuote:
         """Wait for a person to confirm or decline the quote at the backend; see
         :func:`prefect_ito.people.spend.wait_for_person`."""
@@ -74,6 +74,7 @@ class Steps(ABC):
             quote,
             request,
             again=again,
+            why=why,
             timeout=self.supervision.approval_timeout,
             poll_interval=current_settings().state_poll_seconds,
         )

@@ -38,7 +38,7 @@ async def test_each_concern_is_one_card_on_the_flow_run_and_the_decision_is_on_r
     assert all(a.task_run_id is None for a in found)  # the flow run's, not a task run's
     card = {a.key.split("-")[1]: a for a in found}
     assert card["progress"].data == 100.0
-    assert card["progress"].description == "Succeeded: 5 of 5 stages done."
+    assert card["progress"].description == "Succeeded: 5 of 5 stages done, 3 of 3 gates passed."
     assert "data:image/svg+xml;base64," in card["telemetry"].data
     assert "| decided by | `user:flow-tests` |" in card["decisions"].data  # whom the backend saw
     assert "| note | Ada |" in card["decisions"].data

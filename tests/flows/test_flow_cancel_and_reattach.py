@@ -12,12 +12,20 @@ from typing import Any
 
 from flow_helpers import BOOKING, REQUEST, parameters, wait_for_pause
 from prefect import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
 from prefect.flow_engine import run_flow_async
 from prefect.states import Cancelling
+from rich.console import Console
 from spend_helpers import covering_authorization
 
+from prefect_ito.cli.views import print_outcome
 from prefect_ito.contract import RunState
 from prefect_ito.flows import ito_cancel_training, ito_training
+from prefect_ito.reporting.report import artifact_key
 from prefect_ito.simulator import builtin_scenario
 
 
@@ -57,6 +65,34 @@ async def test_cancelling_a_supervising_flow_cancels_the_backend_workload(start_
     assert simulator.runs()[0].run.state is RunState.CANCELLED
     cancels = [r for r in simulator.requests() if r.method == "POST" and r.path.endswith("/cancel")]
     assert cancels and {r.idempotency_key for r in cancels} == {cancels[0].idempotency_key}
+
+
+async def test_after_a_cancel_the_summary_and_the_cards_say_the_run_was_cancelled(
+    start_simulator,
+):
+    # Before: the terminal said "Backend workload … cancelled", then "Backend run …: running",
+    # and the progress card still read "Now <stage>".
+    simulator = start_simulator(builtin_scenario("default").with_options(time_scale=20_000))
+    flow_run, flow = await start_flow(parameters(simulator))
+    run = await wait_for_backend_run(simulator)
+
+    await request_cancel(flow_run.id)
+    state = await asyncio.wait_for(flow, timeout=120)
+
+    console = Console(record=True, width=200)
+    print_outcome(console, state)
+    printed = console.export_text()
+    assert f"Backend workload {run.run_id} cancelled (cancelled)" in printed
+    assert f"Backend run {run.run_id}: cancelled" in printed, printed
+    async with get_client() as client:
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[artifact_key(run.run_id, "progress")]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run.id]),
+            )
+        )
+    (progress,) = artifacts
+    assert (progress.description or "").startswith("Cancelled:"), progress.description
 
 
 async def test_cancelling_a_paused_flow_cancels_the_backend_workload(start_simulator):

@@ -103,6 +103,25 @@ async def test_a_forged_event_puts_no_link_or_command_of_its_own_in_a_message(in
     assert "://" not in spend.replace("http://127.0.0.1:4200/runs/flow-run/", "")
 
 
+@pytest.mark.parametrize("index", [0, 1])
+async def test_a_spend_message_says_why_a_person_is_needed_now(index):
+    # Before: after a revoke, "needs you" did not say why a nightly run suddenly needed a person.
+    why = (
+        "the standing authorization nightly-spend (sa_1) does not cover this run: the "
+        "authorization is revoked"
+    )
+    message = await render(index, {**PAYLOAD, "kind": "spend", "why": why})
+
+    lines = message.splitlines()
+    asked = lines.index(f"> {PAYLOAD['asked']}")
+    assert lines[asked + 1 : asked + 3] == [
+        f"> Why a person: {why}",
+        f"> Evidence: {PAYLOAD['evidence']}",
+    ]
+    without = (await render(index, PAYLOAD)).splitlines()
+    assert without[without.index(f"> {PAYLOAD['asked']}") + 1].startswith("> Evidence: ")
+
+
 async def test_an_event_naming_no_flow_run_says_it_may_be_forged():
     message = await render(0, FORGED, flow_run=None)
 

@@ -38,10 +38,23 @@ def test_the_progress_of_a_finished_run_says_how_it_ended_not_what_runs_now():
     waiting, _ = play("loss-spike", decide=None)
 
     assert cards.progress_percent(finished) == 100.0
-    assert cards.progress_description(finished) == "Succeeded: 8 of 8 stages done."
+    assert cards.progress_description(finished) == (
+        "Succeeded: 8 of 8 stages done, 6 of 6 gates passed."
+    )
     assert "now" not in cards.progress_description(finished).lower()
-    assert (
-        cards.progress_description(waiting) == "pretrain waits for a decision; 2 of 8 stages done."
+    assert cards.progress_description(waiting) == (
+        "pretrain waits for a decision; 2 of 8 stages done, 0 of 6 gates passed; "
+        f"next: {md.text('mid_train')}."
+    )
+
+
+def test_the_progress_card_says_more_than_a_percentage():
+    # Before: "Progress: 100%" and a count of stages; not the gates passed, what runs next, or
+    # where a run that did not succeed stopped.
+    failed, _ = play("gate-failure")
+
+    assert cards.progress_description(failed) == (
+        f"Gate failed: 4 of 8 stages done, 1 of 6 gates passed; stopped in {md.text('mid_train')}."
     )
 
 
@@ -95,6 +108,39 @@ def test_timestamps_read_as_dates_people_use():
     assert cards.when(row.proposed_at).endswith(" UTC")
 
 
+def test_the_decisions_card_and_the_terminal_keep_to_the_wall_clock():
+    # Before: "proposed at 2026-12-13 17:09" (the simulated run's compressed clock) beside
+    # "decided at 2026-12-05 00:36" (the wall clock), neither labelled.
+    run, seen = play("demo", decide="approve")
+    row = cards.decisions(run, seen)[0]
+    assert row.held_since is not None and row.decided_at is not None
+    assert cards.when(row.proposed_at) != cards.when(row.held_since)  # two clocks, really
+
+    text = cards.decisions_markdown(run, seen)
+    console = Console(record=True, width=200)
+    print_summary(console, TrainingSummary.of(run, actions=seen))
+    printed = console.export_text()
+
+    for shown in (text, printed):
+        assert cards.when(row.held_since) in shown and cards.when(row.decided_at) in shown
+        assert cards.when(row.proposed_at) not in shown, shown
+    assert f"| asked at | {cards.when(row.held_since)} |" in text
+    # Without the wall clock's moment, the run's own is shown under a label that says so.
+    unheld = {key: action.model_copy(update={"held_since": None}) for key, action in seen.items()}
+    text = cards.decisions_markdown(run, unheld)
+    assert f"| proposed at (the run's clock) | {cards.when(row.proposed_at)} |" in text
+
+
+def test_the_status_line_of_a_pending_action_keeps_to_the_wall_clock():
+    run, _ = play("loss-spike", decide=None)
+    action = run.pending_action
+    assert action is not None and action.held_since is not None
+
+    line = reporting.status_facts(run)["pending_decision"]
+
+    assert line.endswith(f"proposed, asked at {cards.when(action.held_since)}"), line
+
+
 def test_the_summary_carries_every_decision_with_its_checkpoint():
     run, seen = play("demo", decide="approve")
     summary = TrainingSummary.of(run, actions=seen)
@@ -144,6 +190,11 @@ def test_one_card_per_concern_and_status_facts_on_the_progress_card():
     assert "of $250,000.00" in facts["spend"]
     assert "restart from ckpt-pretrain-10000 (step 10,000)" in facts["pending_decision"]
     assert all(len(value) <= 500 for value in facts.values())  # Prefect cuts longer values
+    # Before: the key "forecast" held "forecast: $…", read "forecast: forecast: $…".
+    assert (
+        facts["forecast"].startswith("$")
+        and "at completion of $250,000 budget" in facts["forecast"]
+    )
 
 
 def test_text_from_people_and_the_backend_is_printed_as_text_at_the_terminal():
