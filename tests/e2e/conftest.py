@@ -131,19 +131,23 @@ def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) ->
         yield running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[STOCK_WORKER, ITO_WORKER])
 def installed_stack(
     request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]
 ) -> Iterator[Stack]:
-    """The installed-package route: deploy prefect-installed.yaml, and run the worker, elsewhere.
+    """The installed-package route: deploy prefect-installed.yaml, and run the worker, elsewhere;
+    Prefect's process worker, then the prefect-ito worker.
 
     Elsewhere is a scratch directory outside the checkout. prefect-ito is installed in this
     environment (``uv sync`` installs it editable); nothing points the deployments or the worker
     at the checkout.
     """
-    elsewhere = prefect_api[2] / "elsewhere"
-    elsewhere.mkdir()
-    with _running_stack(request.config, prefect_api, INSTALLED_YAML, elsewhere) as running:
+    scratch = prefect_api[2] / request.param
+    elsewhere = scratch / "elsewhere"
+    elsewhere.mkdir(parents=True)
+    with _running_stack(
+        request.config, (*prefect_api[:2], scratch), INSTALLED_YAML, elsewhere, request.param
+    ) as running:
         yield running
 
 
