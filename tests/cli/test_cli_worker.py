@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from capture_server import CaptureServer
 from cli_helpers import prefect_ito
 
 from prefect_ito.exceptions import ExitCode
@@ -45,3 +46,16 @@ def test_without_a_prefect_server_it_says_so():
 
     assert result.returncode == ExitCode.ERROR, result.stderr
     assert "`prefect-ito worker` needs a real Prefect server" in result.stderr
+
+
+def test_a_prefect_api_that_refuses_its_credentials_is_one_line():
+    # A server behind PREFECT_SERVER_API_AUTH_STRING answers 401 to a worker without the string.
+    with CaptureServer() as refusing:
+        result = prefect_ito("worker", env=_env(PREFECT_API_URL=f"{refusing.url}/api"))
+
+    assert result.returncode == ExitCode.ERROR, result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"error: the Prefect API at {refusing.url}/api refused this client (401)" in (
+        result.stderr
+    )
+    assert "PREFECT_API_AUTH_STRING" in result.stderr
