@@ -128,6 +128,8 @@ class ItoProcessWorker(ProcessWorker):
     def __init__(self, *args: Any, flows: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.allowed: AllowedFlows = AllowedFlows.configured(flows)
+        # A flow that does not import stops the worker now, not each flow run it takes later.
+        self.allowed.check_importable()
         self._admitted: dict[UUID, Admission] = {}
 
     async def _submit_run(self, flow_run: FlowRun) -> None:
@@ -137,7 +139,7 @@ class ItoProcessWorker(ProcessWorker):
         except ObjectNotFound:
             verdict = None  # its deployment is gone: Prefect's own submission says so
         except Exception:
-            self._logger.exception("Could not read flow run %s's deployment", flow_run.id)
+            self._logger.exception("Could not judge flow run %s; it stays scheduled", flow_run.id)
             self._forget(flow_run)  # still Scheduled: the next poll judges it again
             return
         if verdict is None or isinstance(verdict, Admission):

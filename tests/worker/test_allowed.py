@@ -123,3 +123,12 @@ def test_the_worker_type_is_found_as_prefect_finds_worker_types():
     default = ItoProcessWorker.get_default_base_job_template()
     assert not {"command", "env", "working_dir"} & set(default["variables"]["properties"])
     assert not {"command", "env", "working_dir"} & set(default["job_configuration"])
+
+
+def test_a_worker_whose_flow_does_not_import_does_not_start(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv(FLOWS_VARIABLE, raising=False)
+    with pytest.raises(ImportError, match=r"prefect_ito\.nope"):
+        ItoProcessWorker(work_pool_name="ito-process", flows=["prefect_ito.nope.ito_training"])
+
+    worker = ItoProcessWorker(work_pool_name="ito-process")
+    assert worker.allowed.entrypoints == DEFAULT_FLOWS
