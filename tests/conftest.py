@@ -249,6 +249,7 @@ SLOW_FIRST = (
     "test_storms.py",
     "test_lost_answers.py",
     "test_installed_package.py",
+    "test_worker_routes.py",
 )
 """The longest modules, longest first: the workers take whole modules in the order of the
 collection (``addopts``), and long ones started late would leave one worker running alone."""

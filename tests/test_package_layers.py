@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "flows": 8,
     "jobs": 8,
     "prefect_ito": 9,
+    "worker": 9,
     "cli": 10,
 }
 """Each package's (or root module's) row in docs/architecture.md: lower rows import higher."""

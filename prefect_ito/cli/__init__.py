@@ -3,7 +3,7 @@
 The commands are registered by import path and imported only when run (cyclopts' lazy
 loading), so ``prefect-ito --help`` imports none of them, and a command that reads the backend
 only never imports Prefect (about two seconds). None of them takes a token as an argument or
-reads one from standard input. Every command but the two services (``watch``, ``simulator``)
+reads one from standard input. Every command but the services (``watch``, ``worker``, ``simulator``)
 takes ``--json`` (see :mod:`prefect_ito.cli.output`).
 """
 
@@ -99,6 +99,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "prefect_ito.cli.watch:watch",
         "Resume deferred ito-training flow runs when their backend run changes; re-enter lost "
         "ones.",
+    ),
+    "worker": (
+        "prefect_ito.cli.worker:worker",
+        "Run prefect-ito's flows from a work pool, refusing any other flow and ignoring what "
+        "Prefect says to run.",
     ),
 }
 """Each command: where it lives, and the line ``prefect-ito --help`` shows for it (the first line

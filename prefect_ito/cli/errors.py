@@ -64,6 +64,32 @@ def run_command(command: Coroutine[Any, Any, T]) -> T:
         exit_with(PrefectUnreachable(f"the Prefect API at {target} did not answer ({error})"))
     except KeyboardInterrupt:
         exit_with(Detached("interrupted"))
+    except Exception as error:
+        refusal = _prefect_refusal(error)
+        if refusal is None:
+            raise
+        exit_with(refusal)
+
+
+def _prefect_refusal(error: Exception) -> ItoError | None:
+    """Return the one line for a Prefect API that refused this client's credentials, if it did.
+
+    A server behind Prefect's own authentication (``PREFECT_SERVER_API_AUTH_STRING``) answers
+    401 to a client without ``PREFECT_API_AUTH_STRING``; that is a setting to fix, not a bug.
+    """
+    exceptions = sys.modules.get("prefect.exceptions")  # loaded if Prefect answered at all
+    if exceptions is None or not isinstance(error, exceptions.PrefectHTTPStatusError):
+        return None
+    status = error.response.status_code
+    if status not in (401, 403):
+        return None
+    from prefect.settings import PREFECT_API_URL
+
+    return PrefectUnreachable(
+        f"the Prefect API at {PREFECT_API_URL.value()} refused this client ({status}): set "
+        "PREFECT_API_AUTH_STRING to the server's PREFECT_SERVER_API_AUTH_STRING (or "
+        "PREFECT_API_KEY for Prefect Cloud)"
+    )
 
 
 def _quiet_prefect_exit_warning() -> None:

@@ -24,10 +24,12 @@ from e2e_stack import (
     CHECKOUT,
     CREDENTIALS_BLOCK,
     INSTALLED_YAML,
+    ITO_WORKER,
     PLAIN_BOOKING,
     POOL,
     PROCESS_TEMPLATE,
     SHIPPED_YAML,
+    STOCK_WORKER,
     WORKLOAD,
     Stack,
     deploy,
@@ -129,27 +131,49 @@ def stack(request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]) ->
         yield running
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=[STOCK_WORKER, ITO_WORKER])
 def installed_stack(
     request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]
 ) -> Iterator[Stack]:
-    """The installed-package route: deploy prefect-installed.yaml, and run the worker, elsewhere.
+    """The installed-package route: deploy prefect-installed.yaml, and run the worker, elsewhere;
+    Prefect's process worker, then the prefect-ito worker.
 
     Elsewhere is a scratch directory outside the checkout. prefect-ito is installed in this
     environment (``uv sync`` installs it editable); nothing points the deployments or the worker
     at the checkout.
     """
-    elsewhere = prefect_api[2] / "elsewhere"
-    elsewhere.mkdir()
-    with _running_stack(request.config, prefect_api, INSTALLED_YAML, elsewhere) as running:
+    scratch = prefect_api[2] / request.param
+    elsewhere = scratch / "elsewhere"
+    elsewhere.mkdir(parents=True)
+    with _running_stack(
+        request.config, (*prefect_api[:2], scratch), INSTALLED_YAML, elsewhere, request.param
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module", params=[STOCK_WORKER, ITO_WORKER])
+def either_worker_stack(
+    request: pytest.FixtureRequest, prefect_api: tuple[str, str, Path]
+) -> Iterator[Stack]:
+    """The checkout route, served by Prefect's process worker, then by the prefect-ito worker."""
+    scratch = prefect_api[2] / request.param
+    scratch.mkdir()
+    with _running_stack(
+        request.config, (*prefect_api[:2], scratch), SHIPPED_YAML, CHECKOUT, request.param
+    ) as running:
         yield running
 
 
 @contextmanager
 def _running_stack(
-    config: pytest.Config, prefect_api: tuple[str, str, Path], shipped: Path, workdir: Path
+    config: pytest.Config,
+    prefect_api: tuple[str, str, Path],
+    shipped: Path,
+    workdir: Path,
+    worker_type: str = STOCK_WORKER,
 ) -> Iterator[Stack]:
-    """Start a simulator, save the blocks, deploy ``shipped`` and start a worker, in ``workdir``.
+    """Start a simulator, save the blocks, deploy ``shipped`` and start a worker of
+    ``worker_type``, in ``workdir``.
 
     The copy of ``shipped`` that is deployed (with test edits) goes to the scratch directory.
     """
@@ -176,7 +200,8 @@ def _running_stack(
             # Flow runs beat every 30 s (Prefect's least); 65 s of silence counts as lost.
             PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30",
         )
-        worker = start_worker(worker_env, scratch / "worker.log", cwd=workdir)
+        worker_log = scratch / "worker.log"
+        worker = start_worker(worker_env, worker_log, cwd=workdir, worker_type=worker_type)
         # The watcher is started like a worker, with the token in its own environment too.
         watcher_log = scratch / "watcher.log"
         watcher = start_watcher(worker_env, watcher_log)
@@ -188,8 +213,9 @@ def _running_stack(
                 else postgres_rows(_POSTGRES_DATABASES[api_url])
             )
             stack = Stack(
-                database, api_url, simulator, token, worker, rows, watcher, worker_env, watcher_log
-            )
+                database, api_url, simulator, token, worker, rows, watcher, worker_env,
+                watcher_log, worker_type, worker_log,
+            )  # fmt: skip
             yield stack
         finally:
             # A test may replace the worker or the watcher (a lost machine, a restart).

@@ -163,11 +163,21 @@ def deploy(prefect_file: Path, env: dict[str, str], log: Path, cwd: Path = CHECK
     assert result.returncode == 0, log.read_text()
 
 
-def start_worker(env: dict[str, str], log: Path, cwd: Path = CHECKOUT) -> subprocess.Popen[bytes]:
-    """Start ``prefect worker start`` on the process pool in ``cwd``; the caller stops it by PID."""
-    with log.open("wb") as out:
+STOCK_WORKER = "process"
+"""Prefect's own process worker."""
+ITO_WORKER = "prefect-ito"
+"""The prefect-ito worker: what runs is its own configuration, never Prefect's."""
+
+
+def start_worker(
+    env: dict[str, str], log: Path, cwd: Path = CHECKOUT, worker_type: str = STOCK_WORKER
+) -> subprocess.Popen[bytes]:
+    """Start ``prefect worker start`` of a worker type on the process pool in ``cwd``; the
+    caller stops it by PID."""
+    command = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL]
+    with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--name", "e2e"],
+            [*command, "--name", "e2e", "--type", worker_type],
             cwd=cwd,
             env=env,
             stdout=out,
@@ -222,6 +232,8 @@ class Stack:
     watcher: subprocess.Popen[bytes] | None = None
     watcher_env: dict[str, str] | None = None
     watcher_log: Path | None = None
+    worker_type: str = STOCK_WORKER
+    worker_log: Path | None = None
 
 
 async def wait_for_flow_run(
