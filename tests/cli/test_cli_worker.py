@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from capture_server import CaptureServer
 from cli_helpers import prefect_ito
 
@@ -39,6 +40,7 @@ def test_a_flow_that_does_not_import_stops_it(prefect_server):
     assert "--flow:" in result.stderr and "prefect_ito.nope" in result.stderr
 
 
+@pytest.mark.slow
 def test_without_a_prefect_server_it_says_so():
     env = {key: value for key, value in _env().items() if key != "PREFECT_API_URL"}
 
@@ -48,6 +50,7 @@ def test_without_a_prefect_server_it_says_so():
     assert "`prefect-ito worker` needs a real Prefect server" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_prefect_api_that_refuses_its_credentials_is_one_line():
     # A server behind PREFECT_SERVER_API_AUTH_STRING answers 401 to a worker without the string.
     with CaptureServer() as refusing:
