@@ -28,6 +28,16 @@ def watch(
     max_concurrency: Annotated[
         int, Parameter(help="Long-polls at once on a backend without a change feed (1 or more).")
     ] = 32,
+    list_every: Annotated[
+        float | None,
+        Parameter(
+            help="Seconds between two listings of the flow runs Prefect holds (above 0; default: "
+            "--wait). Between listings a change is acted on from the last listing, however many "
+            "flow runs wait; a change that names a backend run no listing showed lists at once. "
+            "Longer: fewer requests to a Prefect server holding thousands of waiting runs, and "
+            "a lost flow run found that much later."
+        ),
+    ] = None,
     lost_after: Annotated[
         float | None,
         Parameter(
@@ -58,6 +68,8 @@ def watch(
     require_positive("max_concurrency", max_concurrency, at_least=1)
     if lost_after is not None:
         require_positive("lost_after", lost_after)
+    if list_every is not None:
+        require_positive("list_every", list_every)
     if not has_real_server():
         exit_with(
             PrefectServerRequired(
@@ -69,6 +81,7 @@ def watch(
     watcher = Watcher(
         wait=wait,
         max_concurrency=max_concurrency,
+        list_every=list_every,
         lost_after=lost_after if lost_after is not None else AUTO,
         # A question whose saying Prefect lost is said again (from the backend's facts).
         tell_again=notices.tell_again,

@@ -427,6 +427,8 @@ BAD_SERVICE_OPTIONS: list[tuple[list[str], str]] = [
     (["watch", "--wait", "inf"], "wait"),
     (["watch", "--wait", "0"], "wait"),
     (["watch", "--max-concurrency", "0"], "max_concurrency"),
+    (["watch", "--list-every", "nan"], "list_every"),
+    (["watch", "--list-every", "0"], "list_every"),
 ]
 
 
