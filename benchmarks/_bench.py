@@ -435,3 +435,61 @@ def machine() -> str:
         f"{platform.system()} {platform.machine()}, nproc {os.cpu_count()}, "
         f"Python {platform.python_version()}, {packages}"
     )
+
+
+class CountingProxy:
+    """A loopback reverse proxy in front of a Prefect server that counts the requests it passes:
+    how many requests a process pointed at it (``PREFECT_API_URL`` = :attr:`api_url`) makes.
+
+    Plain HTTP requests only (no websockets: the watcher's events are not counted, nor needed).
+    """
+
+    def __init__(self, upstream_api_url: str) -> None:
+        import http.server
+        import threading
+
+        self.count = 0
+        self._lock = threading.Lock()
+        upstream = upstream_api_url.rstrip("/").removesuffix("/api")
+        client = httpx.Client(base_url=upstream, timeout=120)
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")
+                }
+                with proxy._lock:
+                    proxy.count += 1
+                answer = client.request(self.command, self.path, content=body, headers=headers)
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection",
+                                           "content-encoding"):  # fmt: skip
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.api_url = f"http://127.0.0.1:{self._server.server_address[1]}/api"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._client = client
+
+    def __enter__(self) -> CountingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._client.close()

@@ -81,6 +81,7 @@ API_URL = f"http://127.0.0.1:{PORT}/api"
 os.environ["PREFECT_API_URL"] = API_URL
 
 from _bench import (  # noqa: E402
+    CountingProxy,
     Observer,
     RemoteSimulator,
     booking_id,
@@ -277,7 +278,11 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
     flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs))
     # Nothing resumes before the measurement: every run waits, as it would for hours.
     assert all(asyncio.run(still_suspended(flow_run)) for flow_run in flow_runs[:3])
-    env = {**os.environ, "ITO_COMPUTE_API_URL": sim.url, "ITO_COMPUTE_TOKEN": token}
+    proxy = CountingProxy(API_URL).__enter__()  # counts the watcher's requests to Prefect
+    env = {
+        **os.environ, "ITO_COMPUTE_API_URL": sim.url, "ITO_COMPUTE_TOKEN": token,
+        "PREFECT_API_URL": proxy.api_url,
+    }  # fmt: skip
     watcher = subprocess.Popen(
         [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
         env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
@@ -298,10 +303,13 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
         if os.environ.get("BENCH_DEBUG"):
             for entry in sim.requests()[-12:]:
                 print(entry.time.isoformat(), entry.method, entry.path, entry.status)
+        counted = proxy.count
         latencies = asyncio.run(resume_latencies(sim.url, runs, flow_runs))
+        per_change = (proxy.count - counted) / len(latencies)
     finally:
         watcher.terminate()
         watcher.wait(timeout=60)
+        proxy.__exit__(None, None, None)
     asyncio.run(clear_flow_runs(flow_runs))
     processes = subprocess.run(
         ["pgrep", "-f", "prefect.engine"], capture_output=True, text=True
@@ -312,6 +320,7 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
         "idle_requests_per_minute": round(idle, 2),
         "resume_p50_s": round(statistics.median(latencies), 3),
         "resume_p95_s": round(percentile(latencies, 0.95), 3),
+        "prefect_requests_per_change": round(per_change, 1),
     }
 
 
