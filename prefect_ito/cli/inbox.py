@@ -202,7 +202,7 @@ def _show_entry(entry: dict[str, Any]) -> None:
         *([f"  Why a person: {entry['why']}"] if entry["why"] else []),
         *([f"  Evidence: {entry['evidence']}"] if entry["evidence"] else []),
         f"  Since: {entry['since'] or '?'}   Deadline: {entry['deadline'] or 'none'}",
-        f"  Cost held: {entry['held'] or 'not reported'}",
+        f"  {views.held_line(entry['held']) if entry['held'] else 'Cost held: not reported'}",
         f"  Flow run: {entry['link'] or 'set PREFECT_UI_URL to get a link'}"
         f"{_FORM_DOES.get(entry['kind'], '')}",
         *([f"  Answer: {entry['command']}"] if entry["command"] else []),

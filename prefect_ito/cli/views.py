@@ -46,6 +46,7 @@ __all__ = [
     "TaskChatterFilter",
     "final_summary",
     "forecast_numbers",
+    "held_line",
     "held_numbers",
     "held_text",
     "print_cancel",
@@ -313,6 +314,12 @@ def held_text(numbers: dict[str, Any]) -> str:
     )
 
 
+def held_line(said: str) -> str:
+    """Return a line on the cost held from its sentence ("held 2 h …" → "Held 2 h …"): the
+    sentence names it, so no label says it twice."""
+    return f"Held{said.removeprefix('held')}" if said.startswith("held ") else f"Held: {said}"
+
+
 def _spend_text(facts: dict[str, Any]) -> str:
     if facts["spend_usd"] is None or not facts["budget_usd"]:
         return _card_said(facts, "spend") or "?"
@@ -359,9 +366,10 @@ def _print_costs(console: Console, facts: dict[str, Any]) -> None:
         console.print(f"Forecast: {said.removeprefix(SAID)}", markup=False, soft_wrap=True)
     if facts["held"] is not None:
         still = ", if still held" if facts["source"] == "card" else ""
-        console.print(f"Held: {held_text(facts['held'])}{still}", markup=False, soft_wrap=True)
+        line = held_line(held_text(facts["held"]))
+        console.print(f"{line}{still}", markup=False, soft_wrap=True)
     elif said := _card_said(facts, "held"):
-        console.print(f"Held: {said}", markup=False, soft_wrap=True)
+        console.print(held_line(said), markup=False, soft_wrap=True)
 
 
 def _card_said(facts: dict[str, Any], key: str) -> str | None:
