@@ -25,10 +25,11 @@ from prefect_ito.backend.operations import (
     VERIFY_BOOKING,
 )
 from prefect_ito.contract import ConfirmationRecord, ConfirmationVia, TrainingRequest, TrainingRun
-from prefect_ito.exceptions import Detached, InsufficientScope
+from prefect_ito.exceptions import Detached, InsufficientScope, TerminalClosed
 from prefect_ito.people import spend
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Steps
+from prefect_ito.waiting.cancellation import closed_terminal_message
 
 __all__ = ["CancelRequested", "start", "stop_for_cancel", "supervise"]
 
@@ -112,6 +113,7 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
     Raises:
         CancelRequested: a person cancelled the flow run; the caller cancels the workload.
         Detached: the person at the terminal detached; the backend run goes on.
+        TerminalClosed: the terminal went away; the backend run goes on.
         RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
     """
     seen, watchdog = await steps.resume_point(run)
@@ -142,6 +144,8 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
             f"detached at the terminal: backend run {run.run_id} goes on; re-attach with "
             f"`prefect-ito attach {run.run_id}`"
         ) from None
+    except TerminalClosed:
+        raise TerminalClosed(closed_terminal_message(run.run_id)) from None
 
 
 async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, str]:
