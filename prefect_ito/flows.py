@@ -18,6 +18,7 @@ from typing import Any
 from prefect import State, flow, get_client, get_run_logger
 from prefect.states import Cancelled
 
+from prefect_ito.backend import ownership
 from prefect_ito.backend.operations import READ_TRAINING_RUN
 from prefect_ito.blocks import (
     ItoCredentials,
@@ -90,17 +91,21 @@ async def ito_training(
         claim = await resolve_booking(parameters)
         request = parameters.to_request(claim)
         flow_run_id = current_flow_run_id()
+        # The flow run's id: re-entered, it finds its run by this before anything is quoted.
+        reference = str(flow_run_id) if flow_run_id is not None else None
         run = await supervision.start(
             steps,
             claim,
             request,
             lambda: submission_key(parameters, request, flow_run_id),
-            # The flow run's id: re-entered, it finds its run by this before anything is quoted.
-            client_reference=str(flow_run_id) if flow_run_id is not None else None,
+            client_reference=reference,
         )
     except ItoError as error:
         return _failed(error)
-    return await _supervise(steps, run)
+    # The same submission from another flow run (one idempotency key given twice) follows the
+    # run, but its questions are asked once, by the flow run the backend says made it.
+    owner = None if ownership.asks_its_questions(run, reference) else ownership.owner_of(run)
+    return await _supervise(steps, run, owner=owner)
 
 
 @flow(
@@ -141,12 +146,13 @@ async def ito_attach_training(
 
 
 async def _supervise(
-    steps: TaskSteps, run: TrainingRun, *, made_it: bool = True
+    steps: TaskSteps, run: TrainingRun, *, made_it: bool = True, owner: str | None = None
 ) -> TrainingSummary | State[Any]:
     """Supervise ``run`` to its end and return the flow's result or final state; a cancel
-    stops the backend run only when this flow run ``made_it``."""
+    stops the backend run only when this flow run ``made_it``; ``owner``, when another flow
+    run asks the run's questions, names it."""
     try:
-        run = await supervision.supervise(steps, run)
+        run = await supervision.supervise(steps, run, owner)
         raise_for_outcome(run)
     except supervision.CancelRequested as cancel:
         if not made_it:

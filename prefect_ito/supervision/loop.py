@@ -107,8 +107,12 @@ def _allowed_by(record: ConfirmationRecord) -> str:
     return f", confirmed at the backend by {record.confirmed_by}"
 
 
-async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
+async def supervise(steps: Steps, run: TrainingRun, owner: str | None = None) -> TrainingRun:
     """Follow the backend's own stage plan until the run ends; ask people to decide restarts.
+
+    ``owner`` names the flow run that asks the run's questions when it is not this supervisor
+    (:func:`~prefect_ito.backend.ownership.asks_its_questions`): then a decision is waited for
+    without asking anyone, so that each question is put to people once.
 
     Raises:
         CancelRequested: a person cancelled the flow run; the caller cancels the workload.
@@ -133,7 +137,10 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
             _note_unknown(steps, run, noted)
             if run.pending_action is not None and gates.decidable(run.pending_action):
                 # A person decides at the backend; the flow only waits to be told (v0.5).
-                decided = await steps.await_decision(run)
+                if owner is not None:
+                    decided = await steps.await_owner(run, owner)
+                else:
+                    decided = await steps.await_decision(run)
                 if decided is None:
                     raise CancelRequested(run)
                 run = decided

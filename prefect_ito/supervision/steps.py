@@ -115,6 +115,18 @@ class Steps(ABC):
             poll_interval=current_settings().state_poll_seconds,
         )
 
+    async def await_owner(self, run: TrainingRun, owner: str) -> TrainingRun | None:
+        """Wait, asking nobody, for the decision ``owner`` asks about; return the run then, or
+        None if the flow run was cancelled (see
+        :func:`prefect_ito.people.approval.wait_for_owner`)."""
+        return await approval.wait_for_owner(
+            self,
+            run,
+            owner,
+            timeout=self.supervision.approval_timeout,
+            poll_interval=current_settings().state_poll_seconds,
+        )
+
     async def record_action(self, run: TrainingRun, action: PendingAction) -> None:
         """Record, inside a flow run, the action a person is asked about: which backend, run and
         action the pause is about, for a watcher and for a terminal."""
