@@ -31,6 +31,7 @@ from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = [
     "DETACHED_AT_TERMINAL",
+    "TERMINAL_WENT_AWAY",
     "CancelOutcome",
     "attached_run_id",
     "cancel_asked",
@@ -49,6 +50,9 @@ __all__ = [
 
 DETACHED_AT_TERMINAL = "detached at the terminal"
 """How every message of a detach begins; the terminal shows such lines calmly, not as errors."""
+
+TERMINAL_WENT_AWAY = "the terminal went away"
+"""How every message of a stop for a closed terminal begins."""
 
 _detach = threading.Event()
 _closed_by: list[str] = []
@@ -77,7 +81,7 @@ def closed_terminal_message(run_id: str | None = None) -> str:
         else "a backend run already submitted goes on unsupervised"
     )
     return (
-        f"the terminal went away ({signal_name}): nothing was declined or spent, a question it "
+        f"{TERMINAL_WENT_AWAY} ({signal_name}): nothing was declined or spent, a question it "
         f"asked is left to others, and {goes_on}"
     )
 
