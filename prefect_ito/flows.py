@@ -45,7 +45,7 @@ from prefect_ito.waiting.cancellation import (
     cancel_for_flow_run,
     cancel_workload_of,
 )
-from prefect_ito.waiting.flow_run import current_flow_run_id
+from prefect_ito.waiting.flow_run import current_flow_run_id, has_ended
 
 __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
 
@@ -102,10 +102,22 @@ async def ito_training(
         )
     except ItoError as error:
         return _failed(error)
-    # The same submission from another flow run (one idempotency key given twice) follows the
-    # run, but its questions are asked once, by the flow run the backend says made it.
-    owner = None if ownership.asks_its_questions(run, reference) else ownership.owner_of(run)
-    return await _supervise(steps, run, owner=owner)
+    return await _supervise(steps, run, other_asker=_other_asker(run, reference))
+
+
+def _other_asker(run: TrainingRun, reference: str | None) -> supervision.OtherAsker | None:
+    """Return who else asks ``run``'s questions, when the backend says another flow run made
+    it (one idempotency key given to two flow runs): that flow run, for as long as Prefect
+    holds it unfinished. A hint only, which at worst has a question asked twice or left to the
+    backend's page: which run is followed, and every answer, are the backend's."""
+    made_by = run.client_reference
+    if ownership.asks_its_questions(run, reference) or made_by is None:
+        return None
+
+    async def other_asker() -> str | None:
+        return None if await has_ended(made_by) else ownership.owner_of(run)
+
+    return other_asker
 
 
 @flow(
@@ -146,13 +158,16 @@ async def ito_attach_training(
 
 
 async def _supervise(
-    steps: TaskSteps, run: TrainingRun, *, made_it: bool = True, owner: str | None = None
+    steps: TaskSteps,
+    run: TrainingRun,
+    *,
+    made_it: bool = True,
+    other_asker: supervision.OtherAsker | None = None,
 ) -> TrainingSummary | State[Any]:
     """Supervise ``run`` to its end and return the flow's result or final state; a cancel
-    stops the backend run only when this flow run ``made_it``; ``owner``, when another flow
-    run asks the run's questions, names it."""
+    stops the backend run only when this flow run ``made_it``."""
     try:
-        run = await supervision.supervise(steps, run, owner)
+        run = await supervision.supervise(steps, run, other_asker)
         raise_for_outcome(run)
     except supervision.CancelRequested as cancel:
         if not made_it:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 from prefect.input import RunInput
@@ -209,14 +210,21 @@ async def wait_for_decision(
 
 
 async def wait_for_owner(
-    steps: Supervisor, run: TrainingRun, owner: str, *, timeout: float, poll_interval: float
+    steps: Supervisor,
+    run: TrainingRun,
+    owner: str,
+    still_asks: Callable[[], Awaitable[str | None]],
+    *,
+    timeout: float,
+    poll_interval: float,
 ) -> TrainingRun | None:
     """Wait, asking nobody, until the backend says the run's pending action was decided.
 
     The run's questions are ``owner``'s to ask (the submission the backend says made it): this
     supervisor follows the same submission, so it records no question, sends no notice and
     pauses for no form — one question per backend question, however many follow the run.
-    Returns None if the flow run was cancelled while it waited.
+    Returns the run still waiting once ``still_asks`` says nobody else asks any more (the owner
+    ended): then this supervisor asks. Returns None if the flow run was cancelled meanwhile.
 
     Raises:
         AwaitingDecision: nobody decided in time; the action stays pending at the backend.
@@ -237,6 +245,9 @@ async def wait_for_owner(
     while still_pending(run, action):
         if await stop_requested(flow_run_id):
             return None
+        if await still_asks() is None:
+            steps.logger.info("%s has ended: this flow run asks the question now.", owner)
+            return run
         if asyncio.get_running_loop().time() >= give_up_at:
             raise AwaitingDecision(
                 f"nobody decided on {question.subject} proposed for run {run.run_id} "

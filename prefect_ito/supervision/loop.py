@@ -13,7 +13,7 @@ decides, and refuses anything else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prefect_ito.backend import gates
 from prefect_ito.backend.desk import BookingClaim
@@ -31,7 +31,7 @@ from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Steps
 from prefect_ito.waiting.cancellation import closed_terminal_message
 
-__all__ = ["CancelRequested", "start", "stop_for_cancel", "supervise"]
+__all__ = ["CancelRequested", "OtherAsker", "start", "stop_for_cancel", "supervise"]
 
 
 class CancelRequested(Exception):
@@ -107,12 +107,19 @@ def _allowed_by(record: ConfirmationRecord) -> str:
     return f", confirmed at the backend by {record.confirmed_by}"
 
 
-async def supervise(steps: Steps, run: TrainingRun, owner: str | None = None) -> TrainingRun:
+OtherAsker = Callable[[], Awaitable[str | None]]
+"""Returns who else asks the run's questions (the flow run that made it) while it is there to
+ask them, else None: then this supervisor asks."""
+
+
+async def supervise(
+    steps: Steps, run: TrainingRun, other_asker: OtherAsker | None = None
+) -> TrainingRun:
     """Follow the backend's own stage plan until the run ends; ask people to decide restarts.
 
-    ``owner`` names the flow run that asks the run's questions when it is not this supervisor
-    (:func:`~prefect_ito.backend.ownership.asks_its_questions`): then a decision is waited for
-    without asking anyone, so that each question is put to people once.
+    ``other_asker`` says, at each question, whether the flow run that made the run asks it
+    (:func:`~prefect_ito.backend.ownership.asks_its_questions`): then the decision is waited
+    for without asking anyone, so that each question is put to people once.
 
     Raises:
         CancelRequested: a person cancelled the flow run; the caller cancels the workload.
@@ -137,8 +144,9 @@ async def supervise(steps: Steps, run: TrainingRun, owner: str | None = None) ->
             _note_unknown(steps, run, noted)
             if run.pending_action is not None and gates.decidable(run.pending_action):
                 # A person decides at the backend; the flow only waits to be told (v0.5).
-                if owner is not None:
-                    decided = await steps.await_owner(run, owner)
+                owner = await other_asker() if other_asker is not None else None
+                if owner is not None and other_asker is not None:
+                    decided = await steps.await_owner(run, owner, other_asker)
                 else:
                     decided = await steps.await_decision(run)
                 if decided is None:
