@@ -246,7 +246,7 @@ async def wait_for_owner(
         if await stop_requested(flow_run_id):
             return None
         if await still_asks() is None:
-            steps.logger.info("%s has ended: this flow run asks the question now.", owner)
+            steps.logger.info("Nobody else asks it any more (%s ended): asking it here.", owner)
             return run
         if asyncio.get_running_loop().time() >= give_up_at:
             raise AwaitingDecision(
