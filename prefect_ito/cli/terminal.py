@@ -37,6 +37,7 @@ from prefect.settings import PREFECT_UI_URL
 from rich.console import Console
 from rich.markdown import Markdown
 
+from prefect_ito.cli.hangup import end_without_terminal, stop_when_closed, terminal_went_away
 from prefect_ito.cli.local import interactive
 from prefect_ito.cli.restart_answers import decide_here, stated_run
 from prefect_ito.cli.spend_answers import (
@@ -52,19 +53,13 @@ from prefect_ito.cli.temporary_prefect import (
 )
 from prefect_ito.cli.views import quiet_tasks, without_images
 from prefect_ito.contract import DecisionChoice, DecisionRequest
-from prefect_ito.exceptions import TerminalClosed
 from prefect_ito.people import answers, approval
 from prefect_ito.people.approval import Choice
 from prefect_ito.people.notices import decide_command
 from prefect_ito.people.spend import SpendDecision
 from prefect_ito.questions import question_for
 from prefect_ito.reporting.quote_card import describe
-from prefect_ito.supervision.outcomes import outcome_state
-from prefect_ito.waiting.cancellation import (
-    closed_terminal_message,
-    request_detach,
-    request_stop_for_closed_terminal,
-)
+from prefect_ito.waiting.cancellation import request_detach
 from prefect_ito.waiting.keys import SPEND_PREFIX
 from prefect_ito.waiting.waits import ActionWait, QuoteWait, latest_wait
 
@@ -149,100 +144,21 @@ async def run_training(
     gone = asyncio.ensure_future(closed.wait())
     state: Any = None
     try:
-        with _detach_on_interrupt(console), _stop_when_closed(closed), quiet_tasks(verbose):
+        with _detach_on_interrupt(console), stop_when_closed(closed), quiet_tasks(verbose):
             await asyncio.wait({running, answering, gone}, return_when=asyncio.FIRST_COMPLETED)
             if answering.done() and not closed.is_set():
                 if isinstance(answering.exception(), OSError):  # the terminal can't be written
-                    _terminal_went_away(closed, "its output was lost")
+                    terminal_went_away(closed, "its output was lost")
                 else:
                     answering.result()  # the operator failed: say so rather than wait for nobody
             if closed.is_set():
                 answering.cancel()  # nobody is at the prompt: nothing may be answered for them
-                state = await _end_without_terminal(running, flow_run.id)
+                state = await end_without_terminal(running, flow_run.id)
             else:
                 state = await running
     finally:
         for task in (gone, answering, running):
             task.cancel()
-    assert isinstance(state, State)
-    return state
-
-
-CLOSED_TERMINAL_GRACE_SECONDS = 10.0
-"""How long a flow run whose terminal went away has to end by itself (its next check) before
-it is stopped here; within the 10 s a container or service manager gives after SIGTERM."""
-
-
-_SIGNALS_CHECK_SECONDS = 0.2
-"""How often the handlers of a closed terminal are checked to still be this module's."""
-
-
-@contextlib.contextmanager
-def _stop_when_closed(closed: asyncio.Event) -> Iterator[None]:
-    """Turn the first SIGHUP or SIGTERM into a stop of the flow run; a second ends at once."""
-    loop = asyncio.get_running_loop()
-    caught = (signal.SIGHUP, signal.SIGTERM)
-
-    def went_away(signum: signal.Signals) -> None:
-        for each in caught:
-            loop.remove_signal_handler(each)
-        _terminal_went_away(closed, signum.name)
-
-    def handle() -> None:
-        for each in caught:
-            loop.add_signal_handler(each, went_away, each)
-
-    try:
-        handle()
-    except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
-        yield
-        return
-    keeping = asyncio.ensure_future(_keep_handling(closed, handle))
-    try:
-        yield
-    finally:
-        keeping.cancel()
-        for each in caught:
-            loop.remove_signal_handler(each)
-
-
-async def _keep_handling(closed: asyncio.Event, handle: Callable[[], None]) -> None:
-    """Take SIGTERM back from Prefect's flow engine, which installs its own when a flow starts.
-
-    Prefect's raises ``TerminationSignal`` in whatever runs when it comes: here, the event loop
-    itself, which would end the command with a traceback and leave the flow run paused. Nothing
-    but a runner uses that signal to cancel a flow run, and this flow run has none.
-    """
-    wakeup = signal.getsignal(signal.SIGHUP)  # asyncio's own, which it left in place
-    while not closed.is_set():
-        if signal.getsignal(signal.SIGTERM) is not wakeup:
-            handle()
-        await asyncio.sleep(_SIGNALS_CHECK_SECONDS)
-
-
-def _terminal_went_away(closed: asyncio.Event, how: str) -> None:
-    request_stop_for_closed_terminal(how)
-    closed.set()
-
-
-async def _end_without_terminal(running: asyncio.Future[Any], flow_run_id: UUID) -> State[Any]:
-    """Return the flow run's final state once its terminal went away.
-
-    The flow stops at its next check (between polls, while it waits for a person) and ends
-    ``TerminalClosed``. One that does not within :data:`CLOSED_TERMINAL_GRACE_SECONDS` (a
-    request under way) is stopped here, and its flow run set to the same state, so that nothing
-    is left ``Paused`` or ``Running`` for nobody.
-    """
-    try:
-        async with asyncio.timeout(CLOSED_TERMINAL_GRACE_SECONDS):
-            state = await asyncio.shield(running)
-    except TimeoutError:
-        running.cancel()
-        with contextlib.suppress(BaseException):
-            await running
-        state = outcome_state(TerminalClosed(closed_terminal_message()))
-        async with get_client() as client:
-            await client.set_flow_run_state(flow_run_id, state, force=True)
     assert isinstance(state, State)
     return state
 
