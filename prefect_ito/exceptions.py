@@ -2,9 +2,9 @@
 
 ```
 ItoError                  prefect-ito's own outcomes: SpendDeclined, NotConfirmed,
-│                         AwaitingConfirmation, DeadlineExceeded, Detached, FlowRunNotFound,
-│                         NothingToDecide, AnsweredByAnother, PrefectServerRequired,
-│                         PrefectUnreachable
+│                         AwaitingConfirmation, DeadlineExceeded, Detached, TerminalClosed,
+│                         FlowRunNotFound, NothingToDecide, AnsweredByAnother,
+│                         PrefectServerRequired, PrefectUnreachable
 ├── ItoTransportError     the request did not complete: ItoTimeoutError, ItoConnectionError
 ├── ItoProtocolError      the answer does not match contract v0
 ├── ItoAPIError           the backend answered with an error envelope: a class for each of its
@@ -57,7 +57,8 @@ __all__ = [
     "OriginNotAllowed", "PayloadTooLarge", "PrefectServerRequired", "PrefectUnreachable",
     "QuoteAlreadyDecided", "QuoteNotFound", "RateLimited", "RunCancelled", "RunFailed",
     "RunNotFound", "RunRefused", "RunStalled", "SlowDown", "SpendAuthorizationNotFound",
-    "SpendDeclined", "TokenRevoked", "TokenWithoutOrigin", "Unauthenticated", "ValidationFailed",
+    "SpendDeclined", "TerminalClosed", "TokenRevoked", "TokenWithoutOrigin", "Unauthenticated",
+    "ValidationFailed",
     "check_id", "error_from_envelope", "invalid_parameters",
 ]
 # fmt: on
@@ -362,6 +363,7 @@ NotConfirmed = _outcome("NotConfirmed", ItoError)
 AwaitingConfirmation = _outcome("AwaitingConfirmation", ItoError)
 DeadlineExceeded = _outcome("DeadlineExceeded", ItoError)
 Detached = _outcome("Detached", ItoError)
+TerminalClosed = _outcome("TerminalClosed", ItoError)
 FlowRunNotFound = _outcome("FlowRunNotFound", ItoError)
 NothingToDecide = _outcome("NothingToDecide", ItoError)
 AnsweredByAnother = _outcome("AnsweredByAnother", ItoError)

@@ -18,6 +18,7 @@ from typing import Any
 from prefect import State, flow, get_client, get_run_logger
 from prefect.states import Cancelled
 
+from prefect_ito.backend import ownership
 from prefect_ito.backend.operations import READ_TRAINING_RUN
 from prefect_ito.blocks import (
     ItoCredentials,
@@ -45,7 +46,7 @@ from prefect_ito.waiting.cancellation import (
     cancel_for_flow_run,
     cancel_workload_of,
 )
-from prefect_ito.waiting.flow_run import current_flow_run_id
+from prefect_ito.waiting.flow_run import current_flow_run_id, has_ended
 
 __all__ = ["ito_attach_training", "ito_cancel_training", "ito_training"]
 
@@ -91,17 +92,33 @@ async def ito_training(
         claim = await resolve_booking(parameters)
         request = parameters.to_request(claim)
         flow_run_id = current_flow_run_id()
+        # The flow run's id: re-entered, it finds its run by this before anything is quoted.
+        reference = str(flow_run_id) if flow_run_id is not None else None
         run = await supervision.start(
             steps,
             claim,
             request,
             lambda: submission_key(parameters, request, flow_run_id),
-            # The flow run's id: re-entered, it finds its run by this before anything is quoted.
-            client_reference=str(flow_run_id) if flow_run_id is not None else None,
+            client_reference=reference,
         )
     except ItoError as error:
         return _failed(error)
-    return await _supervise(steps, run)
+    return await _supervise(steps, run, other_asker=_other_asker(run, reference))
+
+
+def _other_asker(run: TrainingRun, reference: str | None) -> supervision.OtherAsker | None:
+    """Return who else asks ``run``'s questions, when the backend says another flow run made
+    it (one idempotency key given to two flow runs): that flow run, for as long as Prefect
+    holds it unfinished. A hint only, which at worst has a question asked twice or left to the
+    backend's page: which run is followed, and every answer, are the backend's."""
+    made_by = run.client_reference
+    if ownership.asks_its_questions(run, reference) or made_by is None:
+        return None
+
+    async def other_asker() -> str | None:
+        return None if await has_ended(made_by) else ownership.owner_of(run)
+
+    return other_asker
 
 
 @flow(
@@ -142,12 +159,16 @@ async def ito_attach_training(
 
 
 async def _supervise(
-    steps: TaskSteps, run: TrainingRun, *, made_it: bool = True
+    steps: TaskSteps,
+    run: TrainingRun,
+    *,
+    made_it: bool = True,
+    other_asker: supervision.OtherAsker | None = None,
 ) -> TrainingSummary | State[Any]:
     """Supervise ``run`` to its end and return the flow's result or final state; a cancel
     stops the backend run only when this flow run ``made_it``."""
     try:
-        run = await supervision.supervise(steps, run)
+        run = await supervision.supervise(steps, run, other_asker)
         raise_for_outcome(run)
     except supervision.CancelRequested as cancel:
         if not made_it:

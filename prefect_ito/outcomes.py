@@ -280,6 +280,11 @@ _ROWS: dict[ExitCode, tuple[_Row, ...]] = {
     ExitCode.DETACHED: (
         ("Detached",                  "DETACHED",                     "Detached",           None,
          "the person at the terminal detached (Ctrl-C); the backend run goes on unsupervised"),
+        # A hangup (the terminal closed) or a termination signal: supervision stops, as at a
+        # detach; an open question is left to others, never declined, and nothing is spent.
+        ("TerminalClosed",            "TERMINAL_CLOSED",              "TerminalClosed",     None,
+         "the terminal went away (a hangup or termination signal): nothing was declined or "
+         "spent, and a backend run already submitted goes on unsupervised"),
     ),
 }
 # fmt: on

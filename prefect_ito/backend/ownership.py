@@ -23,10 +23,12 @@ from prefect_ito.exceptions import (
 
 __all__ = [
     "Logger",
+    "asks_its_questions",
     "find_attachable_run",
     "find_keyed_run",
     "find_referenced_run",
     "find_submitted_run",
+    "owner_of",
 ]
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
@@ -52,9 +54,11 @@ async def find_attachable_run(
 
     A booking with an unfinished run this request did not make is busy, even for the same
     manifest: that run is another submission's to follow (``prefect-ito attach``), and a second
-    follower would ask its questions twice. A backend without references cannot tell whose
-    an unfinished run is; there the booking's run of the same manifest is followed, as before
-    contract v0.3.
+    follower would ask its questions twice. The run the same idempotency key made is followed
+    even when another client reference made it (a scheduler starting a job twice): the same
+    submission, whose questions the flow run that made it asks (:func:`asks_its_questions`).
+    A backend without references cannot tell whose an unfinished run is; there the booking's
+    run of the same manifest is followed, as before contract v0.3.
 
     Raises:
         ClientReferenceInUse: ``client_reference`` already made a run of a different request.
@@ -74,6 +78,24 @@ async def find_attachable_run(
         if confirmed is not None:
             return confirmed
     return await _unfinished_on_booking(client, request, references)
+
+
+def asks_its_questions(run: TrainingRun, client_reference: str | None) -> bool:
+    """Tell whether a supervisor with ``client_reference`` puts ``run``'s questions to people.
+
+    Only the submission the backend says made the run asks them: one question per backend
+    question, however many supervisors follow the run. A run under another client reference
+    (found by an idempotency key two flow runs were given) is followed without asking; a run
+    without one (a backend that keeps none, or a submission outside a flow run) is asked
+    about, as before contract v0.3, since nobody can say whose it is.
+    """
+    made_by = run.client_reference
+    return made_by is None or made_by == client_reference
+
+
+def owner_of(run: TrainingRun) -> str:
+    """Say who asks ``run``'s questions: the flow run, by the client reference that made it."""
+    return _maker(run)
 
 
 async def find_submitted_run(
@@ -197,12 +219,18 @@ async def _unfinished_on_booking(
             )
         if not references:
             return run
-        raise BookingBusy(
-            f"booking {request.booking_id} already has an unfinished run {run.run_id} of this "
-            f"same request, which {_maker(run)} made: nothing was quoted or submitted; it asks "
-            f"its own questions; follow it with `prefect-ito attach {run.run_id}`"
-        )
+        raise BookingBusy(_busy_with(request, run, "of this same request"))
     return None
+
+
+def _busy_with(request: TrainingRequest, run: TrainingRun, how: str) -> str:
+    """Say that the booking's unfinished run is another submission's, whose, and what to do."""
+    return (
+        f"booking {request.booking_id} already has an unfinished run {run.run_id} {how}, "
+        f"which {_maker(run)} made: nothing was quoted or submitted, and no question of that "
+        f"run is asked here (they are that flow run's); follow it with "
+        f"`prefect-ito attach {run.run_id}`"
+    )
 
 
 def _maker(run: TrainingRun) -> str:

@@ -6,6 +6,11 @@ with :data:`~prefect_ito.waiting.keys.DEFER_PREFIX`: it waits for the backend, a
 (:mod:`prefect_ito.people.notices`); since when and the deadline come from the flow run's own
 paused state. Anyone with Prefect API access can write a record, so the inbox only shows it:
 the link to the form is built here from the flow run's id, and text is printed as text.
+
+A question the backend no longer holds open is left out: a spend whose quote expired, was
+answered or was used, a decision on an action the run no longer waits for (another flow run's
+answer, a run that ended). The backend is asked with this terminal's own token; a question it
+cannot be asked about (no token here, the backend down, no record of what was asked) is shown.
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from prefect.utilities.urls import url_for
 from pydantic import ValidationError
 from rich.console import Console
 
+from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli import views
 from prefect_ito.cli.errors import respond
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.temporary_prefect import has_real_server
-from prefect_ito.exceptions import PrefectServerRequired
+from prefect_ito.exceptions import ItoError, PrefectServerRequired
 from prefect_ito.people.answers import is_question_key
 from prefect_ito.people.notices import Question, confirm_command, decide_command
 from prefect_ito.questions import by_prefix
@@ -42,6 +48,7 @@ from prefect_ito.waiting.keys import (
     QUESTION_RECORD_PREFIX,
     SPEND_PREFIX,
 )
+from prefect_ito.waiting.waits import ActionWait, QuoteWait, latest_wait
 
 __all__ = ["inbox"]
 
@@ -59,7 +66,8 @@ def inbox(*, json_output: JsonOption = False) -> None:
 
     For each: what is asked, since when, the deadline, the cost held so far, the link to its
     form in the Prefect UI and the command that answers it. Runs parked for the watcher wait
-    for the backend, not for a person, and are left out. Reads only Prefect.
+    for the backend, not for a person, and are left out, as are questions the backend no longer
+    holds open (an expired quote, an action already decided).
     """
     respond(json_output, _read_inbox(), _show_inbox)
 
@@ -70,7 +78,8 @@ async def _read_inbox() -> list[dict[str, Any]]:
             "`prefect-ito inbox` needs a real Prefect server: set PREFECT_API_URL"
         )
     async with get_client() as client:
-        waiting = [run for run in await _paused_runs(client) if _waits_for_person(run)]
+        paused = [run for run in await _paused_runs(client) if _waits_for_person(run)]
+        waiting = [run for run in paused if await _still_open(run)]
         now = datetime.now(UTC)  # one moment for every cost held, said with it
         entries = [_entry(run, await _question(client, run), now) for run in waiting]
     return sorted(entries, key=lambda entry: entry["since"] or "")
@@ -99,6 +108,28 @@ def _waits_for_person(flow_run: FlowRun) -> bool:
     if state is None or not state.is_paused():
         return False
     return not (state.state_details.pause_key or "").startswith(DEFER_PREFIX)
+
+
+async def _still_open(flow_run: FlowRun) -> bool:
+    """Tell whether the backend still holds open what the flow run's pause asks about.
+
+    Asked as the watcher asks (:meth:`~prefect_ito.waiting.waits.WaitRecord.settled`). True
+    when it cannot be told: no record of what was asked, or the backend not readable with this
+    terminal's token. A question wrongly shown costs a look; one wrongly hidden, a person.
+    """
+    pause_key = (flow_run.state.state_details.pause_key if flow_run.state else None) or ""
+    kind = QuoteWait if pause_key.startswith(SPEND_PREFIX) else ActionWait
+    if kind is ActionWait and by_prefix(pause_key) is None:
+        return True
+    record = await latest_wait(flow_run.id, kind)
+    if record is None:
+        return True
+    try:
+        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
+        async with credentials.get_client() as backend:
+            return await record.settled(backend) is None
+    except (ItoError, ValidationError):
+        return True
 
 
 async def _question(client: PrefectClient, flow_run: FlowRun) -> Question | None:

@@ -5,7 +5,9 @@ mode). When it waits for a person â€” a spend to confirm, a restart to decide â€
 prompt answers at the backend with their own token, which records who they are; the flow, which
 reads the backend at every poll, goes on by itself. Nothing answered through Prefect decides.
 Ctrl-C detaches: supervision stops at its next check and the flow run ends ``Detached``, while the
-backend run goes on; a second Ctrl-C stops at once.
+backend run goes on; a second Ctrl-C stops at once. A closed terminal (SIGHUP) or a termination
+signal (SIGTERM) stops supervision the same way, and the flow run ends ``TerminalClosed``: never
+left paused for nobody, and a question it asked is left to others, never declined.
 
 Just past ~400 lines: running the flow, noticing its pauses and reading a person's answer at the
 prompt share one event loop and one console, and are read together. Starting the temporary
@@ -35,6 +37,7 @@ from prefect.settings import PREFECT_UI_URL
 from rich.console import Console
 from rich.markdown import Markdown
 
+from prefect_ito.cli.hangup import end_without_terminal, stop_when_closed, terminal_went_away
 from prefect_ito.cli.local import interactive
 from prefect_ito.cli.restart_answers import decide_here, stated_run
 from prefect_ito.cli.spend_answers import (
@@ -138,15 +141,25 @@ async def run_training(
     answering = asyncio.ensure_future(
         _answer_pauses(flow_run.id, _Answerers(operator, confirmer), console, poll)
     )
+    closed = asyncio.Event()
+    gone = asyncio.ensure_future(closed.wait())
+    state: Any = None
     try:
-        with _detach_on_interrupt(console), quiet_tasks(verbose):
-            await asyncio.wait({running, answering}, return_when=asyncio.FIRST_COMPLETED)
-            if answering.done():
-                answering.result()  # the operator failed: say so rather than wait for nobody
-            state = await running
+        with _detach_on_interrupt(console), stop_when_closed(closed), quiet_tasks(verbose):
+            await asyncio.wait({running, answering, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if answering.done() and not closed.is_set():
+                if isinstance(answering.exception(), OSError):  # the terminal can't be written
+                    terminal_went_away(closed, "its output was lost")
+                else:
+                    answering.result()  # the operator failed: say so rather than wait for nobody
+            if closed.is_set():
+                answering.cancel()  # nobody is at the prompt: nothing may be answered for them
+                state = await end_without_terminal(running, flow_run.id)
+            else:
+                state = await running
     finally:
-        answering.cancel()
-        running.cancel()
+        for task in (gone, answering, running):
+            task.cancel()
     assert isinstance(state, State)
     return state
 

@@ -197,11 +197,14 @@ def _report(state: State[Any]) -> NoReturn:
         }
         output.emit(output.document(data=data, error=outcome_error(state), exit_code=code))
         sys.exit(int(code))
-    if code is ExitCode.DETACHED:  # deliberate: one calm line, not an error and its tables
-        views.print_detached(_console, state)
-        sys.exit(int(code))
-    views.print_outcome(_console, state)
-    _print_backends()
+    try:
+        if code is ExitCode.DETACHED:  # deliberate: one calm line, not an error and its tables
+            views.print_detached(_console, state)
+        else:
+            views.print_outcome(_console, state)
+            _print_backends()
+    except OSError:  # the terminal went away: its flow run's state says so, and nobody reads this
+        pass
     sys.exit(int(code))
 
 

@@ -33,12 +33,12 @@ from rich.table import Table
 
 from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.contract import Telemetry
-from prefect_ito.exceptions import ItoError
+from prefect_ito.exceptions import ItoError, TerminalClosed
 from prefect_ito.people.notices import decide_command
 from prefect_ito.reporting import cards, holding, moments
 from prefect_ito.reporting.forecast import SAID, Forecast
 from prefect_ito.reporting.report import SEEN, TrainingSummary
-from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL
+from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL, TERMINAL_WENT_AWAY
 
 __all__ = [
     "DetachFilter",
@@ -85,8 +85,12 @@ class DetachFilter(logging.Filter):
         # The flow's own end, and the end of whichever task the detach interrupted (a gate's
         # wait, say): "Finished in state Failed('Task run encountered an exception Detached:
         # detached at the terminal: …')".
-        detach = DETACHED_AT_TERMINAL in message or message.startswith(
-            "Finished in state Detached("
+        detach = (
+            DETACHED_AT_TERMINAL in message
+            or TERMINAL_WENT_AWAY in message
+            or message.startswith(
+                ("Finished in state Detached(", "Finished in state TerminalClosed(")
+            )
         )
         return not (record.name.startswith("prefect.") and detach)
 
@@ -256,6 +260,10 @@ _DATA_IMAGE = re.compile(r"!\[([^\]]*)\]\(data:[^)]*\)")
 
 def print_detached(console: Console, state: State[Any]) -> None:
     """Say calmly what a detach left running and how to re-attach: one line, not an error."""
+    if state.name == TerminalClosed.state_name:  # its message says it all, signal included
+        said = (state.message or "").removeprefix(f"{state.name}: ")
+        console.print(f"Stopped: {said}", markup=False, soft_wrap=True)
+        return
     summary = final_summary(state)
     if summary is None:
         console.print(

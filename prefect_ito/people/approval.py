@@ -17,7 +17,9 @@ Prefect cannot suspend subflows) waits.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 from prefect.input import RunInput
@@ -38,6 +40,8 @@ from prefect_ito.questions import ActionQuestion, question_for
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting.holding import held_for
 from prefect_ito.reporting.moments import when
+from prefect_ito.waiting.cancellation import stop_requested
+from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import action_pause_key
 from prefect_ito.waiting.waits import recheck_answer
 
@@ -204,6 +208,66 @@ async def wait_for_decision(
             where_to_decide(action),
         )
         fresh = True
+
+
+async def wait_for_owner(
+    steps: Supervisor,
+    run: TrainingRun,
+    owner: str,
+    still_asks: Callable[[], Awaitable[str | None]],
+    *,
+    timeout: float,
+    poll_interval: float,
+) -> TrainingRun | None:
+    """Wait, asking nobody, until the backend says the run's pending action was decided.
+
+    The run's questions are ``owner``'s to ask (the submission the backend says made it): this
+    supervisor follows the same submission, so it records no question, sends no notice and
+    pauses for no form — one question per backend question, however many follow the run.
+    Returns the run still waiting once ``still_asks`` says nobody else asks any more (the owner
+    ended): then this supervisor asks. Returns None if the flow run was cancelled meanwhile.
+
+    Raises:
+        AwaitingDecision: nobody decided in time; the action stays pending at the backend.
+    """
+    action = run.pending_action
+    if action is None:
+        raise ValueError(f"run {run.run_id} waits for no decision")
+    question = _question(action)
+    steps.logger.info(
+        "%s. It is %s's to ask, which the backend says made the run, so it is not asked again "
+        "here; this flow run goes on once it is decided: %s.",
+        question.waiting(action),
+        owner,
+        where_to_decide(action),
+    )
+    flow_run_id = current_flow_run_id()
+    give_up_at = asyncio.get_running_loop().time() + timeout
+    while still_pending(run, action):
+        if await stop_requested(flow_run_id):
+            return None
+        if await still_asks() is None:
+            steps.logger.info("Nobody else asks it any more (%s ended): asking it here.", owner)
+            return run
+        if asyncio.get_running_loop().time() >= give_up_at:
+            raise AwaitingDecision(
+                f"nobody decided on {question.subject} proposed for run {run.run_id} "
+                f"({action.action_id}) within {timeout:g} s; {owner} asks it, and it stays "
+                "pending at the backend",
+                run_id=run.run_id,
+            )
+        await asyncio.sleep(poll_interval)
+        try:
+            run = await steps.perform(POLL_TRAINING_RUN, run.run_id)
+        except TRANSIENT_FAULTS:
+            continue  # a busy backend for a moment: the next poll reads it again
+    steps.logger.info(
+        "The backend no longer holds run %s for %s (state %s).",
+        run.run_id,
+        action.action_id,
+        run.state.value,
+    )
+    return run
 
 
 async def _ask(

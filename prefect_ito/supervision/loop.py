@@ -13,7 +13,7 @@ decides, and refuses anything else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prefect_ito.backend import gates
 from prefect_ito.backend.desk import BookingClaim
@@ -25,12 +25,13 @@ from prefect_ito.backend.operations import (
     VERIFY_BOOKING,
 )
 from prefect_ito.contract import ConfirmationRecord, ConfirmationVia, TrainingRequest, TrainingRun
-from prefect_ito.exceptions import Detached, InsufficientScope
+from prefect_ito.exceptions import Detached, InsufficientScope, TerminalClosed
 from prefect_ito.people import spend
 from prefect_ito.reporting import report as reporting
 from prefect_ito.supervision.steps import Steps
+from prefect_ito.waiting.cancellation import closed_terminal_message
 
-__all__ = ["CancelRequested", "start", "stop_for_cancel", "supervise"]
+__all__ = ["CancelRequested", "OtherAsker", "start", "stop_for_cancel", "supervise"]
 
 
 class CancelRequested(Exception):
@@ -106,12 +107,24 @@ def _allowed_by(record: ConfirmationRecord) -> str:
     return f", confirmed at the backend by {record.confirmed_by}"
 
 
-async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
+OtherAsker = Callable[[], Awaitable[str | None]]
+"""Returns who else asks the run's questions (the flow run that made it) while it is there to
+ask them, else None: then this supervisor asks."""
+
+
+async def supervise(
+    steps: Steps, run: TrainingRun, other_asker: OtherAsker | None = None
+) -> TrainingRun:
     """Follow the backend's own stage plan until the run ends; ask people to decide restarts.
+
+    ``other_asker`` says, at each question, whether the flow run that made the run asks it
+    (:func:`~prefect_ito.backend.ownership.asks_its_questions`): then the decision is waited
+    for without asking anyone, so that each question is put to people once.
 
     Raises:
         CancelRequested: a person cancelled the flow run; the caller cancels the workload.
         Detached: the person at the terminal detached; the backend run goes on.
+        TerminalClosed: the terminal went away; the backend run goes on.
         RunStalled, DeadlineExceeded: a watchdog limit passed; the backend run goes on.
     """
     seen, watchdog = await steps.resume_point(run)
@@ -131,7 +144,11 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
             _note_unknown(steps, run, noted)
             if run.pending_action is not None and gates.decidable(run.pending_action):
                 # A person decides at the backend; the flow only waits to be told (v0.5).
-                decided = await steps.await_decision(run)
+                owner = await other_asker() if other_asker is not None else None
+                if owner is not None and other_asker is not None:
+                    decided = await steps.await_owner(run, owner, other_asker)
+                else:
+                    decided = await steps.await_decision(run)
                 if decided is None:
                     raise CancelRequested(run)
                 run = decided
@@ -142,6 +159,8 @@ async def supervise(steps: Steps, run: TrainingRun) -> TrainingRun:
             f"detached at the terminal: backend run {run.run_id} goes on; re-attach with "
             f"`prefect-ito attach {run.run_id}`"
         ) from None
+    except TerminalClosed:
+        raise TerminalClosed(closed_terminal_message(run.run_id)) from None
 
 
 async def stop_for_cancel(steps: Steps, run: TrainingRun) -> tuple[TrainingRun, str]:

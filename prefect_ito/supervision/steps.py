@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
 from prefect_ito.backend import desk
@@ -112,6 +113,21 @@ class Steps(ABC):
         return await approval.wait_for_decision(
             self,
             run,
+            timeout=self.supervision.approval_timeout,
+            poll_interval=current_settings().state_poll_seconds,
+        )
+
+    async def await_owner(
+        self, run: TrainingRun, owner: str, still_asks: Callable[[], Awaitable[str | None]]
+    ) -> TrainingRun | None:
+        """Wait, asking nobody, for the decision ``owner`` asks about while it still does;
+        return the run then, or None if the flow run was cancelled (see
+        :func:`prefect_ito.people.approval.wait_for_owner`)."""
+        return await approval.wait_for_owner(
+            self,
+            run,
+            owner,
+            still_asks,
             timeout=self.supervision.approval_timeout,
             poll_interval=current_settings().state_poll_seconds,
         )

@@ -7,7 +7,9 @@ where the flow runs — to nothing in a plain process (supervision asks for it b
 ``ito-cancel-training`` flow, which calls the same function).
 
 A **detach** (Ctrl-C at ``prefect-ito train``) stops only the supervising: the backend run goes
-on, and ``prefect-ito attach RUN_ID`` or running the same request again re-attaches.
+on, and ``prefect-ito attach RUN_ID`` or running the same request again re-attaches. A **closed
+terminal** (a hangup or termination signal at ``prefect-ito train``) stops it the same way, and
+the flow run's end says the terminal went away: a question it asked is left open, never declined.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from prefect_ito.backend import desk, ownership
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.blocks import resolve_credentials
 from prefect_ito.contract import TrainingRun, id_problem
-from prefect_ito.exceptions import Detached, RunNotFound
+from prefect_ito.exceptions import Detached, RunNotFound, TerminalClosed
 from prefect_ito.parameters import TrainingParameters, resolve_booking, submission_key
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
 __all__ = [
     "DETACHED_AT_TERMINAL",
+    "TERMINAL_WENT_AWAY",
     "CancelOutcome",
     "attached_run_id",
     "cancel_asked",
@@ -36,9 +39,11 @@ __all__ = [
     "cancel_supervised_run",
     "cancel_workload_of",
     "cancellation_requested",
+    "closed_terminal_message",
     "followed_run",
     "raise_if_detached",
     "request_detach",
+    "request_stop_for_closed_terminal",
     "stop_requested",
     "supervised_run",
 ]
@@ -46,7 +51,12 @@ __all__ = [
 DETACHED_AT_TERMINAL = "detached at the terminal"
 """How every message of a detach begins; the terminal shows such lines calmly, not as errors."""
 
+TERMINAL_WENT_AWAY = "the terminal went away"
+"""How every message of a stop for a closed terminal begins."""
+
 _detach = threading.Event()
+_closed_by: list[str] = []
+"""The signal that closed the terminal of this process, once one did."""
 
 
 def request_detach() -> None:
@@ -54,8 +64,33 @@ def request_detach() -> None:
     _detach.set()
 
 
+def request_stop_for_closed_terminal(signal_name: str) -> None:
+    """Ask supervision in this process to stop at its next check: ``signal_name`` (SIGHUP,
+    SIGTERM) says the terminal went away. The backend run, and any open question, are left be."""
+    if not _closed_by:
+        _closed_by.append(signal_name)
+    _detach.set()
+
+
+def closed_terminal_message(run_id: str | None = None) -> str:
+    """Say that the terminal went away, by which signal, and what that left as it was."""
+    signal_name = _closed_by[0] if _closed_by else "a signal"
+    goes_on = (
+        f"backend run {run_id} goes on unsupervised; re-attach with `prefect-ito attach {run_id}`"
+        if run_id is not None
+        else "a backend run already submitted goes on unsupervised"
+    )
+    return (
+        f"{TERMINAL_WENT_AWAY} ({signal_name}): nothing was declined or spent, a question it "
+        f"asked is left to others, and {goes_on}"
+    )
+
+
 def raise_if_detached() -> None:
-    """Raise :class:`Detached` once :func:`request_detach` was called in this process."""
+    """Raise :class:`Detached` once :func:`request_detach` was called in this process, or
+    :class:`TerminalClosed` once :func:`request_stop_for_closed_terminal` was."""
+    if _closed_by:
+        raise TerminalClosed(closed_terminal_message())
     if _detach.is_set():
         raise Detached(
             f"{DETACHED_AT_TERMINAL}: the backend run goes on; re-attach with "

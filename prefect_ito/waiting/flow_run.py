@@ -10,7 +10,7 @@ from uuid import UUID
 from prefect import get_client
 from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
-from prefect.exceptions import Abort, Pause
+from prefect.exceptions import Abort, ObjectNotFound, Pause
 from prefect.flow_runs import asuspend_flow_run
 from prefect.input import Keyset, RunInput, keyset_from_paused_state
 from prefect.input.run_input import AutomaticRunInput, run_input_subclass_from_type
@@ -22,7 +22,7 @@ try:  # Prefect's own step after a suspension (tasks stop too); private, so guar
 except ImportError:  # pragma: no cover - a Prefect that moved it: see suspend()
     mark_flow_run_suspension_requested = None  # type: ignore[assignment]
 
-__all__ = ["can_suspend", "current_flow_run_id", "fired_pause_keys", "suspend"]
+__all__ = ["can_suspend", "current_flow_run_id", "fired_pause_keys", "has_ended", "suspend"]
 
 _SUSPENSION_END = re.compile(r"Finished in state (Suspended|Paused)\(.*type=PAUSED\)", re.DOTALL)
 """What Prefect's flow engine logs when a flow run's process ends on a suspension."""
@@ -121,3 +121,21 @@ def _quiet_suspension_end() -> None:
     logger = logging.getLogger("prefect.flow_runs")
     if not any(isinstance(known, _SuspensionIsNoError) for known in logger.filters):
         logger.addFilter(_SuspensionIsNoError())
+
+
+async def has_ended(flow_run_id: str) -> bool:
+    """Tell whether Prefect holds the flow run ``flow_run_id`` as ended, or knows none such.
+
+    Only ever a hint of who is still there to ask a question (anyone with Prefect API access
+    can set a state): never which run to follow, nor an answer.
+    """
+    try:
+        flow_run_uuid = UUID(flow_run_id)
+    except ValueError:
+        return True  # not a flow run's id: nobody in Prefect asks for it
+    async with get_client() as client:
+        try:
+            flow_run = await client.read_flow_run(flow_run_uuid)
+        except ObjectNotFound:
+            return True
+    return flow_run.state is None or flow_run.state.is_final()

@@ -15,12 +15,18 @@ from prefect import get_client
 from prefect.flow_engine import run_flow_async
 from prefect.states import Cancelled
 
+from prefect_ito.backend import desk
+from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli.flow_runs import _read_status
-from prefect_ito.contract import RunState
+from prefect_ito.contract import DecisionChoice, DecisionRequest, RunState
 from prefect_ito.exceptions import BookingBusy
 from prefect_ito.flows import ito_attach_training, ito_cancel_training, ito_training
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
-from prefect_ito.waiting.keys import BACKEND_RUN_KEY
+from prefect_ito.waiting.keys import (
+    ACTION_RECORD_PREFIX,
+    BACKEND_RUN_KEY,
+    QUESTION_RECORD_PREFIX,
+)
 
 SLOW = 1_000
 """A time scale at which a backend run is still training when the test acts on it."""
@@ -74,6 +80,63 @@ async def test_a_booking_busy_with_another_flow_run_s_run_is_not_followed(start_
     made_by = simulator.runs()[0].run.client_reference
     assert f"flow run {made_by}" in (state.message or "")  # who owns its questions
     assert len(simulator.runs()) == 1
+
+
+async def test_a_flow_run_given_the_same_key_never_asks_another_flow_run_s_question(
+    start_simulator,
+):
+    # Before: a second flow run given the first's idempotency key (a scheduler's key, a job
+    # started twice) found the first's unfinished run by that key, followed it, and asked its
+    # restart question a second time: two "needs you" messages, a twin left waiting after the
+    # real answer.
+    simulator = start_simulator("loss-spike")
+    key = "nightly-2026-12-05"
+    first = asyncio.ensure_future(_run(ito_training, parameters(simulator, idempotency_key=key)))
+    try:
+        async with asyncio.timeout(60):
+            while not (simulator.runs() and simulator.runs()[0].run.pending_action):
+                await asyncio.sleep(0.1)
+        twin_parameters = parameters(simulator, idempotency_key=key)
+        async with get_client() as client:
+            twin = await client.create_flow_run(ito_training, parameters=twin_parameters)
+        following = asyncio.ensure_future(
+            run_flow_async(
+                ito_training, flow_run=twin, parameters=twin_parameters, return_type="state"
+            )
+        )
+        await _recorded_a_run(twin.id)  # it follows the run (and would ask, before)
+        await _decide_at_backend(simulator)  # a person answers the question, once
+        _, owner_state = await first
+        state = await following
+    finally:
+        first.cancel()
+
+    assert owner_state.is_completed(), owner_state.message
+    assert state.is_completed(), state.message  # the same submission: followed to its end
+    assert len(simulator.runs()) == 1
+    async with get_client() as client:  # the twin recorded no question and never paused
+        kept = await client.filter_flow_run_input(twin.id, "ito-", limit=50, exclude_keys=set())
+        history = await client.read_flow_run_states(twin.id)
+    questions = (ACTION_RECORD_PREFIX, QUESTION_RECORD_PREFIX)
+    assert not [record.key for record in kept if record.key.startswith(questions)], kept
+    assert not [each for each in history if each.is_paused()], history
+
+
+async def _recorded_a_run(flow_run_id: Any) -> None:
+    """Return once the flow run recorded the backend run it follows."""
+    async with asyncio.timeout(60), get_client() as client:
+        while not await client.filter_flow_run_input(
+            flow_run_id, BACKEND_RUN_KEY, limit=1, exclude_keys=set()
+        ):
+            await asyncio.sleep(0.2)
+
+
+async def _decide_at_backend(simulator: SimulatorServer) -> None:
+    run = simulator.runs()[0].run
+    assert run.pending_action is not None
+    decision = DecisionRequest(decision=DecisionChoice.APPROVE, reason="looked at it")
+    async with ItoCredentials(api_url=simulator.url).get_client() as client:
+        await desk.decide_action(client, run, run.pending_action.action_id, decision)
 
 
 async def test_a_decoy_flow_run_cancelled_stops_nobody_else_s_run(start_simulator):
