@@ -44,8 +44,8 @@ def test_an_entry_names_the_flow_run_s_form_for_what_it_can_do(monkeypatch):
     monkeypatch.setattr(command, "_console", console)
     entry = {
         "flow_run_id": "f-1", "flow_run_name": "quiet-heron", "kind": "spend",
-        "asked": "Confirm or decline a training spend", "evidence": None, "since": None,
-        "deadline": None, "held": None, "link": "http://127.0.0.1:4200/runs/flow-run/f-1",
+        "asked": "Confirm or decline a training spend", "why": None, "evidence": None,
+        "since": None, "deadline": None, "held": None, "link": "http://127.0.0.1:4200/runs/flow-run/f-1",
         "command": "prefect-ito confirm quote_1 [--decline]",
     }  # fmt: skip
 

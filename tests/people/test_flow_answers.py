@@ -117,7 +117,13 @@ async def test_a_spend_answer_written_before_the_suspension_is_ignored_and_a_per
         steps = TaskSteps(ItoCredentials(api_url=simulator.url), SupervisionParameters())
         try:
             return await spend.wait_for_person(
-                steps, quote, request, again=False, timeout=60, poll_interval=1
+                steps,
+                quote,
+                request,
+                again=False,
+                why=spend.NO_AUTHORIZATION,
+                timeout=60,
+                poll_interval=1,
             )
         except Suspension:
             return await stored(response)
