@@ -8,46 +8,15 @@ of them asks Prefect.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import uuid
 from typing import Any
 
 import pytest
 from cli_helpers import in_process, one_document
-from pydantic import SecretStr
+from spend_cli import REQUEST, client, env_for, one_line_error, person
 
-from prefect_ito.backend.client import ItoClient
-from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer
-from prefect_ito.simulator.builtins import COMPLETED_BOOKING
-
-NOWHERE = "http://127.0.0.1:9/api"  # nothing listens on the discard port
-REQUEST = TrainingRequest(
-    booking_id=COMPLETED_BOOKING,
-    model_size="8B",
-    data_refs=["catalog://ito/web-2026-10"],
-    target="code-assistant",
-    budget_usd=250_000,
-)
-
-
-def person(simulator: SimulatorServer) -> str:
-    scopes = [scope.value for scope in ALL_SCOPES]
-    return simulator.mint_token("cli", scopes=scopes, principal="user:ada").get_secret_value()
-
-
-def env_for(simulator: SimulatorServer, token: str, columns: int = 200) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ITO_COMPUTE_")}
-    env.update(
-        ITO_COMPUTE_API_URL=simulator.url,
-        ITO_COMPUTE_TOKEN=token,
-        PREFECT_API_URL=NOWHERE,
-        PREFECT_INTEGRATIONS_ITO_MAX_RETRIES="0",
-        COLUMNS=str(columns),
-    )
-    return env
 
 
 def create(env: dict[str, str], name: str, *limits: str) -> str:
@@ -68,21 +37,12 @@ def run_under(simulator: SimulatorServer, authorization_id: str) -> None:
     """Have the backend create one run of :data:`REQUEST` under the authorization."""
 
     async def submit() -> None:
-        async with ItoClient(simulator.url, SecretStr(person(simulator)), max_retries=0) as desk:
+        async with client(simulator) as desk:
             quote = await desk.quote_training_run(REQUEST.to_submission())
             submission = REQUEST.to_submission().spending(quote.quote_id, authorization_id)
             await desk.submit_training_run(submission, idempotency_key=f"k-{uuid.uuid4()}")
 
     asyncio.run(submit())
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], code: ExitCode) -> str:
-    output = result.stdout + result.stderr
-    assert "Traceback" not in output, output
-    assert result.returncode == code, output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
 
 
 # --- list -----------------------------------------------------------------------------------------

@@ -9,57 +9,21 @@ Prefect anything.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 import uuid
 
 import pytest
 from cli_helpers import converse, in_process, one_document
-from pydantic import SecretStr
+from spend_cli import PERSON, REQUEST, client, env_for, one_line_error, person
 
-from prefect_ito.backend.client import ItoClient
-from prefect_ito.contract import ALL_SCOPES, QuoteState, TrainingQuote, TrainingRequest
+from prefect_ito.contract import QuoteState, TrainingQuote
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer
-from prefect_ito.simulator.builtins import COMPLETED_BOOKING
-
-NOWHERE = "http://127.0.0.1:9/api"  # nothing listens on the discard port
-PERSON = "user:ada"
-REQUEST = TrainingRequest(
-    booking_id=COMPLETED_BOOKING,
-    model_size="8B",
-    data_refs=["catalog://ito/web-2026-10"],
-    target="code-assistant",
-    budget_usd=250_000,
-)
-
-
-def person(simulator: SimulatorServer) -> str:
-    """A person's token: every scope, the spend scopes included."""
-    scopes = [scope.value for scope in ALL_SCOPES]
-    return simulator.mint_token("cli", scopes=scopes, principal=PERSON).get_secret_value()
 
 
 def workload(simulator: SimulatorServer) -> str:
     """A workload's token: the training scopes only."""
     return simulator.mint_token("cli").get_secret_value()
-
-
-def env_for(simulator: SimulatorServer, token: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ITO_COMPUTE_")}
-    env.update(
-        ITO_COMPUTE_API_URL=simulator.url,
-        ITO_COMPUTE_TOKEN=token,
-        PREFECT_API_URL=NOWHERE,
-        PREFECT_INTEGRATIONS_ITO_MAX_RETRIES="0",
-        COLUMNS="200",
-    )
-    return env
-
-
-def client(simulator: SimulatorServer) -> ItoClient:
-    return ItoClient(simulator.url, SecretStr(person(simulator)), max_retries=0)
 
 
 def make_quote(simulator: SimulatorServer) -> TrainingQuote:
@@ -93,16 +57,6 @@ def answers_sent(simulator: SimulatorServer) -> list[str]:
         for r in simulator.requests()
         if r.method == "POST" and r.path.endswith(("/confirmations", "/declines"))
     ]
-
-
-def one_line_error(result: subprocess.CompletedProcess, code: ExitCode) -> str:
-    """Check the command failed with ``code`` and one ``error:`` line, and return that line."""
-    output = result.stdout + result.stderr
-    assert "Traceback" not in output, output
-    assert result.returncode == code, output
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
-    return errors[0]
 
 
 # --- confirm --------------------------------------------------------------------------------------
