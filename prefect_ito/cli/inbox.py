@@ -15,7 +15,6 @@ cannot be asked about (no token here, the backend down, no record of what was as
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -40,15 +39,13 @@ from prefect_ito.cli.output import JsonOption
 from prefect_ito.cli.temporary_prefect import has_real_server
 from prefect_ito.exceptions import ItoError, PrefectServerRequired
 from prefect_ito.people.answers import is_question_key
-from prefect_ito.people.notices import Question, confirm_command, decide_command
-from prefect_ito.questions import by_prefix
-from prefect_ito.questions.registry import KINDS
+from prefect_ito.people.notices import Question
+from prefect_ito.questions import asked_by, questions
 from prefect_ito.waiting.keys import (
     DEFER_PREFIX,
     QUESTION_RECORD_PREFIX,
-    SPEND_PREFIX,
 )
-from prefect_ito.waiting.waits import ActionWait, QuoteWait, latest_wait
+from prefect_ito.waiting.waits import latest_wait
 
 __all__ = ["inbox"]
 
@@ -56,9 +53,6 @@ _console = Console()
 
 _PAGE = 200
 """Flow runs read per request."""
-
-_CONFIRM_COMMAND = re.compile(r"prefect-ito confirm ([A-Za-z0-9_.:-]{1,128})")
-"""The only shape of a spend's answering command the inbox repeats from a record."""
 
 
 def inbox(*, json_output: JsonOption = False) -> None:
@@ -117,11 +111,10 @@ async def _still_open(flow_run: FlowRun) -> bool:
     when it cannot be told: no record of what was asked, or the backend not readable with this
     terminal's token. A question wrongly shown costs a look; one wrongly hidden, a person.
     """
-    pause_key = (flow_run.state.state_details.pause_key if flow_run.state else None) or ""
-    kind = QuoteWait if pause_key.startswith(SPEND_PREFIX) else ActionWait
-    if kind is ActionWait and by_prefix(pause_key) is None:
+    asked = asked_by(flow_run.state.state_details.pause_key if flow_run.state else None)
+    if asked is None:
         return True
-    record = await latest_wait(flow_run.id, kind)
+    record = await latest_wait(flow_run.id, asked.record)
     if record is None:
         return True
     try:
@@ -182,37 +175,25 @@ def _entry(flow_run: FlowRun, question: Question | None, now: datetime) -> dict[
 
 
 def _kind(pause_key: str) -> str:
-    if pause_key.startswith(SPEND_PREFIX):
-        return "spend"
-    question = by_prefix(pause_key)
-    return question.name if question is not None else "other"
+    asked = asked_by(pause_key)
+    return asked.name if asked is not None else "other"
 
 
 def _command(flow_run_id: UUID, pause_key: str, question: Question | None) -> str | None:
-    """Return the command that answers the question, built here where it can be."""
-    kind = _kind(pause_key)
-    if by_prefix(pause_key) is not None:
-        return decide_command(flow_run_id)
-    if kind == "spend" and question and (shown := _CONFIRM_COMMAND.match(question.command)):
-        return confirm_command(shown.group(1))
-    return None
+    """Return the command that answers the question, built by its kind."""
+    asked = asked_by(pause_key)
+    if asked is None:
+        return None
+    return asked.command(flow_run_id, question.command if question else None)
 
 
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
 
-_FORM_DOES: dict[str, str] = {
-    "spend": " (its form can only decline, or recheck once confirmed at the backend: a person "
-    "confirms on the backend's page, which the form names, or with the command below)",
-    **{
-        kind: " (its form only rechecks once decided at the backend: a person decides on the "
-        "backend's page, which the form names, or with the command below)"
-        for kind in KINDS
-        if kind != "spend"
-    },
-}
-"""What the flow run's form can do, by kind of question: a person answers at the backend."""
+def _form_does(kind: str) -> str:
+    """Return what the flow run's form can do for a question of ``kind`` ("" for another)."""
+    return next((q.form_does for q in questions().values() if q.name == kind), "")
 
 
 def _show_inbox(entries: list[dict[str, Any]]) -> None:
@@ -235,7 +216,7 @@ def _show_entry(entry: dict[str, Any]) -> None:
         f"  Since: {entry['since'] or '?'}   Deadline: {entry['deadline'] or 'none'}",
         f"  {views.held_line(entry['held']) if entry['held'] else 'Cost held: not reported'}",
         f"  Flow run: {entry['link'] or 'set PREFECT_UI_URL to get a link'}"
-        f"{_FORM_DOES.get(entry['kind'], '')}",
+        f"{_form_does(entry['kind'])}",
         *([f"  Answer: {entry['command']}"] if entry["command"] else []),
     ]
     for line in lines:

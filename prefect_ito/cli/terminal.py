@@ -57,10 +57,10 @@ from prefect_ito.people import answers, approval
 from prefect_ito.people.approval import Choice
 from prefect_ito.people.notices import decide_command
 from prefect_ito.people.spend import SpendDecision
-from prefect_ito.questions import question_for
+from prefect_ito.questions import asked_by, question_for
+from prefect_ito.questions.spend import SPEND
 from prefect_ito.reporting.quote_card import describe
 from prefect_ito.waiting.cancellation import request_detach
-from prefect_ito.waiting.keys import SPEND_PREFIX
 from prefect_ito.waiting.waits import ActionWait, QuoteWait, latest_wait
 
 __all__ = [
@@ -268,7 +268,7 @@ async def _waiting_pause(client: PrefectClient, flow_run_id: UUID) -> _Pause | N
         state=state,
         response_key=keyset["response"],
         description=json.loads(description),
-        spend=(state.state_details.pause_key or "").startswith(SPEND_PREFIX),
+        spend=asked_by(state.state_details.pause_key) is SPEND,
         defaults={name: spec["default"] for name, spec in fields.items() if "default" in spec},
     )
 

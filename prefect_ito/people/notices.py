@@ -44,7 +44,9 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.questions import ActionQuestion, question_for
+from prefect_ito.questions.commands import confirm_command, decide_command
 from prefect_ito.questions.registry import Kind
+from prefect_ito.questions.spend import SPEND
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX, spend_pause_key
@@ -135,7 +137,7 @@ def _spend_question(
 ) -> Question:
     cost = quote.plan.cost_usd
     return Question(
-        kind="spend",
+        kind=SPEND.name,
         key=_spend_key(quote),
         flow_run_id=str(flow_run_id),
         asked=f"Confirm or decline a training spend on booking {quote.booking_id}",
@@ -278,7 +280,7 @@ def spend_answered(quote: TrainingQuote) -> None:
     if state not in ("confirmed", "declined"):
         return
     _answered(
-        "spend",
+        SPEND.name,
         _spend_key(quote),
         quote.quote_id,
         answered_by=answer.principal if answer else None,
@@ -377,16 +379,6 @@ def _record(question: Question) -> None:
     except (PrefectHTTPStatusError, httpx.TransportError) as error:
         # The inbox misses this question's details; the question itself still stands.
         get_run_logger().warning("Could not keep the question's record for the inbox: %s", error)
-
-
-def decide_command(flow_run_id: UUID | str) -> str:
-    """Return the command that answers a flow run's restart question (one line, to copy)."""
-    return f"prefect-ito decide {flow_run_id} --approve|--reject --reason TEXT"
-
-
-def confirm_command(quote_id: str) -> str:
-    """Return the command that answers a spend question: confirm the quote, or decline it."""
-    return f"prefect-ito confirm {quote_id} [--decline]"
 
 
 def _link(flow_run_id: UUID) -> str | None:

