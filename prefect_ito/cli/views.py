@@ -218,11 +218,11 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         table.add_row("decided by", escape(row.who() or "—") + (unproven if row.who() else ""))
         if row.note():
             table.add_row("note", escape(row.note() or ""))
+        table.add_row(*moments.asked(row.held_since, row.proposed_at))
         table.add_row("decided at", cards.when(row.decided_at))
         table.add_row("why", escape(row.reason or "—"))
         for name, value in row.facts() or [("proposed", "—")]:
             table.add_row(name, escape(value))
-        table.add_row(*moments.asked(row.held_since, row.proposed_at))
         tables.append(table)
     return tables
 

@@ -240,10 +240,10 @@ def decisions_markdown(run: TrainingRun, actions: Actions | None = None) -> str:
             "|---|---|",
             f"| decided by | {_decider(row)} |",
             *([f"| note | {_cell(row.note())} |"] if row.note() else []),
+            "| {} | {} |".format(*asked(row.held_since, row.proposed_at)),
             f"| decided at | {when(row.decided_at)} |",
             f"| why | {_cell(row.reason)} |",
             *(f"| {name} | {_cell(value)} |" for name, value in facts),
-            "| {} | {} |".format(*asked(row.held_since, row.proposed_at)),
             "",
         ]
     if any(row.action is None for row in rows):

@@ -125,6 +125,9 @@ def test_the_decisions_card_and_the_terminal_keep_to_the_wall_clock():
         assert cards.when(row.held_since) in shown and cards.when(row.decided_at) in shown
         assert cards.when(row.proposed_at) not in shown, shown
     assert f"| asked at | {cards.when(row.held_since)} |" in text
+    # Asked, then decided: before, "asked at" came last, after the decision and its evidence.
+    for shown in (text, printed):
+        assert shown.index("asked at") < shown.index("decided at") < shown.index("loss spike")
     # Without the wall clock's moment, the run's own is shown under a label that says so.
     unheld = {key: action.model_copy(update={"held_since": None}) for key, action in seen.items()}
     text = cards.decisions_markdown(run, unheld)
