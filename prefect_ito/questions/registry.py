@@ -21,13 +21,15 @@ here registered in this package's ``__init__``, and the simulator's scenario for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, TypeVar
 from uuid import UUID
 
 from prefect_ito.contract import ActionKind, DecisionChoice, PendingAction, TrainingRun
 from prefect_ito.questions.commands import decide_command
 from prefect_ito.waiting.keys import ACTION_PREFIXES, action_pause_key
-from prefect_ito.waiting.waits import ActionWait, WaitRecord
+
+if TYPE_CHECKING:
+    from prefect_ito.waiting.waits import WaitRecord
 
 __all__ = [
     "KINDS",
@@ -55,8 +57,6 @@ class Question(ABC):
 
     name: ClassVar[Kind]
     """A short name: the kind in notifications' payloads, ``inbox`` and ``--json``."""
-    record: ClassVar[type[WaitRecord]]
-    """The record a flow writes beside its pause: what the watcher and ``inbox`` read back."""
     form_does: ClassVar[str]
     """What the flow run's Prefect form can do, as a parenthesis after its link: a person
     answers at the backend, never in Prefect."""
@@ -65,6 +65,11 @@ class Question(ABC):
     @abstractmethod
     def pause_prefix(self) -> str:
         """The pause-key prefix of a flow run waiting on this kind."""
+
+    @property
+    @abstractmethod
+    def record(self) -> type[WaitRecord]:
+        """The record a flow writes beside its pause: what the watcher and ``inbox`` read back."""
 
     @abstractmethod
     def command(self, flow_run_id: UUID | str, recorded: str | None) -> str | None:
@@ -80,7 +85,6 @@ class ActionQuestion(Question):
     """
 
     kind: ClassVar[ActionKind]
-    record: ClassVar[type[WaitRecord]] = ActionWait
     form_does: ClassVar[str] = (
         " (its form only rechecks once decided at the backend: a person decides on the "
         "backend's page, which the form names, or with the command below)"
@@ -96,6 +100,14 @@ class ActionQuestion(Question):
     def pause_prefix(self) -> str:
         """The pause-key prefix of a flow run waiting on this kind."""
         return ACTION_PREFIXES[self.kind]
+
+    @property
+    def record(self) -> type[WaitRecord]:
+        # Imported when asked: the records read Prefect, and commands that only show a question
+        # (``confirm``, ``runs show``) never import Prefect.
+        from prefect_ito.waiting.waits import ActionWait
+
+        return ActionWait
 
     def command(self, flow_run_id: UUID | str, recorded: str | None) -> str:
         return decide_command(flow_run_id)

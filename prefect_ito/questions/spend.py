@@ -5,13 +5,15 @@ it. Asking it is :mod:`prefect_ito.people.spend`'s; what any place needs of it i
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 from uuid import UUID
 
 from prefect_ito.questions.commands import confirm_command
 from prefect_ito.questions.registry import Kind, Question, register
 from prefect_ito.waiting.keys import SPEND_PREFIX
-from prefect_ito.waiting.waits import QuoteWait, WaitRecord
+
+if TYPE_CHECKING:
+    from prefect_ito.waiting.waits import WaitRecord
 
 __all__ = ["SPEND"]
 
@@ -23,7 +25,6 @@ class Spend(Question):
     """A spend to confirm at the backend."""
 
     name: ClassVar[Kind] = "spend"
-    record: ClassVar[type[WaitRecord]] = QuoteWait
     form_does: ClassVar[str] = (
         " (its form can only decline, or recheck once confirmed at the backend: a person "
         "confirms on the backend's page, which the form names, or with the command below)"
@@ -32,6 +33,12 @@ class Spend(Question):
     @property
     def pause_prefix(self) -> str:
         return SPEND_PREFIX
+
+    @property
+    def record(self) -> type[WaitRecord]:
+        from prefect_ito.waiting.waits import QuoteWait  # reads Prefect: imported when asked
+
+        return QuoteWait
 
     def command(self, flow_run_id: UUID | str, recorded: str | None) -> str | None:
         # The record is anyone's to write: only a quote id is taken from it, never its words.
