@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import httpx
+from capture_server import CaptureServer
 from cli_helpers import one_document, prefect_ito
 from prefect import flow, get_client
 from prefect.states import Paused, Running
@@ -127,3 +128,20 @@ async def test_a_decision_the_backend_no_longer_waits_for_is_not_listed(prefect_
 
     assert waiting in before
     assert waiting not in after
+
+
+async def test_a_record_naming_another_backend_gets_no_token_and_its_question_is_still_shown(
+    prefect_server,
+):
+    # A colleague with Prefect API access writes the record beside a paused flow run, naming a
+    # server of theirs (or another keyring entry): the inbox asks only the backend of its own
+    # token, so the token goes nowhere else, and a question it cannot ask about is shown.
+    with SimulatorServer() as simulator, CaptureServer() as capture:
+        token = grace(simulator)
+        honest = quote(simulator, token)
+        forged = honest.model_copy(update={"api_url": capture.url, "keyring_entry": "someone"})
+        flow_run = await paused_on(spend_pause_key(forged.manifest_digest), forged)
+        shown = listed(env_of(simulator, prefect_server, token))
+
+    assert capture.received == []  # no request at all, so no token
+    assert flow_run in shown
