@@ -211,8 +211,7 @@ def asked_by(pause_key: str | None) -> Question | None:
 
 
 def by_prefix(pause_key: str | None) -> ActionQuestion | None:
-    """Return the question whose flow runs wait under ``pause_key``; None for another pause."""
-    return next(
-        (q for q in _REGISTERED.values() if pause_key and pause_key.startswith(q.pause_prefix)),
-        None,
-    )
+    """Return the pending action's question whose flow runs wait under ``pause_key``; None for
+    another pause (a spend's included)."""
+    asked = asked_by(pause_key)
+    return asked if isinstance(asked, ActionQuestion) else None
