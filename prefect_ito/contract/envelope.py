@@ -18,8 +18,8 @@ from pydantic_core import CoreSchema
 
 from prefect_ito.contract.open_enum import open_enum_json_schema
 
-SCHEMA_VERSION: Final = "ito.training.v0.4"
-"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 3."""
+SCHEMA_VERSION: Final = "ito.training.v0.5"
+"""The contract version this prefect-ito speaks: major 0 (the ``/v0`` paths), minor 5."""
 SCHEMA_VERSION_PATTERN = r"^ito\.training\.v0(\.[0-9]+)?$"
 """Any minor version of v0: additive, so each reads as the other (see docs/contract.md)."""
 API_PREFIX = "/v0"

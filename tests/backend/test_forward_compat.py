@@ -284,4 +284,4 @@ async def test_the_client_says_which_contract_version_it_speaks() -> None:
     async with mock_client(script) as client:
         await client.get_training_run("run-1")
 
-    assert script.requests[0].headers["User-Agent"] == "prefect-ito (ito.training.v0.4)"
+    assert script.requests[0].headers["User-Agent"] == "prefect-ito (ito.training.v0.5)"

@@ -24,8 +24,8 @@ def test_a_scenario_must_spell_a_booking_status_right():
         Scenario.model_validate(data)
 
 
-def test_the_simulator_speaks_contract_v0_4(desk):
+def test_the_simulator_speaks_contract_v0_5(desk):
     capabilities = desk.http.get("/v0/capabilities").json()["data"]
 
-    assert capabilities["schema_version"] == "ito.training.v0.4"
+    assert capabilities["schema_version"] == "ito.training.v0.5"
     assert capabilities["spend_confirmation"] is True

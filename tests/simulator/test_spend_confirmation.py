@@ -143,7 +143,7 @@ def test_a_v0_3_client_written_confirmation_gets_a_clear_error_and_no_run(desk):
     ):
         response = desk.submit(body, confirm=False)
         assert error(response) == (400, "CONTRACT_VERSION_UNSUPPORTED", "confirmation")
-        assert "ito.training.v0.4" in response.json()["error"]["message"]
+        assert "ito.training.v0.5" in response.json()["error"]["message"]
     assert desk.sim.runs() == []
 
 
