@@ -83,12 +83,17 @@ def _prefect_refusal(error: Exception) -> ItoError | None:
     status = error.response.status_code
     if status not in (401, 403):
         return None
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
 
+    # Set but refused is a different fix from unset: say which, never the value itself.
+    fix = (
+        "PREFECT_API_AUTH_STRING is set but is not"
+        if PREFECT_API_AUTH_STRING.value()
+        else "set PREFECT_API_AUTH_STRING to"
+    )
     return PrefectUnreachable(
-        f"the Prefect API at {PREFECT_API_URL.value()} refused this client ({status}): set "
-        "PREFECT_API_AUTH_STRING to the server's PREFECT_SERVER_API_AUTH_STRING (or "
-        "PREFECT_API_KEY for Prefect Cloud)"
+        f"the Prefect API at {PREFECT_API_URL.value()} refused this client ({status}): {fix} "
+        "the server's PREFECT_SERVER_API_AUTH_STRING (or PREFECT_API_KEY for Prefect Cloud)"
     )
 
 

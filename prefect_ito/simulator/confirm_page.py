@@ -193,6 +193,10 @@ def _record(
         answer_quote(state, session.account, quote.quote_id, answer, principal, note or None)
     except SimError as error:
         return _page(request, session, error.message, quote_html(quote), ERROR_STATUS[error.code])
-    said = "Confirmed" if answer is QuoteAnswer.CONFIRMED else "Declined"
-    message = f"{said} as {principal}: return to your terminal."
+    # A quote is asked by a terminal or by a deployment's flow run that nobody watches: both
+    # learn the answer from the backend, so the person has nowhere they must go back to.
+    if answer is QuoteAnswer.CONFIRMED:
+        message = f"Confirmed as {principal}: the run that asked goes on by itself."
+    else:
+        message = f"Declined as {principal}: the run that asked ends, and nothing is spent."
     return _page(request, session, message, quote_html(quote))

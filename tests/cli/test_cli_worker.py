@@ -62,3 +62,16 @@ def test_a_prefect_api_that_refuses_its_credentials_is_one_line():
         result.stderr
     )
     assert "PREFECT_API_AUTH_STRING" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_wrong_auth_string_is_told_apart_from_none_and_never_shown():
+    with CaptureServer() as refusing:
+        result = prefect_ito(
+            "worker",
+            env=_env(PREFECT_API_URL=f"{refusing.url}/api", PREFECT_API_AUTH_STRING="admin:typo-7"),
+        )
+
+    assert result.returncode == ExitCode.ERROR, result.stderr
+    assert "PREFECT_API_AUTH_STRING is set but is not the server's" in result.stderr
+    assert "typo-7" not in result.stderr and "Traceback" not in result.stderr

@@ -121,6 +121,8 @@ def test_confirming_on_the_page_records_the_signed_in_principal(desk):
 
     assert answered.status_code == 200, answered.text
     assert "Confirmed as user:sim-user" in answered.text
+    # A deployment's flow run asks with no terminal: the page sends nobody back to one.
+    assert "goes on by itself" in answered.text and "terminal" not in answered.text
     stated = desk.http.get(f"/v0/training-quotes/{quote['quote_id']}").json()["data"]
     assert stated["state"] == "confirmed"
     assert (stated["confirmation"]["principal"], stated["confirmation"]["note"]) == (
