@@ -25,6 +25,15 @@ os.environ["PREFECT_ITO_TEST_RUN_DIRECTORY"] = str(RUN_DIRECTORY)
 # that a test starts (test_sweep_across_workers.py) copies the same one.
 os.environ.setdefault("PREFECT_ITO_TEST_MIGRATED_HOME", str(RUN_DIRECTORY / "migrated-home"))
 
+# Prefect's own API authentication is on for every server the run starts, as the shipped recipes
+# turn it on: each server takes the run's string, and every client (this process, the CLI, workers,
+# watchers and flow processes the tests start) sends it. A test that means to go without it says
+# so by leaving it out of its child's environment.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    _API_AUTH = f"prefect-ito-tests:{uuid.uuid4().hex}"
+    os.environ["PREFECT_SERVER_API_AUTH_STRING"] = _API_AUTH
+    os.environ["PREFECT_API_AUTH_STRING"] = _API_AUTH
+
 # Each session's Prefect home and keyring, in the run's directory: it goes when the run ends.
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="session-", dir=RUN_DIRECTORY))
 (_SESSION_HOME / "prefect").mkdir()

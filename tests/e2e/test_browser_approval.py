@@ -167,6 +167,14 @@ def screenshot_dir() -> Path:
     return directory
 
 
+async def sign_in_to_prefect(page: Page, ui_url: str) -> None:
+    """Sign in to the Prefect UI of a server behind its API auth string, as a person would."""
+    await page.goto(f"{ui_url}/login")
+    await page.locator("input").first.fill(os.environ["PREFECT_API_AUTH_STRING"])
+    await page.keyboard.press("Enter")
+    await page.wait_for_url(lambda url: not url.endswith("/login"))
+
+
 async def open_resume_form(page: Page, flow_run_url: str) -> Locator:
     """Open a paused flow run's page, press Resume, and return the form's dialog."""
     await page.goto(flow_run_url)
@@ -266,6 +274,7 @@ async def test_a_person_approves_a_restart_on_the_backend_s_decide_page(
     parked = await start_training(on_booking(STALLED_BOOKING, defer_after=1))
     suspended = await suspend_on_spike(BROWSER_BOOKING)
     ui_url = stack.api_url.removesuffix("/api")
+    await sign_in_to_prefect(page, ui_url)
     shots = screenshot_dir()
     (waiting,) = backend_runs(stack, BROWSER_BOOKING)
     action = waiting.pending_action
@@ -399,6 +408,7 @@ async def test_a_person_confirms_a_spend_at_the_backend_and_declines_one_in_the_
     confirming = await start_training(unauthorized(BROWSER_CONFIRM_BOOKING))
     declining = await start_training(unauthorized(BROWSER_DECLINE_BOOKING))
     ui_url = stack.api_url.removesuffix("/api")
+    await sign_in_to_prefect(page, ui_url)
     shots = screenshot_dir()
 
     async with screenshot_on_failure(page, shots / "spend-failure.png"):
