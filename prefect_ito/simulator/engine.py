@@ -163,13 +163,16 @@ class Engine:
         action = rec.pending_action
         if action is not None:
             code, url = self.action_codes.issue(rec.run_id, action.action_id, rec.base_url)
-            rec.pending_action = action.model_copy(
-                update={
-                    "held_since": self._anchor + timedelta(seconds=real_seconds),
-                    "user_code": code,
-                    "decide_url": url,
+            held_since = self._anchor + timedelta(seconds=real_seconds)
+            update = {"held_since": held_since, "user_code": code, "decide_url": url}
+            if action.deadline_at is not None and action.proposed_deadline_at is not None:
+                # A deadline is the wall clock's: the run reached it as the hold began.
+                extension = action.proposed_deadline_at - action.deadline_at
+                update |= {
+                    "deadline_at": held_since,
+                    "proposed_deadline_at": held_since + extension,
                 }
-            )
+            rec.pending_action = action.model_copy(update=update)
 
     def _release(self, rec: RunRecord) -> None:
         """End a wait for a person: from now on the run's clock lags the engine's by the wait."""

@@ -154,3 +154,21 @@ def test_a_held_run_says_what_its_gpus_cost_an_hour():
     booking = engine.bookings["bk-h200-2x8-ib"]
     assert action.hold_usd_per_hour == booking.gpus * scenario.run.gpu_hour_usd
     assert action.hold_usd_per_hour > 0
+
+
+def test_a_deadline_extension_names_deadlines_on_the_wall_clock():
+    # Before, deadline_at was the run's scaled clock: a deadline reached some real seconds into
+    # the run read as days later. A deadline is a wall-clock one (docs/contract.md).
+    clock = FakeClock()
+    scenario = builtin_scenario("deadline-extension").model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    submit(engine)
+    clock.now += 60
+    engine.advance()
+    (record,) = engine.runs.values()
+    action = record.pending_action
+    assert action is not None and action.kind == "deadline_extension"
+    assert action.deadline_at == action.held_since
+    assert START < action.deadline_at < START + timedelta(seconds=60)
+    extension = action.proposed_deadline_at - action.deadline_at
+    assert extension == timedelta(hours=scenario.run.deadline_extensions[0].extend_hours)
