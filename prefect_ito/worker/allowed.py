@@ -25,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from prefect_ito.settings import ENV_PREFIX
-from prefect_ito.worker.pull_steps import AllowedPullSteps, PullStep
+from prefect_ito.worker.pull_steps import REFUSAL, AllowedPullSteps, PullStep
 
 if TYPE_CHECKING:
     from prefect.client.schemas.responses import DeploymentResponse
@@ -144,21 +144,21 @@ class AllowedFlows:
         """
         if deployment is None:
             return (
-                "Refused by the prefect-ito worker: the flow run has no deployment, and this "
+                f"{REFUSAL}the flow run has no deployment, and this "
                 "worker runs only deployments of the flows it is configured for."
             )
         entrypoint = deployment.entrypoint or ""
         path = module_path_of(entrypoint)
         if path not in self.entrypoints:
             return (
-                f"Refused by the prefect-ito worker: the deployment's entrypoint {entrypoint!r} "
+                f"{REFUSAL}the deployment's entrypoint {entrypoint!r} "
                 f"is not a flow this worker runs ({', '.join(self.entrypoints)})."
             )
         assert path is not None  # in the list, so a module path
         expected = self.flow(path).name
         if flow_name != expected:
             return (
-                f"Refused by the prefect-ito worker: the flow run's flow is {flow_name!r}, but "
+                f"{REFUSAL}the flow run's flow is {flow_name!r}, but "
                 f"its deployment's entrypoint {entrypoint!r} is the flow {expected!r}."
             )
         steps = self.pull_steps.judge(deployment.pull_steps)

@@ -35,6 +35,7 @@ __all__ = [
     "ENGINE_MODULE",
     "PINNED_INPUTS",
     "PULL_STEPS_VARIABLE",
+    "REFUSAL",
     "AllowedPullSteps",
     "PullStep",
 ]
@@ -60,7 +61,8 @@ REQUIRED_VALUE = frozenset({"prefect.deployments.steps.git_clone"})
 PullStep = dict[str, dict[str, Any]]
 """One pull step as a deployment stores it: ``{function: {input: value, ...}}``."""
 
-_REFUSED = "Refused by the prefect-ito worker: "
+REFUSAL = "Refused by the prefect-ito worker: "
+"""How every refusal's message begins (the flow run's state message, and its log)."""
 
 
 class AllowedPullSteps:
@@ -102,7 +104,7 @@ class AllowedPullSteps:
         for step in steps or []:
             verdict = self._judge_step(step)
             if isinstance(verdict, str):
-                return _REFUSED + verdict
+                return REFUSAL + verdict
             judged.append(verdict)
         return tuple(judged)
 
