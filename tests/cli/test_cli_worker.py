@@ -6,14 +6,13 @@ Its flow runs are the end-to-end tests' (``tests/e2e/test_worker_routes.py``).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from capture_server import CaptureServer
-from cli_helpers import prefect_ito
+from cli_helpers import in_process, prefect_ito
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.worker import FLOWS_VARIABLE, PULL_STEPS_VARIABLE
@@ -114,16 +113,13 @@ def test_a_job_manifest_with_the_token_s_value_stops_the_kubernetes_worker(
     assert "canary-7d1e" not in result.stderr + result.stdout
 
 
-def test_without_prefect_kubernetes_the_kubernetes_worker_says_so_in_one_line():
+def test_without_prefect_kubernetes_the_kubernetes_worker_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+):
     # As if prefect-kubernetes were not installed: Python finds no such module.
-    code = (
-        "import sys; sys.modules['prefect_kubernetes'] = None; "
-        "sys.argv = ['prefect-ito', 'worker', '--kubernetes']; "
-        "from prefect_ito.cli import main; main()"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300
-    )
+    monkeypatch.setitem(sys.modules, "prefect_kubernetes", None)
+
+    result = in_process("worker", "--kubernetes", env=_env())
 
     assert result.returncode == ExitCode.INVALID_INPUT, result.stderr
     assert result.stderr.strip() == (
