@@ -4,7 +4,8 @@ A deployment names its flow by an entrypoint, either a module path
 (``prefect_ito.flows.ito_training``, the installed-package route) or a file path relative to
 the deployment's code (``prefect_ito/flows.py:ito_training``, the checkout route). Both are
 read here as a module path and compared with the worker's list; the worker then runs the
-installed module of that name, never the deployment's code, storage or pull steps.
+installed module of that name, never the deployment's storage, and only the pull steps it
+allows (:mod:`prefect_ito.worker.pull_steps`).
 
 The list comes from, in this order:
 
@@ -24,6 +25,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from prefect_ito.settings import ENV_PREFIX
+from prefect_ito.worker.pull_steps import REFUSAL, AllowedPullSteps, PullStep
 
 if TYPE_CHECKING:
     from prefect.client.schemas.responses import DeploymentResponse
@@ -54,8 +56,13 @@ class Admission:
 
     entrypoint: str
     """The module path of the allowed flow the flow process imports."""
-    ignored_pull_steps: tuple[str, ...] = ()
-    """The names of the deployment's pull steps, none of which runs."""
+    pull_steps: tuple[PullStep, ...] = ()
+    """The deployment's pull steps as the worker judged them: what the flow process runs."""
+
+    @property
+    def pull_step_names(self) -> tuple[str, ...]:
+        """The step functions of :attr:`pull_steps`, in order."""
+        return tuple(name for step in self.pull_steps for name in step)
 
 
 def module_path_of(entrypoint: str) -> str | None:
@@ -79,9 +86,16 @@ def module_path_of(entrypoint: str) -> str | None:
 
 
 class AllowedFlows:
-    """The flows one worker runs, by module path; each is imported from the installed package."""
+    """The flows one worker runs, by module path; each is imported from the installed package.
 
-    def __init__(self, entrypoints: Iterable[str]) -> None:
+    Args:
+        entrypoints: The flows, by module path.
+        pull_steps: The pull steps a deployment of them may have (default: none).
+    """
+
+    def __init__(
+        self, entrypoints: Iterable[str], pull_steps: AllowedPullSteps | None = None
+    ) -> None:
         allowed: list[str] = []
         for entrypoint in entrypoints:
             path = module_path_of(entrypoint.strip())
@@ -94,15 +108,20 @@ class AllowedFlows:
         if not allowed:
             raise ValueError("a prefect-ito worker needs at least one flow to run")
         self.entrypoints: tuple[str, ...] = tuple(dict.fromkeys(allowed))
+        self.pull_steps = pull_steps if pull_steps is not None else AllowedPullSteps(())
 
     @classmethod
-    def configured(cls, entrypoints: Sequence[str] | None = None) -> AllowedFlows:
-        """Return the worker's list: ``entrypoints``, else the environment's, else the default."""
+    def configured(
+        cls, entrypoints: Sequence[str] | None = None, pull_steps: Sequence[str] | None = None
+    ) -> AllowedFlows:
+        """Return the worker's lists: each the argument, else the environment's, else the
+        default (prefect-ito's flows; no pull step)."""
+        steps = AllowedPullSteps.configured(pull_steps)
         if entrypoints:
-            return cls(entrypoints)
+            return cls(entrypoints, steps)
         listed = os.environ.get(FLOWS_VARIABLE, "")
         named = [entry for entry in listed.split(",") if entry.strip()]
-        return cls(named or DEFAULT_FLOWS)
+        return cls(named or DEFAULT_FLOWS, steps)
 
     def flow(self, entrypoint: str) -> Flow[..., Any]:
         """Import an allowed flow from the installed package (once per worker)."""
@@ -125,25 +144,27 @@ class AllowedFlows:
         """
         if deployment is None:
             return (
-                "Refused by the prefect-ito worker: the flow run has no deployment, and this "
+                f"{REFUSAL}the flow run has no deployment, and this "
                 "worker runs only deployments of the flows it is configured for."
             )
         entrypoint = deployment.entrypoint or ""
         path = module_path_of(entrypoint)
         if path not in self.entrypoints:
             return (
-                f"Refused by the prefect-ito worker: the deployment's entrypoint {entrypoint!r} "
+                f"{REFUSAL}the deployment's entrypoint {entrypoint!r} "
                 f"is not a flow this worker runs ({', '.join(self.entrypoints)})."
             )
         assert path is not None  # in the list, so a module path
         expected = self.flow(path).name
         if flow_name != expected:
             return (
-                f"Refused by the prefect-ito worker: the flow run's flow is {flow_name!r}, but "
+                f"{REFUSAL}the flow run's flow is {flow_name!r}, but "
                 f"its deployment's entrypoint {entrypoint!r} is the flow {expected!r}."
             )
-        steps = tuple(next(iter(step), "?") for step in deployment.pull_steps or [])
-        return Admission(entrypoint=path, ignored_pull_steps=steps)
+        steps = self.pull_steps.judge(deployment.pull_steps)
+        if isinstance(steps, str):
+            return steps
+        return Admission(entrypoint=path, pull_steps=steps)
 
 
 @functools.cache

@@ -11,9 +11,13 @@ their own code. This worker takes none of that from Prefect:
 - the flow process is ``<this worker's Python> -m prefect.engine``, in a fresh temporary
   directory, with the worker's own environment; the template's and the deployment's ``command``,
   ``env`` and ``working_dir`` are dropped before they are read;
-- the flow process imports the allowed flow by its module path from the installed package
-  (Prefect's ``PREFECT__FLOW_ENTRYPOINT``), so the deployment's storage and pull steps are never
-  run, and the worker's own cancellation and crash hooks import it the same way.
+- the flow process imports the allowed flow by its module path (Prefect's
+  ``PREFECT__FLOW_ENTRYPOINT``), so the deployment's storage is never read, and the worker's own
+  cancellation and crash hooks import it the same way;
+- a deployment's pull steps run only if the worker allows each
+  (:mod:`prefect_ito.worker.pull_steps`; by default none, and a deployment with any is refused),
+  as the worker judged them: the flow process is then ``-m prefect_ito.worker.engine``, which
+  runs them before Prefect's engine.
 
 It is started like any worker (``prefect worker start --pool ito-process --type prefect-ito``)
 or with ``prefect-ito worker``.
@@ -21,8 +25,9 @@ or with ``prefect-ito worker``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import json
+import shlex
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -31,28 +36,25 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from prefect.exceptions import Abort, ObjectNotFound
 
 # The process worker's own parts: how it starts a flow process and supervises it (cancellation,
 # crash hooks). They are private to Prefect; prefect.workers.process uses them the same way.
 from prefect.runner._flow_run_executor import FlowRunExecutionResult, FlowRunExecutorContext
 from prefect.runner._starter_engine import EngineCommandStarter
-from prefect.states import Failed
-from prefect.utilities.engine import propose_state
+from prefect.utilities.processutils import get_sys_executable
 from prefect.workers.process import (
     ProcessJobConfiguration,
     ProcessWorker,
     ProcessWorkerResult,
 )
 
-from prefect_ito.worker.allowed import Admission, AllowedFlows
+from prefect_ito.worker.admits import Admits
+from prefect_ito.worker.allowed import Admission
+from prefect_ito.worker.pull_steps import ADMITTED_VARIABLE, ENGINE_MODULE
 
 if TYPE_CHECKING:
-    from uuid import UUID
-
     from prefect.client.orchestration import PrefectClient
     from prefect.client.schemas.objects import FlowRun
-    from prefect.client.schemas.responses import DeploymentResponse
     from prefect.runner._process_manager import ProcessHandle
 
 __all__ = ["WORKER_TYPE", "ItoProcessJobConfiguration", "ItoProcessWorker"]
@@ -62,9 +64,6 @@ WORKER_TYPE = "prefect-ito"
 
 IGNORED_VARIABLES = ("command", "env", "working_dir")
 """What a template or a job variable may not decide: the worker's own."""
-
-REFUSED = "Refused"
-"""The name of the Failed state a refused flow run ends in."""
 
 
 class ItoProcessJobConfiguration(ProcessJobConfiguration):
@@ -95,12 +94,13 @@ class ItoProcessJobConfiguration(ProcessJobConfiguration):
         return configuration
 
 
-class ItoProcessWorker(ProcessWorker):
+class ItoProcessWorker(Admits, ProcessWorker):
     """Runs the flows it is configured for as processes of its machine; refuses any other.
 
     Args:
         flows: The flows it runs, by module path (see :mod:`prefect_ito.worker.allowed` for
             the default and the environment variable).
+        pull_steps: The pull steps it runs (see :mod:`prefect_ito.worker.pull_steps`).
         *args: As for Prefect's process worker (``work_pool_name``, ``name``, ``limit``, ...).
         **kwargs: As for Prefect's process worker.
     """
@@ -109,9 +109,9 @@ class ItoProcessWorker(ProcessWorker):
     job_configuration = ItoProcessJobConfiguration
     _description = (
         "Runs prefect-ito's flows as processes of the worker's machine. What runs is the "
-        "worker's own configuration: the template's and deployments' command, environment, "
-        "working directory and pull steps are ignored, and a deployment of any other flow is "
-        "refused."
+        "worker's own configuration: the template's and deployments' command, environment "
+        "and working directory are ignored, and a deployment of any other flow, or with a pull "
+        "step the worker does not allow, is refused."
     )
     _display_name = "prefect-ito process"
     _documentation_url = "https://github.com/prefect-ito/prefect-ito/blob/main/docs/deployments.md"
@@ -125,59 +125,15 @@ class ItoProcessWorker(ProcessWorker):
             template["variables"]["properties"].pop(key, None)
         return template
 
-    def __init__(self, *args: Any, flows: Sequence[str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        flows: Sequence[str] | None = None,
+        pull_steps: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.allowed: AllowedFlows = AllowedFlows.configured(flows)
-        # A flow that does not import stops the worker now, not each flow run it takes later.
-        self.allowed.check_importable()
-        self._admitted: dict[UUID, Admission] = {}
-
-    async def _submit_run(self, flow_run: FlowRun) -> None:
-        """Judge the flow run by the worker's own list before Prefect's submission starts it."""
-        try:
-            verdict = await self._judge(flow_run)
-        except ObjectNotFound:
-            verdict = None  # its deployment is gone: Prefect's own submission says so
-        except Exception:
-            self._logger.exception("Could not judge flow run %s; it stays scheduled", flow_run.id)
-            self._forget(flow_run)  # still Scheduled: the next poll judges it again
-            return
-        if verdict is None or isinstance(verdict, Admission):
-            if verdict is not None:
-                self._admitted[flow_run.id] = verdict
-            try:
-                await super()._submit_run(flow_run)
-            finally:
-                self._admitted.pop(flow_run.id, None)
-            return
-        try:
-            if await self._propose_pending_state(flow_run):
-                await self._refuse(flow_run, verdict)
-        finally:
-            self._forget(flow_run)
-
-    async def _judge(self, flow_run: FlowRun) -> Admission | str:
-        deployment: DeploymentResponse | None = None
-        if flow_run.deployment_id is not None:
-            deployment = await self.client.read_deployment(flow_run.deployment_id)
-        flow = await self.client.read_flow(flow_run.flow_id)
-        return self.allowed.judge(deployment, flow.name)
-
-    async def _refuse(self, flow_run: FlowRun, message: str) -> None:
-        # Failed, not Crashed: nothing broke, and a crashed training run is one the watcher
-        # re-enters. Not Cancelled either: that reads as a person's choice.
-        self.get_flow_run_logger(flow_run).warning(message)
-        with contextlib.suppress(Abort):  # already final
-            await propose_state(
-                self.client, Failed(name=REFUSED, message=message), flow_run_id=flow_run.id
-            )
-
-    def _forget(self, flow_run: FlowRun) -> None:
-        """Release what the poll took for a flow run that is not started (as Prefect does)."""
-        self._release_limit_slot(flow_run.id)
-        self._submitting_flow_run_ids.discard(flow_run.id)
-        if self._cancelling_observer is not None:
-            self._cancelling_observer.remove_in_flight_flow_run_id(flow_run.id)
+        self._configure_admission(flows, pull_steps)
 
     async def run(
         self,
@@ -186,15 +142,12 @@ class ItoProcessWorker(ProcessWorker):
         task_status: anyio.abc.TaskStatus[int] | None = None,
     ) -> ProcessWorkerResult:
         """Start the allowed flow in a process of this machine and wait for it to end."""
-        admission = self._admitted.get(flow_run.id)
-        if admission is None:
-            raise RuntimeError(f"flow run {flow_run.id} was not admitted by this worker")
-        if admission.ignored_pull_steps:
+        admission = self._admission(flow_run)
+        if admission.pull_steps:
             self.get_flow_run_logger(flow_run).info(
-                "The prefect-ito worker runs the installed %s; the deployment's pull steps (%s) "
-                "are not run.",
+                "The prefect-ito worker runs %s after the deployment's pull steps it allows (%s).",
                 admission.entrypoint,
-                ", ".join(admission.ignored_pull_steps),
+                ", ".join(admission.pull_step_names),
             )
         status = task_status if task_status is not None else anyio.TASK_STATUS_IGNORED
         with tempfile.TemporaryDirectory(suffix="prefect-ito") as workspace:
@@ -215,6 +168,7 @@ class ItoProcessWorker(ProcessWorker):
     ) -> FlowRunExecutionResult | None:
         """Run ``python -m prefect.engine`` on the allowed entrypoint, as Prefect's worker does."""
         allowed = self.allowed.flow(admission.entrypoint)
+        command, env = flow_process(admission, configuration.env)
 
         async def resolve_flow(_: FlowRun) -> Any:
             return allowed  # for the hooks the worker runs: never the deployment's code
@@ -224,10 +178,10 @@ class ItoProcessWorker(ProcessWorker):
             warnings.simplefilter("ignore", DeprecationWarning)
             async with FlowRunExecutorContext() as ctx:
                 starter = EngineCommandStarter(
-                    command=None,  # this interpreter's `-m prefect.engine`
+                    command=command,
                     entrypoint=admission.entrypoint,
                     cwd=Path(workspace),
-                    env=configuration.env,
+                    env=env,
                     stream_output=configuration.stream_output,
                     control_channel=ctx.control_channel,
                 )
@@ -247,3 +201,17 @@ class ItoProcessWorker(ProcessWorker):
                         raise RuntimeError("Flow run process has no PID")
                     task_status.started(handle.pid)
         return execution
+
+
+def flow_process(
+    admission: Admission, env: dict[str, str | None]
+) -> tuple[str | None, dict[str, str | None]]:
+    """Return the flow process's command and environment for an admitted flow run.
+
+    Without pull steps, this interpreter's ``-m prefect.engine`` (Prefect's own, ``None``);
+    with them, ``-m prefect_ito.worker.engine``, given the steps as the worker judged them.
+    """
+    if not admission.pull_steps:
+        return None, env
+    command = shlex.join([get_sys_executable(), "-m", ENGINE_MODULE])
+    return command, {**env, ADMITTED_VARIABLE: json.dumps(list(admission.pull_steps))}

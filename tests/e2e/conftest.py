@@ -22,6 +22,7 @@ from e2e_stack import (
     AUTHORIZATION_BLOCK,
     BOOKING_BLOCK,
     CHECKOUT,
+    CHECKOUT_STEP,
     CREDENTIALS_BLOCK,
     INSTALLED_YAML,
     ITO_WORKER,
@@ -199,6 +200,9 @@ def _running_stack(
             XDG_DATA_HOME=str(scratch / "worker-keyring"),
             # Flow runs beat every 30 s (Prefect's least); 65 s of silence counts as lost.
             PREFECT_FLOWS_HEARTBEAT_FREQUENCY="30",
+            # The checkout route's one pull step, as its prefect-ito worker allows it (the
+            # installed route has none; Prefect's process worker reads no such list).
+            PREFECT_INTEGRATIONS_ITO_WORKER_PULL_STEPS=CHECKOUT_STEP,
         )
         worker_log = scratch / "worker.log"
         worker = start_worker(worker_env, worker_log, cwd=workdir, worker_type=worker_type)

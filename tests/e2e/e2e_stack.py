@@ -111,6 +111,10 @@ def e2e_scenario() -> Scenario:
     )
 
 
+CHECKOUT_STEP = f"prefect.deployments.steps.set_working_directory={CHECKOUT}"
+"""The pull step a prefect-ito worker allows on the checkout route: :func:`deployment_file`'s."""
+
+
 def deployment_file(directory: Path, shipped: Path = SHIPPED_YAML) -> Path:
     """Copy a shipped deployment file with what a user would edit for this machine.
 

@@ -11,8 +11,9 @@ flow run. The attacker's code sends ``ITO_COMPUTE_TOKEN`` to a capture server on
 
 On Prefect's process worker each route delivers the token (the test can fail); on the prefect-ito
 worker none delivers anything, the shipped deployment's runs still complete, and the
-attacker's deployment is refused with a message that names its entrypoint. SQLite only: the
-database plays no part in what a worker runs.
+attacker's deployments are refused with a message that names their entrypoint or the pull step
+the worker does not allow (it allows the checkout route's one, ``set_working_directory`` into
+this checkout). SQLite only: the database plays no part in what a worker runs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pytest
 from capture_server import CaptureServer
 from e2e_stack import (
     CHECKOUT,
+    CHECKOUT_STEP,
     ITO_WORKER,
     NIGHTLY,
     POOL,
@@ -121,7 +123,8 @@ async def test_a_shell_script_pull_step_on_a_shipped_deployment(
         await client.update_deployment(deployment.id, DeploymentUpdate(pull_steps=pull_steps))
     try:
         flow_run = await start_training()
-        await wait_for_flow_run(flow_run.id, completed)  # the flow itself runs as ever
+        # The flow itself runs as ever on Prefect's worker; the prefect-ito worker refuses it.
+        ended = await wait_for_flow_run(flow_run.id, completed if _stock(stack) else _refused)
     finally:
         async with get_client() as client:
             await client.update_deployment(
@@ -131,6 +134,11 @@ async def test_a_shell_script_pull_step_on_a_shipped_deployment(
     assert _delivered(stack, capture) is _stock(stack)
     if not _stock(stack):
         assert capture.received == []
+        assert ended.state is not None and ended.state.message == (
+            "Refused by the prefect-ito worker: the deployment's pull step "
+            "'prefect.deployments.steps.run_shell_script' is not one this worker runs "
+            f"(allowed: {CHECKOUT_STEP})."
+        )
 
 
 async def test_a_deployment_of_the_attacker_s_own_code(
@@ -181,7 +189,7 @@ async def test_a_deployment_that_names_a_shipped_entrypoint_over_the_attacker_s_
     either_worker_stack: Stack, capture: CaptureServer, tmp_path: Path
 ):
     """The entrypoint of a shipped deployment, and a pull step into a copy of the project where
-    ``prefect_ito/flows.py`` is theirs: the prefect-ito worker runs the installed flow."""
+    ``prefect_ito/flows.py`` is theirs: the prefect-ito worker refuses the directory."""
     stack = either_worker_stack
     (tmp_path / "prefect_ito").mkdir()
     (tmp_path / "prefect_ito" / "flows.py").write_text(
@@ -205,7 +213,7 @@ async def test_a_deployment_that_names_a_shipped_entrypoint_over_the_attacker_s_
         )
     try:
         flow_run = await run_deployment("ito-training/shadow", timeout=0)
-        await wait_for_flow_run(flow_run.id, completed)  # theirs on one, the shipped on the other
+        ended = await wait_for_flow_run(flow_run.id, completed if _stock(stack) else _refused)
     finally:
         async with get_client() as client:
             await client.delete_deployment(deployment_id)
@@ -213,6 +221,11 @@ async def test_a_deployment_that_names_a_shipped_entrypoint_over_the_attacker_s_
     assert _delivered(stack, capture) is _stock(stack)
     if not _stock(stack):
         assert capture.received == []
+        assert ended.state is not None and ended.state.message == (
+            "Refused by the prefect-ito worker: the deployment's pull step "
+            f"'prefect.deployments.steps.set_working_directory' has directory '{tmp_path}', "
+            f"which this worker does not allow ({CHECKOUT})."
+        )
 
 
 def _restart_worker(stack: Stack, *, with_prefect_ito_cli: bool = False) -> None:

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from prefect_ito.worker import DEFAULT_FLOWS, FLOWS_VARIABLE, AllowedFlows, ItoProcessWorker
+from prefect_ito.worker import (
+    DEFAULT_FLOWS,
+    FLOWS_VARIABLE,
+    PULL_STEPS_VARIABLE,
+    AllowedFlows,
+    AllowedPullSteps,
+    ItoProcessWorker,
+)
 from prefect_ito.worker.allowed import Admission, module_path_of
 from prefect_ito.worker.process import ItoProcessJobConfiguration
 
@@ -58,21 +65,37 @@ def _deployment(entrypoint: str, pull_steps: list[dict[str, Any]] | None = None)
     return SimpleNamespace(entrypoint=entrypoint, pull_steps=pull_steps)
 
 
-def test_a_shipped_deployment_is_admitted_by_either_entrypoint_and_its_pull_steps_ignored():
-    allowed = AllowedFlows(DEFAULT_FLOWS)
+def test_a_shipped_deployment_is_admitted_by_either_entrypoint_with_the_pull_steps_it_allows():
+    directory = {"prefect.deployments.steps.set_working_directory": {"directory": "/opt/x"}}
+    allowed = AllowedFlows(
+        DEFAULT_FLOWS,
+        AllowedPullSteps(["prefect.deployments.steps.set_working_directory=/opt/x"]),
+    )
     installed = allowed.judge(_deployment("prefect_ito.flows.ito_training"), "ito-training")
     checkout = allowed.judge(
-        _deployment(
-            "prefect_ito/flows.py:ito_training",
-            [{"prefect.deployments.steps.set_working_directory": {"directory": "/opt/x"}}],
-        ),
-        "ito-training",
+        _deployment("prefect_ito/flows.py:ito_training", [directory]), "ito-training"
     )
 
     assert installed == Admission("prefect_ito.flows.ito_training")
-    assert checkout == Admission(
-        "prefect_ito.flows.ito_training",
-        ignored_pull_steps=("prefect.deployments.steps.set_working_directory",),
+    assert checkout == Admission("prefect_ito.flows.ito_training", pull_steps=(directory,))
+    assert checkout.pull_step_names == ("prefect.deployments.steps.set_working_directory",)
+
+
+def test_by_default_a_deployment_with_a_pull_step_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.delenv(PULL_STEPS_VARIABLE, raising=False)
+    allowed = AllowedFlows.configured()
+    step = {"prefect.deployments.steps.set_working_directory": {"directory": "/opt/x"}}
+
+    verdict = allowed.judge(
+        _deployment("prefect_ito/flows.py:ito_training", [step]), "ito-training"
+    )
+
+    assert verdict == (
+        "Refused by the prefect-ito worker: the deployment's pull step "
+        "'prefect.deployments.steps.set_working_directory' is not one this worker runs "
+        "(allowed: none)."
     )
 
 
