@@ -9,9 +9,6 @@ a live table would fight. Prefect's per-task "Finished in state Completed()" lin
 poll, are kept off the console unless ``--verbose``; the Prefect API still receives every one.
 So is the traceback Prefect logs when a task ends with an expected outcome (a refused key, a
 revoked token): the console shows its one line, the Prefect API the whole record.
-
-Just past ~400 lines: the live lines and the summary show the same run, and are kept together so
-they say it the same way.
 """
 
 from __future__ import annotations

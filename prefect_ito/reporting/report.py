@@ -5,8 +5,6 @@ Each backend run has four cards — progress, gates, telemetry and decisions
 one artifact each on the flow run, updated in place (:mod:`prefect_ito.reporting.publishing`).
 Every Prefect event gets a UUID5 of the backend run id and the backend event's sequence number, so
 Prefect drops the duplicates a re-entered flow sends. Nothing here ever sees a token.
-
-Just past ~400 lines: what one report of a run publishes, cards and events, is read in one place.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ view, kept on the progress card as typed JSON and read back, older cards' string
 
 from __future__ import annotations
 
+import io
 import json
 import types
 import typing
@@ -25,7 +26,7 @@ NOW = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 
 def _shown(run: TrainingRun) -> dict[str, str]:
     """Return the run's telemetry as the card, the terminal and ``--json`` show it."""
-    console = Console(record=True, width=400)
+    console = Console(record=True, width=400, file=io.StringIO())
     print_summary(console, TrainingSummary.of(run))
     summary = TrainingSummary.of(run).model_dump(mode="json")
     return {
@@ -167,7 +168,7 @@ def test_status_says_the_same_from_the_backend_and_from_its_card():
     read = _read(RunView.of(run, NOW).card_metadata())
 
     def printed(shown: RunView) -> list[str]:
-        console = Console(record=True, width=400)
+        console = Console(record=True, width=400, file=io.StringIO())
         flow_run = {"flow_run_id": "f", "flow_run_name": "n", "state_name": "Paused"}
         print_status(console, {**flow_run, "state_message": None, "backend_run": shown})
         return console.export_text().splitlines()[2:]  # past the flow run and where from
