@@ -2,15 +2,13 @@
 
 Both name a flow run by its id and say where each fact comes from: the backend, read just now
 with this machine's token, or else the flow run's last progress card in Prefect, with its time,
-as possibly stale. A card's numbers are read from its metadata's numeric strings
-(:func:`prefect_ito.reporting.report.status_numbers`), never parsed out of its text; an older
-card without them shows its text, its numbers null.
+as possibly stale. Both are one view (:class:`prefect_ito.reporting.run_view.RunView`): a card's
+numbers are read from its metadata's JSON document (or an older card's numeric strings), never
+parsed out of its text; a card older than its numbers shows its text, its numbers null.
 """
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -33,8 +31,7 @@ from prefect_ito.cli.errors import respond
 from prefect_ito.cli.output import JsonOption
 from prefect_ito.contract import RunState, TrainingRun
 from prefect_ito.exceptions import FlowRunNotFound, ItoError, PrefectServerRequired
-from prefect_ito.reporting.forecast import Forecast, forecast
-from prefect_ito.reporting.report import FORECAST_PREFIX, status_facts
+from prefect_ito.reporting.run_view import RunView
 from prefect_ito.waiting.cancellation import (
     attached_run_id,
     cancel_supervised_run,
@@ -91,32 +88,12 @@ async def backend_client(flow_run: FlowRun) -> ItoClient:
     return (await resolve_credentials(credentials)).get_client()
 
 
-def _run_facts(run: TrainingRun | None) -> dict[str, Any] | None:
-    """Return what status shows of a backend run read from the backend just now; numbers as
-    numbers."""
-    if run is None:
-        return None
-    t, action, now = run.telemetry, run.pending_action, datetime.now(UTC)
-    return {
-        "source": "backend",
-        "as_of": now.isoformat(),
-        "stale_because": None,
-        "run_id": run.run_id,
-        "state": run.state.value,
-        "stage": run.current_stage or None,
-        **views.spend_numbers(t.spend_usd, t.budget_usd),
-        "forecast": views.forecast_numbers(forecast(run)),
-        "held": views.held_numbers(
-            action.held_since if action else None,
-            action.hold_usd_per_hour if action else None,
-            now,
-        ),
-        "pending_decision": status_facts(run)["pending_decision"] or None,
-        "card_text": None,
-    }
+def _run_facts(run: TrainingRun | None) -> RunView | None:
+    """Return what status shows of a backend run read from the backend just now."""
+    return RunView.of(run) if run is not None else None
 
 
-async def _card_facts(flow_run_id: UUID, *, stale_because: str) -> dict[str, Any] | None:
+async def _card_facts(flow_run_id: UUID, *, stale_because: str) -> RunView | None:
     """Return what the flow run's last progress card said, with its time and why only it."""
     async with get_client() as client:
         found = await client.read_artifacts(
@@ -129,60 +106,9 @@ async def _card_facts(flow_run_id: UUID, *, stale_because: str) -> dict[str, Any
     cards = [a for a in found if (a.key or "").startswith("ito-progress-") and a.metadata_]
     if not cards:
         return None
-    facts, updated = dict(cards[0].metadata_ or {}), cards[0].updated
-    spent, budget = _number(facts, "spend_usd"), _number(facts, "budget_usd")
-    return {
-        "source": "card",
-        "as_of": updated.isoformat() if updated else None,
-        "stale_because": stale_because,
-        "run_id": facts.get("run_id"),
-        "state": facts.get("state"),
-        "stage": facts.get("stage") or None,
-        **views.spend_numbers(spent, budget),
-        "forecast": views.forecast_numbers(_card_forecast(facts, spent, budget)),
-        # Counted to now: a held run does not change, so its card is not written again.
-        "held": views.held_numbers(
-            _moment(facts.get("held_since")),
-            _number(facts, "hold_usd_per_hour"),
-            datetime.now(UTC),
-        ),
-        "pending_decision": facts.get("pending_decision") or None,
-        # The card's own words, shown where its numbers are missing (a card older than them).
-        "card_text": {key: facts.get(key) or None for key in ("spend", "forecast", "held")},
-    }
-
-
-def _card_forecast(
-    facts: dict[str, str], spend_usd: float | None, budget_usd: float | None
-) -> Forecast | None:
-    """Return the forecast a progress card's metadata states; None if it states none."""
-    known = {"spend_usd": spend_usd, "budget_usd": budget_usd}
-    numbers = {
-        name: known[name] if name in known else _number(facts, FORECAST_PREFIX + name)
-        for name in Forecast.__dataclass_fields__
-    }
-    if any(value is None for value in numbers.values()):
-        return None
-    return Forecast(**numbers)  # type: ignore[arg-type]  # no None left
-
-
-def _number(facts: dict[str, str], key: str) -> float | None:
-    """Return the metadata value as a finite number; None if absent or not a number (anyone
-    with Prefect API access may write a card: its numbers are only shown)."""
-    try:
-        value = float(facts.get(key) or "nan")
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _moment(text: str | None) -> datetime | None:
-    """Return the metadata value as an aware moment; None if absent or not one."""
-    try:
-        moment = datetime.fromisoformat(text or "")
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
+    return RunView.from_card(
+        dict(cards[0].metadata_ or {}), written_at=cards[0].updated, stale_because=stale_because
+    )
 
 
 def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
@@ -244,15 +170,15 @@ async def _cancel_at_backend(
 
 
 def _cancelled(
-    flow_run: FlowRun, *, requested: bool, here: bool, backend_run: dict[str, Any] | None
+    flow_run: FlowRun, *, requested: bool, here: bool, backend_run: RunView | None
 ) -> dict[str, Any]:
     """Return what cancel did, what it left to others (and to whom), and the backend run."""
     state = flow_run.state
     suspended = state is not None and bool(state.state_details.pause_reschedule)
     finished = (
         backend_run is not None
-        and backend_run["source"] == "backend"
-        and (backend_run["state"] in _FINISHED)
+        and backend_run.source == "backend"
+        and (backend_run.state in _FINISHED)
     )
     follows = attached_run_id(flow_run)
     left_to = None

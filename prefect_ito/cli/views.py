@@ -9,9 +9,6 @@ a live table would fight. Prefect's per-task "Finished in state Completed()" lin
 poll, are kept off the console unless ``--verbose``; the Prefect API still receives every one.
 So is the traceback Prefect logs when a task ends with an expected outcome (a refused key, a
 revoked token): the console shows its one line, the Prefect API the whole record.
-
-Just past ~400 lines: the live lines and the summary show the same run, and are kept together so
-they say it the same way.
 """
 
 from __future__ import annotations
@@ -21,23 +18,22 @@ import copy
 import logging
 import re
 from collections.abc import Iterator
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
 from prefect import State
 from prefect.logging.handlers import PrefectConsoleHandler
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from prefect_ito.cli.temporary_prefect import has_real_server
-from prefect_ito.contract import Telemetry
 from prefect_ito.exceptions import ItoError, TerminalClosed
 from prefect_ito.people.notices import decide_command
-from prefect_ito.reporting import cards, holding, moments
-from prefect_ito.reporting.forecast import SAID, Forecast
+from prefect_ito.reporting.decisions import decision_rows
 from prefect_ito.reporting.report import SEEN, TrainingSummary
+from prefect_ito.reporting.run_view import Hold, RunView, telemetry_rows
 from prefect_ito.waiting.cancellation import DETACHED_AT_TERMINAL, TERMINAL_WENT_AWAY
 
 __all__ = [
@@ -45,7 +41,6 @@ __all__ = [
     "OutcomeFormatter",
     "TaskChatterFilter",
     "final_summary",
-    "forecast_numbers",
     "held_line",
     "held_numbers",
     "held_text",
@@ -55,7 +50,6 @@ __all__ = [
     "print_status",
     "print_summary",
     "quiet_tasks",
-    "spend_numbers",
     "without_images",
 ]
 
@@ -213,31 +207,19 @@ def _decisions(summary: TrainingSummary) -> list[Table | str]:
         )
         table.add_column("what")
         table.add_column("value")
-        table.add_row("decision", escape(row.outcome()))
-        unproven = " (a name; the backend authenticated nobody)" if not row.principal else ""
-        table.add_row("decided by", escape(row.who() or "—") + (unproven if row.who() else ""))
-        if row.note():
-            table.add_row("note", escape(row.note() or ""))
-        table.add_row(*moments.asked(row.held_since, row.proposed_at))
-        table.add_row("decided at", cards.when(row.decided_at))
-        table.add_row("why", escape(row.reason or "—"))
-        for name, value in row.facts() or [("proposed", "—")]:
-            table.add_row(name, escape(value))
+        for name, cell in decision_rows(row):
+            shown = escape(cell.theirs or "") + escape(cell.ours)
+            table.add_row(escape(name), shown or "—")
         tables.append(table)
     return tables
 
 
 def _telemetry(summary: TrainingSummary) -> Table:
-    t = summary.telemetry
     table = Table(title="Telemetry", title_justify="left", show_header=False)
     table.add_column("measure")
     table.add_column("value")
-    table.add_row("goodput", f"{t.goodput:.1%}")
-    table.add_row("interruption rate", f"{t.interruption_rate_per_day:.2f} per day")
-    table.add_row("checkpoint bandwidth", f"{t.checkpoint_bandwidth_gbps:.1f} GB/s")
-    table.add_row("spend", cards.spend(t))
-    table.add_row("tokens processed", f"{t.tokens_processed:,}")
-    table.add_row("loss", cards.loss_summary(t, summary.decisions))
+    for label, text in telemetry_rows(summary.telemetry, summary.decisions):
+        table.add_row(label, escape(text))
     return table
 
 
@@ -278,62 +260,34 @@ def print_detached(console: Console, state: State[Any]) -> None:
     )
 
 
-def spend_numbers(spend_usd: float | None, budget_usd: float | None) -> dict[str, float | None]:
-    """Return spend, ceiling and their ratio as numbers (None where unknown), for ``--json``."""
-    ratio = spend_usd / budget_usd if spend_usd is not None and budget_usd else None
-    return {"spend_usd": spend_usd, "budget_usd": budget_usd, "spend_fraction": ratio}
-
-
-def forecast_numbers(found: Forecast | None) -> dict[str, Any] | None:
-    """Return a forecast's fields and whether it is at risk, as numbers, for ``--json``."""
-    if found is None:
-        return None
-    return {**asdict(found), "at_risk": found.at_risk}
-
-
 def held_numbers(
     since: datetime | None, usd_per_hour: float | None, now: datetime
 ) -> dict[str, Any] | None:
     """Return what holding a run has cost from ``since`` to ``now`` at the hourly rate, as
-    numbers (and the moments as ISO text); None unless both are known.
-
-    Counted when it is shown, not when the backend or a record said it: the cost grows.
+    numbers (:meth:`~prefect_ito.reporting.run_view.Hold.numbers`); None unless both are known
+    and make a hold.
     """
     if since is None or usd_per_hour is None:
         return None
-    cost = holding.held(since, usd_per_hour, now)
-    return {
-        "since": since.isoformat(),
-        "seconds": round(cost.seconds),
-        "usd": round(cost.usd, 2),
-        "usd_per_hour": usd_per_hour,
-        "as_of": now.isoformat(),
-    }
+    try:  # a record in Prefect, which anyone with API access writes
+        hold = Hold(since=since, usd_per_hour=usd_per_hour)
+    except ValidationError:  # a moment without a zone, a rate that is no number: not said
+        return None
+    return hold.numbers(now)
 
 
 def held_text(numbers: dict[str, Any]) -> str:
     """Return e.g. "held 2 h 14 min: about $1,350 of GPU time as of 2026-11-30 11:14 UTC ($600
     an hour while nobody decides)", from :func:`held_numbers`."""
-    cost = holding.Held(seconds=numbers["seconds"], usd=numbers["usd"])
-    as_of = cards.when(datetime.fromisoformat(numbers["as_of"]))
-    return (
-        f"{cost.sentence()} as of {as_of} "
-        f"(${numbers['usd_per_hour']:,.0f} an hour while nobody decides)"
-    )
+    since = datetime.fromisoformat(numbers["since"])
+    hold = Hold(since=since, usd_per_hour=float(numbers["usd_per_hour"]))
+    return hold.sentence(datetime.fromisoformat(numbers["as_of"]))
 
 
 def held_line(said: str) -> str:
     """Return a line on the cost held from its sentence ("held 2 h …" → "Held 2 h …"): the
     sentence names it, so no label says it twice."""
     return f"Held{said.removeprefix('held')}" if said.startswith("held ") else f"Held: {said}"
-
-
-def _spend_text(facts: dict[str, Any]) -> str:
-    if facts["spend_usd"] is None or not facts["budget_usd"]:
-        return _card_said(facts, "spend") or "?"
-    # The card's own wording, from the two numbers it needs.
-    numbers = {"spend_usd": facts["spend_usd"], "budget_usd": facts["budget_usd"]}
-    return cards.spend(Telemetry.model_construct(**numbers))
 
 
 def print_status(console: Console, shown: dict[str, Any]) -> None:
@@ -343,57 +297,40 @@ def print_status(console: Console, shown: dict[str, Any]) -> None:
     console.print(f"{name}: [bold]{state}[/]")
     if shown["state_message"]:
         console.print(shown["state_message"], markup=False)
-    facts = shown["backend_run"]
-    if facts is None:
+    view: RunView | None = shown["backend_run"]
+    if view is None:
         console.print("Backend run: none reported yet.")
         return
-    _print_backend_run(console, facts)
-    console.print(f"Stage: {facts['stage'] or '—'}", markup=False)
-    console.print(f"Spend: {_spend_text(facts)}", markup=False)
-    _print_costs(console, facts)
-    pending = facts["pending_decision"]
-    if not pending:
+    _print_backend_run(console, view)
+    console.print(f"Stage: {view.stage or '—'}", markup=False)
+    console.print(f"Spend: {view.spend_text() or '?'}", markup=False)
+    if found := view.forecast_text():
+        console.print(f"Forecast: {found}", markup=False, soft_wrap=True)
+    if said := view.held_text():
+        # Counted to now from a card's numbers; a card's words say when they were counted.
+        still = ", if still held" if view.source == "card" and view.hold is not None else ""
+        console.print(f"{held_line(said)}{still}", markup=False, soft_wrap=True)
+    if not view.pending_decision:
         console.print("Pending decision: none")
         return
-    console.print(f"[bold yellow]Pending decision:[/] {escape(pending)}", soft_wrap=True)
+    console.print(
+        f"[bold yellow]Pending decision:[/] {escape(view.pending_decision)}", soft_wrap=True
+    )
     console.print(
         f"Decide: {decide_command(shown['flow_run_id'])}",
         soft_wrap=True,  # a command to copy: never broken across lines
     )
 
 
-def _print_costs(console: Console, facts: dict[str, Any]) -> None:
-    """Print the forecast and the cost held, each if known: from the numbers, else in the
-    words of a card older than them."""
-    found = facts["forecast"]
-    if found is not None:
-        fields = {name: found[name] for name in Forecast.__dataclass_fields__}
-        console.print(f"Forecast: {Forecast(**fields).figures()}", markup=False, soft_wrap=True)
-    elif said := _card_said(facts, "forecast"):
-        # A card's line says "forecast: …" itself; the label here says it once.
-        console.print(f"Forecast: {said.removeprefix(SAID)}", markup=False, soft_wrap=True)
-    if facts["held"] is not None:
-        still = ", if still held" if facts["source"] == "card" else ""
-        line = held_line(held_text(facts["held"]))
-        console.print(f"{line}{still}", markup=False, soft_wrap=True)
-    elif said := _card_said(facts, "held"):
-        console.print(held_line(said), markup=False, soft_wrap=True)
-
-
-def _card_said(facts: dict[str, Any], key: str) -> str | None:
-    """Return what a card said of ``key`` in words (text from Prefect: printed as text)."""
-    said = facts.get("card_text") or {}
-    return str(said[key]) if said.get(key) else None
-
-
-def _print_backend_run(console: Console, facts: dict[str, Any]) -> None:
-    run = f"Backend run: {facts['run_id'] or '?'} ({facts['state'] or '?'})"
-    if facts["source"] == "backend":
+def _print_backend_run(console: Console, view: RunView) -> None:
+    run = f"Backend run: {view.run_id or '?'} ({view.state or '?'})"
+    if view.source == "backend":
         console.print(f"{run}, as the backend states it now.", markup=False, soft_wrap=True)
         return
+    written = view.as_of.isoformat() if view.as_of else "an unknown time"
     console.print(
-        f"{run}, from the progress card of {facts['as_of'] or 'an unknown time'}: it may be "
-        f"stale (the backend was not asked: {facts['stale_because']}).",
+        f"{run}, from the progress card of {written}: it may be "
+        f"stale (the backend was not asked: {view.stale_because}).",
         markup=False,
         soft_wrap=True,
     )
@@ -415,7 +352,7 @@ def print_cancel(console: Console, sent: dict[str, Any]) -> None:
         console.print(f"{flow_run}: cancellation requested in Prefect.", markup=False)
     else:
         console.print(f"{flow_run} had already ended: its state is left as it is.", markup=False)
-    facts = sent["backend_run"]
+    facts: RunView | None = sent["backend_run"]
     if sent.get("follows_run_id"):
         console.print(
             f"It follows backend run {sent['follows_run_id']}, which it did not make: cancelling "
@@ -430,7 +367,7 @@ def print_cancel(console: Console, sent: dict[str, Any]) -> None:
         console.print("No backend run was found for it: nothing to cancel at the backend.")
         return
     if sent["backend_cancelled_here"]:
-        console.print(f"Cancelled backend run {facts['run_id']} from here.", markup=False)
+        console.print(f"Cancelled backend run {facts.run_id} from here.", markup=False)
     if sent["left_to"]:
         console.print(_LEFT_TO[sent["left_to"]], markup=False, soft_wrap=True)
     _print_backend_run(console, facts)

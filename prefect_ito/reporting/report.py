@@ -5,8 +5,6 @@ Each backend run has four cards — progress, gates, telemetry and decisions
 one artifact each on the flow run, updated in place (:mod:`prefect_ito.reporting.publishing`).
 Every Prefect event gets a UUID5 of the backend run id and the backend event's sequence number, so
 Prefect drops the duplicates a re-entered flow sends. Nothing here ever sees a token.
-
-Just past ~400 lines: what one report of a run publishes, cards and events, is read in one place.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 from uuid import UUID
 
@@ -34,23 +31,18 @@ from prefect_ito.contract import (
     Telemetry,
     TrainingRun,
 )
-from prefect_ito.questions import question_for
 from prefect_ito.reporting.cards import (
-    Actions,
-    DecisionSummary,
-    decisions,
-    decisions_headline,
     decisions_markdown,
     gate_rows,
     gates_description,
-    hold_cost,
     progress_description,
     progress_percent,
-    spend,
     telemetry_markdown,
 )
+from prefect_ito.reporting.decisions import Actions, DecisionSummary, decisions, headline
 from prefect_ito.reporting.forecast import forecast
 from prefect_ito.reporting.publishing import Card, Publisher
+from prefect_ito.reporting.run_view import RunView
 from prefect_ito.waiting.deferral import PARKED
 from prefect_ito.waiting.flow_run import current_flow_run_id
 
@@ -256,63 +248,16 @@ def cards(run: TrainingRun, actions: Actions | None = None, *, parked: bool = Fa
             key=artifact_key(run.run_id, "decisions"),
             type="markdown",
             data=decisions_markdown(run, actions),
-            description=decisions_headline(decisions(run, actions), run),
+            description=headline(decisions(run, actions), run),
         ),
     ]
     return result
 
 
 def status_facts(run: TrainingRun) -> dict[str, str]:
-    """Return what ``prefect-ito status`` shows, as the progress card's metadata.
-
-    Prefect keeps metadata as strings: the text a person reads in the UI, and beside it the
-    numbers as plain numeric strings (:func:`status_numbers`), so that no reader parses the text.
-    """
-    t = run.telemetry
-    facts = {
-        "run_id": run.run_id,
-        "state": run.state.value,
-        "stage": run.current_stage or "",
-        "spend": spend(t),
-        "pending_decision": "",
-        # Under the key "forecast": its figures, so that it reads "forecast: $…" once.
-        "forecast": found.figures() if (found := forecast(run)) is not None else "",
-        "held": hold_cost(run) or "",
-        **status_numbers(run),
-    }
-    action = run.pending_action
-    question = question_for(action)
-    if action is not None:
-        facts["pending_decision"] = (
-            question.status(action)
-            if question is not None
-            else f"{action.kind} at step {action.step:,} in {action.stage}"
-        )
-    return facts
-
-
-FORECAST_PREFIX = "forecast_"
-"""The progress card's metadata key of each :class:`~prefect_ito.reporting.forecast.Forecast`
-field is this prefix and the field's name (but ``spend_usd`` and ``budget_usd``, kept once)."""
-
-
-def status_numbers(run: TrainingRun) -> dict[str, str]:
-    """Return the numbers behind the progress card's text, each a plain numeric string ("" for
-    none): spend, ceiling, the forecast's fields, and since when and at what hourly rate the run
-    is held for a decision (what it cost so far grows with time, so a reader counts it)."""
-    t = run.telemetry
-    numbers = {"spend_usd": str(t.spend_usd), "budget_usd": str(t.budget_usd)}
-    found = forecast(run)
-    for name, value in asdict(found).items() if found is not None else ():
-        if name not in numbers:
-            numbers[FORECAST_PREFIX + name] = str(value)
-    action = run.pending_action
-    since = action.held_since if action is not None else None
-    rate = action.hold_usd_per_hour if action is not None else None
-    held = since is not None and rate is not None  # an older backend says neither
-    numbers["held_since"] = since.isoformat() if held and since else ""
-    numbers["hold_usd_per_hour"] = str(rate) if held else ""
-    return numbers
+    """Return the progress card's metadata: what ``prefect-ito status`` shows of the run
+    (:meth:`~prefect_ito.reporting.run_view.RunView.card_metadata`)."""
+    return RunView.of(run).card_metadata()
 
 
 async def publish(run: TrainingRun, *, parked: bool = False) -> None:

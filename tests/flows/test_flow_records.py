@@ -198,7 +198,7 @@ async def test_status_of_an_attach_flow_run_shows_the_run_it_follows(start_simul
 
     shown = await _read_status(attach.id)
 
-    assert shown["backend_run"]["run_id"] == theirs
+    assert shown["backend_run"].run_id == theirs
 
 
 async def _attach_flow_run(simulator: SimulatorServer, run_id: str, *, cancelled: bool = False):

@@ -12,6 +12,7 @@ from prefect_ito.contract import DecisionChoice
 from prefect_ito.reporting import cards
 from prefect_ito.reporting import markdown as md
 from prefect_ito.reporting import report as reporting
+from prefect_ito.reporting.decisions import decisions
 from prefect_ito.reporting.report import TrainingSummary, artifact_key
 
 
@@ -102,7 +103,7 @@ def test_a_decision_taken_before_this_supervisor_attached_still_shows():
 
 def test_timestamps_read_as_dates_people_use():
     run, seen = play("demo", decide="approve")
-    row = cards.decisions(run, seen)[0]
+    row = decisions(run, seen)[0]
 
     assert cards.when(row.proposed_at).startswith("2026-12-")  # days into the run, not 2035
     assert cards.when(row.proposed_at).endswith(" UTC")
@@ -112,7 +113,7 @@ def test_the_decisions_card_and_the_terminal_keep_to_the_wall_clock():
     # Before: "proposed at 2026-12-13 17:09" (the simulated run's compressed clock) beside
     # "decided at 2026-12-05 00:36" (the wall clock), neither labelled.
     run, seen = play("demo", decide="approve")
-    row = cards.decisions(run, seen)[0]
+    row = decisions(run, seen)[0]
     assert row.held_since is not None and row.decided_at is not None
     assert cards.when(row.proposed_at) != cards.when(row.held_since)  # two clocks, really
 
