@@ -58,6 +58,16 @@ class Admits(_Worker):
             raise RuntimeError(f"flow run {flow_run.id} was not admitted by this worker")
         return admission
 
+    def _say_admitted(self, flow_run: FlowRun, admission: Admission) -> None:
+        """Say first in the flow run's log which worker runs it, and what: a flow run without
+        this line ran on another worker (docs/security.md)."""
+        steps = admission.pull_step_names
+        self.get_flow_run_logger(flow_run).info(
+            "The prefect-ito worker runs the installed %s%s.",
+            admission.entrypoint,
+            f" after the deployment's pull steps it allows ({', '.join(steps)})" if steps else "",
+        )
+
     async def _submit_run(self, flow_run: FlowRun) -> None:
         """Judge the flow run by the worker's own lists before Prefect's submission starts it."""
         try:

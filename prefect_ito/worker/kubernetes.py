@@ -203,12 +203,7 @@ class ItoKubernetesWorker(Admits, KubernetesWorker):
     ) -> KubernetesWorkerResult:
         """Create the flow run's Job from the worker's manifest, told what was admitted."""
         admission = self._admission(flow_run)
-        if admission.pull_steps:
-            self.get_flow_run_logger(flow_run).info(
-                "The prefect-ito worker runs %s after the deployment's pull steps it allows (%s).",
-                admission.entrypoint,
-                ", ".join(admission.pull_step_names),
-            )
+        self._say_admitted(flow_run, admission)
         admit(configuration, admission)
         # KubernetesWorker.run: mypy sees BaseWorker's abstract one (prefect-kubernetes is Any).
         return await super().run(flow_run, configuration, task_status)  # type: ignore[safe-super]

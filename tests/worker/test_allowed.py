@@ -155,3 +155,30 @@ def test_a_worker_whose_flow_does_not_import_does_not_start(monkeypatch: pytest.
 
     worker = ItoProcessWorker(work_pool_name="ito-process")
     assert worker.allowed.entrypoints == DEFAULT_FLOWS
+
+
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [
+        ((), "The prefect-ito worker runs the installed prefect_ito.flows.ito_training."),
+        (
+            ({"prefect.deployments.steps.set_working_directory": {"directory": "/opt/x"}},),
+            "The prefect-ito worker runs the installed prefect_ito.flows.ito_training after the "
+            "deployment's pull steps it allows (prefect.deployments.steps.set_working_directory).",
+        ),
+    ],
+)
+def test_every_flow_run_it_starts_says_first_which_worker_runs_it(
+    steps: tuple[dict[str, Any], ...], said: str, caplog: pytest.LogCaptureFixture
+):
+    # A flow run without this line ran on another worker: docs/security.md says to look for it.
+    import logging
+
+    logger = logging.getLogger("test-flow-run")
+    worker = SimpleNamespace(get_flow_run_logger=lambda _: logger)
+    admission = Admission(entrypoint="prefect_ito.flows.ito_training", pull_steps=steps)
+
+    with caplog.at_level(logging.INFO, logger="test-flow-run"):
+        ItoProcessWorker._say_admitted(worker, SimpleNamespace(), admission)  # type: ignore[arg-type]
+
+    assert [record.getMessage() for record in caplog.records] == [said]
