@@ -74,6 +74,7 @@ async def _read_status(flow_run_id: UUID) -> dict[str, Any]:
         "flow_run_name": flow_run.name,
         "state_name": state.name if state else None,
         "state_message": state.message if state else None,
+        "ended": bool(state and state.is_final()),
         "backend_run": backend_run,
     }
 

@@ -299,7 +299,10 @@ def print_status(console: Console, shown: dict[str, Any]) -> None:
         console.print(shown["state_message"], markup=False)
     view: RunView | None = shown["backend_run"]
     if view is None:
-        console.print("Backend run: none reported yet.")
+        # A flow run that ended with none (declined, refused, not live) will never report one.
+        console.print(
+            "Backend run: none." if shown.get("ended") else "Backend run: none reported yet."
+        )
         return
     _print_backend_run(console, view)
     console.print(f"Stage: {view.stage or '—'}", markup=False)

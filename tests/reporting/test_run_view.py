@@ -178,3 +178,14 @@ def test_status_says_the_same_from_the_backend_and_from_its_card():
     assert from_card[:3] == from_backend[:3]  # stage, spend, forecast
     assert from_card[3] == from_backend[3] + ", if still held"  # counted to now, both
     assert from_card[4:] == from_backend[4:]  # the pending decision, the command
+
+
+@pytest.mark.parametrize(("ended", "said"), [(False, "none reported yet."), (True, "none.")])
+def test_status_of_a_flow_run_with_no_backend_run_says_whether_one_may_come(ended: bool, said: str):
+    # A declined spend ends the flow run with no backend run: "none reported yet" promised one.
+    console = Console(record=True, width=200, file=io.StringIO())
+    shown = {"flow_run_id": "f", "flow_run_name": "n", "state_name": "Declined", "ended": ended}
+
+    print_status(console, {**shown, "state_message": None, "backend_run": None})
+
+    assert console.export_text().splitlines()[-1] == f"Backend run: {said}"
