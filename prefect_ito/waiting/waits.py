@@ -27,6 +27,7 @@ from prefect.exceptions import PrefectHTTPStatusError
 from pydantic import ValidationError
 
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.contract import ChangePage, PendingAction, QuoteState
 from prefect_ito.exceptions import QuoteNotFound, RunNotFound
 from prefect_ito.waiting.deferral import BackendRecord
@@ -78,6 +79,13 @@ class QuoteWait(WaitRecord):
     quote_id: str
     manifest_digest: str
     expires_at: datetime
+    named_authorization: bool | None = None
+    """Whether the flow run named a standing authorization; None in a record written before
+    this was kept, of which nothing is said."""
+    refused: Uncovered | None = None
+    """The standing authorization the backend said does not cover the quote, and its reason: a
+    watcher telling people again reads the authorization at the backend and says why a person is
+    asked (the reason it shows only quoted, as this record's words)."""
 
     def names(self) -> str:
         return self.quote_id
