@@ -34,6 +34,7 @@ from prefect_ito.waiting.deferral import BackendRecord
 from prefect_ito.waiting.keys import ACTION_RECORD_PREFIX, QUOTE_RECORD_PREFIX
 
 __all__ = [
+    "DEADLINE_GRACE_SECONDS",
     "ActionWait",
     "QuoteWait",
     "WaitRecord",
@@ -42,6 +43,12 @@ __all__ = [
     "recheck_answer",
     "record_wait",
 ]
+
+DEADLINE_GRACE_SECONDS = 300
+"""How long past a question's deadline Prefect's own suspension of it lasts. A watcher resumes
+the flow run at the question's deadline (with ``recheck``), and the flow ends the question
+itself, so that its cards end in what happened; with no watcher, Prefect's server fails the run
+this much later."""
 
 
 class WaitRecord(BackendRecord):
