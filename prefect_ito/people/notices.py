@@ -57,7 +57,7 @@ from prefect_ito.questions.spend import SPEND
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX, spend_pause_key
-from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord
+from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord, question_deadline
 
 __all__ = [
     "PERSON_ANSWERED",
@@ -219,7 +219,7 @@ async def tell_again(flow_run: FlowRun, wait: WaitRecord, client: ItoClient) -> 
     if state is None or not state.is_paused():
         return False
     asked_at = state.timestamp
-    deadline = state.state_details.pause_timeout
+    deadline = question_deadline(state)
     timeout = (deadline - asked_at).total_seconds() if deadline else 0.0
     found = await _open_question(flow_run.id, wait, client, asked_at, timeout)
     # The question, asked again after a recheck, waits under its key and a suffix of its own.

@@ -18,11 +18,11 @@ nothing.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
-from typing import ClassVar, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
-from prefect import get_client
+from prefect import State, get_client
 from prefect.exceptions import PrefectHTTPStatusError
 from pydantic import ValidationError
 
@@ -40,6 +40,7 @@ __all__ = [
     "WaitRecord",
     "all_waits",
     "latest_wait",
+    "question_deadline",
     "recheck_answer",
     "record_wait",
 ]
@@ -49,6 +50,16 @@ DEADLINE_GRACE_SECONDS = 300
 the flow run at the question's deadline (with ``recheck``), and the flow ends the question
 itself, so that its cards end in what happened; with no watcher, Prefect's server fails the run
 this much later."""
+
+
+def question_deadline(state: State[Any]) -> datetime | None:
+    """Return when the question a paused flow run asks expires: for a suspension, Prefect's
+    deadline less :data:`DEADLINE_GRACE_SECONDS`; for an in-process pause, Prefect's own (its
+    process gives up by itself just before). None when the pause has none."""
+    until: datetime | None = state.state_details.pause_timeout
+    if until is None or not state.state_details.pause_reschedule:
+        return until
+    return until - timedelta(seconds=DEADLINE_GRACE_SECONDS)
 
 
 class WaitRecord(BackendRecord):

@@ -38,7 +38,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
@@ -66,11 +66,11 @@ from prefect_ito.waiting.deferral import Deferral
 from prefect_ito.waiting.keys import ACTION_PREFIXES, DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
 from prefect_ito.waiting.waits import (
-    DEADLINE_GRACE_SECONDS,
     ActionWait,
     QuoteWait,
     WaitRecord,
     latest_wait,
+    question_deadline,
     recheck_answer,
 )
 from prefect_ito.waiting.watched import in_state, watched_flow_runs
@@ -643,14 +643,14 @@ def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) 
 
 
 def _past_deadline(flow_run: FlowRun) -> bool:
-    """Tell whether the question a suspended flow run asks is past its deadline: Prefect's own
-    comes :data:`~prefect_ito.waiting.waits.DEADLINE_GRACE_SECONDS` later (see
-    :func:`prefect_ito.people.asking.ask`)."""
+    """Tell whether the question a suspended flow run asks is past its deadline (Prefect's own
+    comes later, see :func:`~prefect_ito.waiting.waits.question_deadline`). A run paused
+    in-process is its own process's to end."""
     state = flow_run.state
-    until: datetime | None = state.state_details.pause_timeout if state else None
-    if until is None:
+    if state is None or not state.state_details.pause_reschedule:
         return False
-    return datetime.now(UTC) >= until - timedelta(seconds=DEADLINE_GRACE_SECONDS)
+    deadline = question_deadline(state)
+    return deadline is not None and datetime.now(UTC) >= deadline
 
 
 def _by_backend(
