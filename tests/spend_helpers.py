@@ -64,6 +64,16 @@ def covering_authorization(
     return ItoSpendAuthorization(authorization_id=made.authorization_id)
 
 
+def revoke(simulator: SimulatorServer, authorization_id: str) -> None:
+    """Revoke the authorization at the backend, as its person does."""
+    response = httpx.delete(
+        f"{simulator.url}/v0/spend-authorizations/{authorization_id}",
+        headers={"Authorization": f"Bearer {person_token(simulator)}"},
+        timeout=10,
+    )
+    response.raise_for_status()
+
+
 def confirm_at_backend(
     simulator: SimulatorServer, quote_id: str, account: str = "flow-tests"
 ) -> Any:

@@ -21,7 +21,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.sorting import ArtifactSort
 from prefect.exceptions import ObjectNotFound
-from prefect.states import Cancelling
+from prefect.states import Cancelled, Cancelling
 from rich.console import Console
 
 from prefect_ito.backend.client import ItoClient
@@ -37,6 +37,7 @@ from prefect_ito.waiting.cancellation import (
     cancel_supervised_run,
     followed_run,
 )
+from prefect_ito.waiting.recovery import may_hold_a_process
 
 __all__ = ["cancel", "read_flow_run", "require_server", "status"]
 
@@ -116,9 +117,11 @@ def cancel(flow_run_id: UUID, *, json_output: JsonOption = False) -> None:
     """Cancel a training flow run and its backend workload (never the booking).
 
     Says what it did and what it left to others: the backend run is cancelled from here when
-    no process runs the flow (suspended, or already ended) and this machine holds a token for
-    its backend; otherwise the flow's worker (its on_cancellation hook) or the cancel-on-cancelled
-    Automation does it. Then it names the backend run and its state.
+    no process runs the flow (suspended, already ended, or its process gone: three of its
+    heartbeats missed) and this machine holds a token for its backend; otherwise the flow's
+    worker (its on_cancellation hook) or the cancel-on-cancelled Automation does it. A flow run
+    no process holds is then marked Cancelled from here too, since nobody else would. Then it
+    names the backend run and its state.
 
     Args:
         flow_run_id: The ito-training flow run.
@@ -142,16 +145,23 @@ async def _request_cancel(flow_run_id: UUID) -> dict[str, Any]:
         backend_run = await _card_facts(flow_run_id, stale_because=str(error))
         return _cancelled(flow_run, requested=True, here=False, backend_run=backend_run)
     async with client:
-        if not ended:
+        stranded = not ended and not await may_hold_a_process(flow_run)
+        if not ended:  # first: a process that does hold it stops, and cancels nothing twice
             await _set_cancelling(flow_run_id)
-        return await _cancel_at_backend(client, flow_run, requested=not ended)
+        sent = await _cancel_at_backend(client, flow_run, requested=not ended, stranded=stranded)
+    if stranded and sent["backend_settled"]:
+        # Nobody else would end it: no process holds it, and Prefect ends a Cancelling run only
+        # through one. Only once its own backend run was cancelled (or it had none).
+        await _set_cancelled(flow_run_id, sent)
+        sent["flow_run_cancelled_here"] = True
+    return sent
 
 
 async def _cancel_at_backend(
-    client: ItoClient, flow_run: FlowRun, *, requested: bool
+    client: ItoClient, flow_run: FlowRun, *, requested: bool, stranded: bool = False
 ) -> dict[str, Any]:
     state = flow_run.state
-    no_process = state is None or state.is_final() or bool(state.state_details.pause_reschedule)
+    no_process = state is None or state.is_final() or stranded
     try:
         if not no_process:  # the flow's own process cancels it as it stops
             run = await followed_run(client, flow_run)
@@ -167,13 +177,21 @@ async def _cancel_at_backend(
         requested=requested,
         here=outcome.cancelled_now,
         backend_run=_run_facts(outcome.run),
+        settled=True,
     )
 
 
 def _cancelled(
-    flow_run: FlowRun, *, requested: bool, here: bool, backend_run: RunView | None
+    flow_run: FlowRun,
+    *,
+    requested: bool,
+    here: bool,
+    backend_run: RunView | None,
+    settled: bool = False,
 ) -> dict[str, Any]:
-    """Return what cancel did, what it left to others (and to whom), and the backend run."""
+    """Return what cancel did, what it left to others (and to whom), and the backend run;
+    ``settled``: the backend said the run this flow run made is cancelled or ended, or that it
+    made none."""
     state = flow_run.state
     suspended = state is not None and bool(state.state_details.pause_reschedule)
     finished = (
@@ -191,7 +209,9 @@ def _cancelled(
         # An attach flow run follows a run it did not make: its cancel only detaches.
         "follows_run_id": follows,
         "cancel_requested_in_prefect": requested,
+        "flow_run_cancelled_here": False,
         "backend_cancelled_here": here,
+        "backend_settled": settled and (backend_run is None or finished or here),
         "left_to": left_to,
         "backend_run": backend_run,
     }
@@ -203,6 +223,15 @@ _FINISHED = frozenset(s.value for s in RunState if s.terminal)
 async def _set_cancelling(flow_run_id: UUID) -> None:
     async with get_client() as client:
         await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+
+
+async def _set_cancelled(flow_run_id: UUID, sent: dict[str, Any]) -> None:
+    """Mark a flow run no process holds Cancelled, saying so and what became of its run."""
+    facts: RunView | None = sent["backend_run"]
+    run = f"backend run {facts.run_id} is {facts.state}" if facts else "no backend run"
+    message = f"Cancelled by prefect-ito cancel: no flow process held the run; {run}."
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelled(message=message), force=True)
 
 
 async def read_flow_run(flow_run_id: UUID) -> FlowRun:

@@ -45,7 +45,7 @@ from prefect_ito.waiting.keys import (
     DEFER_PREFIX,
     QUESTION_RECORD_PREFIX,
 )
-from prefect_ito.waiting.waits import latest_wait
+from prefect_ito.waiting.waits import latest_wait, question_deadline
 
 __all__ = ["inbox"]
 
@@ -163,7 +163,7 @@ def _entry(flow_run: FlowRun, question: Question | None, now: datetime) -> dict[
         "evidence": question.evidence if question else None,
         "why": question.why if question else None,
         "since": _iso(state.timestamp if state else None),
-        "deadline": _iso(details.pause_timeout if details else None),
+        "deadline": _iso(question_deadline(state) if state else None),
         "held": views.held_text(cost) if cost else None,
         "held_usd": cost["usd"] if cost else None,
         "held_seconds": cost["seconds"] if cost else None,

@@ -351,7 +351,13 @@ _LEFT_TO = {
 def print_cancel(console: Console, sent: dict[str, Any]) -> None:
     """Print what ``prefect-ito cancel`` did, what it left to others, and the backend run."""
     flow_run = f"Flow run {sent['flow_run_id']} ({sent['flow_run_state_before'] or '?'})"
-    if sent["cancel_requested_in_prefect"]:
+    if sent.get("flow_run_cancelled_here"):
+        console.print(
+            f"{flow_run}: no flow process held it, so it was marked Cancelled from here.",
+            markup=False,
+            soft_wrap=True,
+        )
+    elif sent["cancel_requested_in_prefect"]:
         console.print(f"{flow_run}: cancellation requested in Prefect.", markup=False)
     else:
         console.print(f"{flow_run} had already ended: its state is left as it is.", markup=False)

@@ -39,6 +39,7 @@ __all__ = [
     "asked",
     "discard",
     "fired_keys",
+    "first_asked",
     "is_question_key",
     "next_key",
     "read_answer",
@@ -89,6 +90,19 @@ async def asked(client: PrefectClient, flow_run_id: UUID, key: str) -> list[Ques
     states = await client.read_flow_run_states(flow_run_id)
     found = [_question(state) for state in states if _is_pause_of(state, key)]
     return sorted(found, key=lambda question: question.asked_at)
+
+
+async def first_asked(client: PrefectClient, flow_run_id: UUID, key: str) -> datetime | None:
+    """Return when the flow run first paused under the question's keys in its current run of
+    the flow (after any final state a retry started from), or None if it has not.
+
+    A question asked again — after a resume that was no answer, or with a new quote of the same
+    manifest — keeps the deadline counted from then.
+    """
+    states = sorted(await client.read_flow_run_states(flow_run_id), key=lambda s: s.timestamp)
+    ended = [index for index, state in enumerate(states) if state.is_final()]
+    since = states[ended[-1] + 1 :] if ended else states
+    return next((state.timestamp for state in since if _is_pause_of(state, key)), None)
 
 
 def _is_pause_of(state: State, key: str) -> bool:

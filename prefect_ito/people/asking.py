@@ -8,6 +8,9 @@ spend). The flow (never a subflow: Prefect cannot suspend subflows) asks with :f
 - A flow run from a deployment (and no subflow) **suspends**: it holds no process while a person
   thinks. Resuming runs the flow again from the top, where the stable pause key hands back the
   stored answer (:func:`stored_answer`) without asking, or logging that it waits, a second time.
+  The question's deadline counts from when it was first asked, however often it is asked again;
+  Prefect's own comes :data:`~prefect_ito.waiting.waits.DEADLINE_GRACE_SECONDS` later, so that
+  ``prefect-ito watch`` resumes the run at the question's and the flow ends it itself.
 - Any other flow run **pauses in-process**, watching for a cancellation, and gives up
   :data:`PAUSE_MARGIN_SECONDS` before Prefect's own deadline, after which the server would turn
   any final state into "never resumed".
@@ -39,6 +42,7 @@ from prefect_ito.people import answers
 from prefect_ito.reporting.moments import when
 from prefect_ito.waiting.cancellation import stop_requested
 from prefect_ito.waiting.flow_run import can_suspend, current_flow_run_id, suspend
+from prefect_ito.waiting.waits import DEADLINE_GRACE_SECONDS
 
 __all__ = ["PAUSE_MARGIN_SECONDS", "ask", "state_message", "stored_answer"]
 
@@ -93,21 +97,28 @@ async def ask(
             :func:`state_message`).
 
     Raises:
-        ItoError: what ``timed_out`` returns, when nobody answered in time (in-process only; a
-            suspended run is failed by Prefect's server at the deadline).
+        ItoError: what ``timed_out`` returns, when nobody answered in time: in-process, or on
+            the re-entry of a suspended run resumed at its deadline (by ``prefect-ito watch``;
+            with none, Prefect's server fails the run a grace later).
     """
     if not fresh and (answer := await stored_answer(form, key)) is not None:
         return answer  # resumed: asking (and logging that it waits) again would mislead
+    suspending = can_suspend()
+    deadline = await _deadline(key, timeout) if suspending else None
+    if deadline is not None and deadline <= datetime.now(UTC):
+        raise timed_out()  # resumed at its deadline by a watcher: the flow ends it itself
     waiting()
     prefilled = form.with_initial_data(description=description, **(initial or {}))
-    suspending = can_suspend()
     give_up_at = asyncio.get_running_loop().time() + timeout
-    message = state_message(asks, datetime.now(UTC) + timedelta(seconds=timeout))
+    message = state_message(asks, deadline or datetime.now(UTC) + timedelta(seconds=timeout))
     while True:
         asked_key = await _unused_key(key, "suspended" if suspending else "paused")
-        if suspending:
+        if deadline is not None:  # suspending
+            # Prefect's own deadline comes later: a watcher resumes the run at the question's,
+            # and the flow ends the question itself, its cards saying so.
+            left = (deadline - datetime.now(UTC)).total_seconds() + DEADLINE_GRACE_SECONDS
             with contextlib.suppress(ValidationError):  # resumed without an answer: see below
-                await suspend(asked_key, message=message, timeout=int(timeout), form=prefilled)
+                await suspend(asked_key, message=message, timeout=int(left), form=prefilled)
         else:
             left = give_up_at - asyncio.get_running_loop().time()
             if not await _pause(prefilled, asked_key, left, poll_interval, timed_out, settled):
@@ -119,6 +130,14 @@ async def ask(
             "asking again.",
             asked_key,
         )
+
+
+async def _deadline(key: str, timeout: float) -> datetime:
+    """Return when the question under ``key`` expires: ``timeout`` after this flow run first
+    asked it (by Prefect's clock), or from now if it has not; the same on every re-entry."""
+    async with get_client() as client:
+        asked_at = await answers.first_asked(client, _flow_run_id(), key)
+    return (asked_at or datetime.now(UTC)) + timedelta(seconds=timeout)
 
 
 def state_message(asks: str, deadline: datetime) -> str:

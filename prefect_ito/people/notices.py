@@ -17,6 +17,10 @@ nobody twice (Prefect's triggers skip an event id they have seen).
 The same facts are kept as a flow-run input (``ito-question-<pause key>``) that
 ``prefect-ito inbox`` reads. Anyone with Prefect API access can write that input too: it is only
 ever displayed, never acted on.
+
+One module past ~400 lines: a question is told, told again by a watcher (:func:`tell_again`,
+from the backend) and answered from the one :class:`Question` built here, so that every telling
+says the same.
 """
 
 from __future__ import annotations
@@ -36,13 +40,16 @@ from prefect.utilities.urls import url_for
 from pydantic import BaseModel, Field
 
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.refusals import NO_AUTHORIZATION, Uncovered
 from prefect_ito.contract import (
     DecisionRecord,
     PendingAction,
     QuoteState,
+    SpendAuthorizationState,
     TrainingQuote,
     TrainingRun,
 )
+from prefect_ito.exceptions import SpendAuthorizationNotFound
 from prefect_ito.questions import ActionQuestion, question_for
 from prefect_ito.questions.commands import confirm_command, decide_command
 from prefect_ito.questions.registry import Kind
@@ -50,7 +57,7 @@ from prefect_ito.questions.spend import SPEND
 from prefect_ito.reporting.holding import Held, held
 from prefect_ito.waiting.flow_run import current_flow_run_id
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX, spend_pause_key
-from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord
+from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord, question_deadline
 
 __all__ = [
     "PERSON_ANSWERED",
@@ -212,7 +219,7 @@ async def tell_again(flow_run: FlowRun, wait: WaitRecord, client: ItoClient) -> 
     if state is None or not state.is_paused():
         return False
     asked_at = state.timestamp
-    deadline = state.state_details.pause_timeout
+    deadline = question_deadline(state)
     timeout = (deadline - asked_at).total_seconds() if deadline else 0.0
     found = await _open_question(flow_run.id, wait, client, asked_at, timeout)
     # The question, asked again after a recheck, waits under its key and a suffix of its own.
@@ -236,7 +243,8 @@ async def _open_question(
         quote = await client.get_quote(wait.quote_id)
         if quote.state is not QuoteState.PENDING or quote.client_reference != reference:
             return None
-        return _spend_question(quote, flow_run_id, asked_at, timeout), quote.quote_id
+        why = await _why_asked(wait, client)
+        return _spend_question(quote, flow_run_id, asked_at, timeout, why), quote.quote_id
     if not isinstance(wait, ActionWait):
         return None
     run = await client.get_training_run(wait.run_id)
@@ -247,6 +255,36 @@ async def _open_question(
     if run.client_reference != reference:
         return None
     return _action_question(run, action, question, flow_run_id, asked_at, timeout), action.action_id
+
+
+async def _why_asked(wait: QuoteWait, client: ItoClient) -> str | None:
+    """Return why a person is asked about the quote ``wait`` names, as when first asked: that
+    no standing authorization was named, or which one does not cover the run and why.
+
+    The authorization is read at the backend (its name, and its state now: revoked, expired);
+    the backend's reason for refusing an authorization still active is known only from the
+    record, which anyone may write, so it is shown quoted, as the record's words. None when the
+    record does not say (one written before it did), or names an authorization this account
+    does not hold.
+    """
+    if wait.refused is None:
+        return NO_AUTHORIZATION if wait.named_authorization is False else None
+    try:
+        held = await client.get_spend_authorization(wait.refused.authorization_id)
+    except SpendAuthorizationNotFound:
+        return None
+    if held.state is SpendAuthorizationState.ACTIVE:
+        recorded = _quoted(wait.refused.reason)
+        reason = f"the backend's reason, as the flow run recorded it: {recorded}"
+    else:
+        reason = f"the authorization is {held.state.value}"
+    return Uncovered(authorization_id=held.authorization_id, reason=reason).why(held.name)
+
+
+def _quoted(text: str, limit: int = 300) -> str:
+    """Return ``text`` in quotation marks, on one line and at most ``limit`` characters."""
+    line = " ".join(text.split()).replace('"', "'")
+    return f'"{line[:limit]}…"' if len(line) > limit else f'"{line}"'
 
 
 async def _held(identity: UUID) -> bool:

@@ -46,7 +46,7 @@ from prefect_ito.backend.operations import (
     P,
     R,
 )
-from prefect_ito.backend.refusals import SubmissionRefused
+from prefect_ito.backend.refusals import NO_AUTHORIZATION, SubmissionRefused, Uncovered
 from prefect_ito.blocks import ItoSpendAuthorization
 from prefect_ito.contract import (
     QuoteState,
@@ -72,6 +72,7 @@ from prefect_ito.waiting.keys import spend_pause_key as pause_key
 from prefect_ito.waiting.waits import recheck_answer
 
 __all__ = [
+    "NO_AUTHORIZATION",
     "SpendDecision",
     "describe",
     "pause_key",
@@ -93,20 +94,25 @@ class Supervisor(Protocol):
         """Do a backend operation (see :mod:`prefect_ito.backend.operations`)."""
 
     async def await_person(
-        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool, why: str
+        self,
+        quote: TrainingQuote,
+        request: TrainingRequest,
+        *,
+        again: bool,
+        why: str,
+        refused: Uncovered | None = None,
     ) -> TrainingQuote:
         """Wait for a person to confirm or decline the quote (see :func:`wait_for_person`);
-        ``why`` says why a person is needed now."""
+        ``why`` says why a person is needed now, ``refused`` which authorization did not cover
+        it, if one was named."""
 
     async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
         """Return the quote an earlier process of this supervisor asked a person about."""
 
-    async def record_quote(self, quote: TrainingQuote) -> None:
-        """Record the quote a person is asked about, for a watcher and for a re-entry."""
+    async def record_quote(self, quote: TrainingQuote, refused: Uncovered | None = None) -> None:
+        """Record the quote a person is asked about, and the authorization that did not cover
+        it, for a watcher and for a re-entry."""
 
-
-NO_AUTHORIZATION = "no standing authorization is named, so only a person can allow this spend"
-"""Why a person is asked about a spend when the flow run names no standing authorization."""
 
 MAX_REQUOTES = 5
 """New quotes one submission asks for when one expired or moved on, before it gives up."""
@@ -199,6 +205,7 @@ async def submit_with_consent(
     quote, shown = await _current_quote(steps, request)
     authorization = steps.authorization
     asked, requotes, why = False, 0, NO_AUTHORIZATION
+    refused: Uncovered | None = None
     try:
         while True:
             _check(quote)
@@ -207,7 +214,9 @@ async def submit_with_consent(
             elif quote.state is QuoteState.CONFIRMED:
                 allowed_by = None
             else:
-                quote = await steps.await_person(quote, request, again=asked, why=why)
+                quote = await steps.await_person(
+                    quote, request, again=asked, why=why, refused=refused
+                )
                 asked = shown = True
                 continue
             made = await steps.perform(
@@ -223,7 +232,10 @@ async def submit_with_consent(
                     await publish_quote(quote, request, said=_submitted(quote, made))
                 return made
             if isinstance(made.error, AuthorizationDoesNotCover) and authorization is not None:
-                why = _uncovered(authorization, made)
+                refused = Uncovered(
+                    authorization_id=authorization.authorization_id, reason=made.reason()
+                )
+                why = refused.why(authorization.label)
                 steps.logger.warning("%s. Asking a person.", why[:1].upper() + why[1:])
                 authorization = None
                 continue
@@ -248,18 +260,6 @@ def _submitted(quote: TrainingQuote, run: TrainingRun) -> str:
     answer = quote.confirmation
     who = f", confirmed by {answer.principal}" if answer is not None else ""
     return f"Submitted{who}: backend run {run.run_id}."
-
-
-def _uncovered(authorization: ItoSpendAuthorization, refusal: SubmissionRefused) -> str:
-    """Return why a person is asked after the backend refused ``authorization``: which one, and
-    why it does not cover the run (the backend's reason), in one line."""
-    name = authorization.label
-    which = (
-        name
-        if name == authorization.authorization_id
-        else f"{name} ({authorization.authorization_id})"
-    )
-    return f"the standing authorization {which} does not cover this run: {refusal.reason()}"
 
 
 async def _current_quote(steps: Supervisor, request: TrainingRequest) -> tuple[TrainingQuote, bool]:
@@ -328,11 +328,14 @@ async def wait_for_person(
     why: str,
     timeout: float,
     poll_interval: float,
+    refused: Uncovered | None = None,
 ) -> TrainingQuote:
     """Wait until the quote is confirmed or declined at the backend; return it as it is then.
 
     ``why`` says why a person is needed now (no authorization is named, or which one does not
-    cover the run and why): the form, the card, the log and the notice all say it.
+    cover the run and why): the form, the card, the log and the notice all say it. ``refused``
+    (the authorization that did not cover it, if one was named) is kept in the quote's record,
+    so that a watcher telling people again says why too.
 
     An expired or superseded quote is replaced by a new one (which a person's confirmation may
     carry to); a quote still pending after a "recheck" is asked about again.
@@ -342,7 +345,7 @@ async def wait_for_person(
         AwaitingConfirmation: nobody answered in time; nothing was submitted.
         RunCancelled: the flow run was cancelled while it waited.
     """
-    await steps.record_quote(quote)
+    await steps.record_quote(quote, refused)
     await publish_quote(quote, request, why=why)
 
     async def settled() -> SpendDecision | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect_ito.backend.client import ItoClient
 from prefect_ito.backend.operations import Operation, P, R, resend
 from prefect_ito.backend.provenance import Provenance
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import ConfirmationRequired, DecisionRequired
@@ -42,7 +43,13 @@ class ClientSteps(Steps):
         return await resend(lambda: operation.call(self.client, *args, **kwargs), self.logger)
 
     async def await_person(
-        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool, why: str
+        self,
+        quote: TrainingQuote,
+        request: TrainingRequest,
+        *,
+        again: bool,
+        why: str,
+        refused: Uncovered | None = None,
     ) -> TrainingQuote:
         if current_flow_run_id() is None:
             where = f" at {quote.confirm_url} (code {quote.user_code})" if quote.confirm_url else ""
@@ -52,7 +59,7 @@ class ClientSteps(Steps):
                 "nobody can be waited for: confirm it there and run the job again, give the job a "
                 "standing authorization that covers it, or trigger it in a flow run"
             )
-        return await super().await_person(quote, request, again=again, why=why)
+        return await super().await_person(quote, request, again=again, why=why, refused=refused)
 
     async def report(self, run: TrainingRun, after_seq: int) -> int:
         # Reads and re-sent events (Prefect keeps one of each id): safe to make again.

@@ -20,6 +20,7 @@ from prefect_ito.backend import desk
 from prefect_ito.backend.gates import Watchdog
 from prefect_ito.backend.operations import AWAIT_STAGE_GATE, Operation, P, R
 from prefect_ito.backend.provenance import Provenance
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import PendingAction, TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.parameters import SupervisionParameters
@@ -66,7 +67,13 @@ class Steps(ABC):
         )
 
     async def await_person(
-        self, quote: TrainingQuote, request: TrainingRequest, *, again: bool, why: str
+        self,
+        quote: TrainingQuote,
+        request: TrainingRequest,
+        *,
+        again: bool,
+        why: str,
+        refused: Uncovered | None = None,
     ) -> TrainingQuote:
         """Wait for a person to confirm or decline the quote at the backend; see
         :func:`prefect_ito.people.spend.wait_for_person`."""
@@ -78,14 +85,18 @@ class Steps(ABC):
             why=why,
             timeout=self.supervision.approval_timeout,
             poll_interval=current_settings().state_poll_seconds,
+            refused=refused,
         )
 
     async def recorded_quote(self, request: TrainingRequest) -> TrainingQuote | None:
         """Return the quote an earlier process of this supervisor asked a person about."""
         return None
 
-    async def record_quote(self, quote: TrainingQuote) -> None:  # noqa: B027 (optional hook)
-        """Record the quote a person is asked about, for a watcher and for a re-entry."""
+    async def record_quote(  # noqa: B027 (optional hook)
+        self, quote: TrainingQuote, refused: Uncovered | None = None
+    ) -> None:
+        """Record the quote a person is asked about, and the authorization that did not cover
+        it, for a watcher and for a re-entry."""
 
     async def recorded_run_id(self) -> str | None:
         """Return the backend run this supervisor recorded before (in an earlier process)."""

@@ -32,6 +32,7 @@ from prefect_ito.backend.operations import (
     R,
 )
 from prefect_ito.backend.provenance import Provenance, last_seen
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.blocks import ItoCredentials, ItoSpendAuthorization
 from prefect_ito.contract import TrainingQuote, TrainingRequest, TrainingRun
 from prefect_ito.exceptions import InvalidParameters
@@ -164,7 +165,7 @@ class TaskSteps(Steps):
             return None
         return await self.perform(READ_TRAINING_QUOTE, request, record.quote_id)
 
-    async def record_quote(self, quote: TrainingQuote) -> None:
+    async def record_quote(self, quote: TrainingQuote, refused: Uncovered | None = None) -> None:
         if self.flow_run_id is None:
             return
         record = waits.QuoteWait(
@@ -173,6 +174,8 @@ class TaskSteps(Steps):
             quote_id=quote.quote_id,
             manifest_digest=quote.manifest_digest,
             expires_at=quote.expires_at,
+            named_authorization=refused is not None,
+            refused=refused,
         )
         await waits.record_wait(self.flow_run_id, record)
 

@@ -47,6 +47,7 @@ __all__ = [
     "MAX_RECOVERIES",
     "Recovery",
     "heartbeat_interval",
+    "may_hold_a_process",
 ]
 
 logger = logging.getLogger("prefect_ito.waiting.watcher")
@@ -362,6 +363,26 @@ def _lost_at(beats: list[datetime], began: datetime, orphaned: bool) -> datetime
     if orphaned and len(beats) < 2:
         interval = _LEAST_HEARTBEAT_SECONDS
     return last + timedelta(seconds=_BEATS_MISSED * interval)
+
+
+async def may_hold_a_process(flow_run: FlowRun) -> bool:
+    """Tell whether a flow process may still act on ``flow_run`` (and so end a cancel itself).
+
+    None does for a run that ended or is suspended (it holds no process by design); nor for one
+    that missed three of its own heartbeats — its process was killed, or its terminal closed
+    without a word — or, never having beaten since the day before, entered its state longer ago
+    than three of Prefect's default intervals. A beat anyone may send only makes a run look held
+    (the newest counts, and never one dated ahead), never one that is held look free.
+    """
+    state = flow_run.state
+    if state is None or state.is_final():
+        return False
+    if state.is_paused() and state.state_details.pause_reschedule:
+        return False
+    since = datetime.now(UTC) - timedelta(days=1)
+    async with get_client() as client:
+        beats = await _latest_beats(client, flow_run.id, since)
+    return _lost_at(beats, state.timestamp, orphaned=False) >= datetime.now(UTC)
 
 
 def heartbeat_interval(beats: list[datetime]) -> float:

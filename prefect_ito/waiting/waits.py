@@ -18,29 +18,48 @@ nothing.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
-from typing import ClassVar, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, TypeVar
 from uuid import UUID
 
-from prefect import get_client
+from prefect import State, get_client
 from prefect.exceptions import PrefectHTTPStatusError
 from pydantic import ValidationError
 
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.contract import ChangePage, PendingAction, QuoteState
 from prefect_ito.exceptions import QuoteNotFound, RunNotFound
 from prefect_ito.waiting.deferral import BackendRecord
 from prefect_ito.waiting.keys import ACTION_RECORD_PREFIX, QUOTE_RECORD_PREFIX
 
 __all__ = [
+    "DEADLINE_GRACE_SECONDS",
     "ActionWait",
     "QuoteWait",
     "WaitRecord",
     "all_waits",
     "latest_wait",
+    "question_deadline",
     "recheck_answer",
     "record_wait",
 ]
+
+DEADLINE_GRACE_SECONDS = 300
+"""How long past a question's deadline Prefect's own suspension of it lasts. A watcher resumes
+the flow run at the question's deadline (with ``recheck``), and the flow ends the question
+itself, so that its cards end in what happened; with no watcher, Prefect's server fails the run
+this much later."""
+
+
+def question_deadline(state: State[Any]) -> datetime | None:
+    """Return when the question a paused flow run asks expires: for a suspension, Prefect's
+    deadline less :data:`DEADLINE_GRACE_SECONDS`; for an in-process pause, Prefect's own (its
+    process gives up by itself just before). None when the pause has none."""
+    until: datetime | None = state.state_details.pause_timeout
+    if until is None or not state.state_details.pause_reschedule:
+        return until
+    return until - timedelta(seconds=DEADLINE_GRACE_SECONDS)
 
 
 class WaitRecord(BackendRecord):
@@ -78,6 +97,13 @@ class QuoteWait(WaitRecord):
     quote_id: str
     manifest_digest: str
     expires_at: datetime
+    named_authorization: bool | None = None
+    """Whether the flow run named a standing authorization; None in a record written before
+    this was kept, of which nothing is said."""
+    refused: Uncovered | None = None
+    """The standing authorization the backend said does not cover the quote, and its reason: a
+    watcher telling people again reads the authorization at the backend and says why a person is
+    asked (the reason it shows only quoted, as this record's words)."""
 
     def names(self) -> str:
         return self.quote_id

@@ -13,7 +13,8 @@ reads each deferred run's backend run once, resumes the flow runs whose run chan
 flow must handle, then waits for the next change: on the backend's account-wide change feed when
 the backend offers one, else on one long-poll per run, a bounded number at a time. It reads what
 each run that asks a person waits on (its quote, or its backend run's pending action) every sweep,
-and resumes the run once the backend says that question is settled. A restarted watcher loses
+and resumes the run once the backend says that question is settled, or once its deadline passed
+unanswered (so that the flow ends it itself, its cards saying so). A restarted watcher loses
 nothing (its first sweep reads everything again), and two watchers resume nothing twice (each
 resume is claimed first, :mod:`prefect_ito.waiting.claims`; a claim whose holder died is taken over
 once stale).
@@ -64,7 +65,14 @@ from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import Deferral
 from prefect_ito.waiting.keys import ACTION_PREFIXES, DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
-from prefect_ito.waiting.waits import ActionWait, QuoteWait, WaitRecord, latest_wait, recheck_answer
+from prefect_ito.waiting.waits import (
+    ActionWait,
+    QuoteWait,
+    WaitRecord,
+    latest_wait,
+    question_deadline,
+    recheck_answer,
+)
 from prefect_ito.waiting.watched import in_state, watched_flow_runs
 
 __all__ = ["Watcher"]
@@ -536,6 +544,8 @@ class Watcher:
                 except ItoError as error:
                     logger.warning("Could not read %s: %s", record.names(), error)
                     return
+            if why is None and _past_deadline(flow_run):
+                why = "the question's deadline passed unanswered"  # the flow ends it itself
             if why is None:
                 await self._tell_again(flow_run, record, backend.client)
                 return
@@ -630,6 +640,17 @@ def _must_resume(record: Deferral, run: TrainingRun, seen: _Seen | None = None) 
     elif record.stalled(run.heartbeat_at):
         return True
     return record.past_deadline()
+
+
+def _past_deadline(flow_run: FlowRun) -> bool:
+    """Tell whether the question a suspended flow run asks is past its deadline (Prefect's own
+    comes later, see :func:`~prefect_ito.waiting.waits.question_deadline`). A run paused
+    in-process is its own process's to end."""
+    state = flow_run.state
+    if state is None or not state.state_details.pause_reschedule:
+        return False
+    deadline = question_deadline(state)
+    return deadline is not None and datetime.now(UTC) >= deadline
 
 
 def _by_backend(

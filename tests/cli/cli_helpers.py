@@ -223,12 +223,13 @@ _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def converse(
-    command: list[str], env: dict[str, str], steps: list[tuple[str, str]]
+    command: list[str], env: dict[str, str], steps: list[tuple[str, str]], wait: float = 60
 ) -> tuple[int, str]:
     """Run ``command`` at a pseudo-terminal; at each prompt of ``steps``, type its reply.
 
-    Each prompt is waited for after the previous one, so a prompt asked twice is two steps.
-    Returns the exit code and what the terminal and standard error showed (no colour codes).
+    Each prompt is waited for after the previous one (``wait`` seconds at most: a bound on a
+    hang), so a prompt asked twice is two steps. Returns the exit code and what the terminal and
+    standard error showed (no colour codes).
     """
     leader, follower = pty.openpty()
     process = subprocess.Popen(
@@ -238,9 +239,9 @@ def converse(
     seen, cursor = b"", 0
     try:
         for prompt, reply in steps:
-            seen, cursor = _read_until(leader, process, seen, cursor, prompt.encode())
+            seen, cursor = _read_until(leader, process, seen, cursor, prompt.encode(), wait)
             os.write(leader, reply.encode())
-        _, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=wait)
     finally:
         if process.poll() is None:
             os.kill(process.pid, signal.SIGTERM)
@@ -257,11 +258,16 @@ def converse(
 
 
 def _read_until(
-    leader: int, process: subprocess.Popen[bytes], seen: bytes, cursor: int, prompt: bytes
+    leader: int,
+    process: subprocess.Popen[bytes],
+    seen: bytes,
+    cursor: int,
+    prompt: bytes,
+    wait: float = 60,
 ) -> tuple[bytes, int]:
     """Read the terminal until ``prompt`` shows after ``cursor``; return what was seen and
     where the prompt ended."""
-    deadline = time.monotonic() + 60  # a bound on a hang, not an assertion about speed
+    deadline = time.monotonic() + wait  # a bound on a hang, not an assertion about speed
     while time.monotonic() < deadline and process.poll() is None:
         found = _ANSI.sub(b"", seen[cursor:]).find(prompt)
         if found >= 0:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 from flow_helpers import Person, parameters
 from prefect import get_client
@@ -26,9 +25,10 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import TaskRun
 from rich.console import Console
-from spend_helpers import covering_authorization, person_token
+from spend_helpers import covering_authorization, revoke
 from test_flow_spend import Confirmer
 
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.cli.terminal import run_training
 from prefect_ito.exceptions import ConfirmationRequired
@@ -36,16 +36,7 @@ from prefect_ito.flows import ito_training
 from prefect_ito.jobs import ItoTrainingJob
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.waiting.keys import QUESTION_RECORD_PREFIX
-
-
-def revoke(simulator: Any, authorization_id: str) -> None:
-    """Revoke the authorization at the backend, as its person does."""
-    response = httpx.delete(
-        f"{simulator.url}/v0/spend-authorizations/{authorization_id}",
-        headers={"Authorization": f"Bearer {person_token(simulator)}"},
-        timeout=10,
-    )
-    response.raise_for_status()
+from prefect_ito.waiting.waits import QuoteWait, latest_wait
 
 
 async def run_named(simulator: Any, person: Confirmer, authorization: str) -> Any:
@@ -107,6 +98,12 @@ async def test_a_revoked_authorization_asks_a_person_saying_which_and_why_and_fa
     (record,) = inputs
     why = json.loads(record.value)["why"]
     assert which in why and "revoked" in why
+    # And the quote's record, from which a watcher tells people again, names it and the reason.
+    kept = await latest_wait(flow_run_id, QuoteWait)
+    assert kept is not None and kept.named_authorization is True
+    assert kept.refused == Uncovered(
+        authorization_id=named.authorization_id, reason="the authorization is revoked"
+    )
 
 
 async def test_the_quote_card_of_a_completed_run_says_it_was_submitted_not_waiting(

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 import uuid
+from typing import Any
 
 import pytest
 from capture_server import CaptureServer
@@ -19,8 +20,10 @@ from prefect import get_client
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.input import keyset_from_paused_state
 from prefect.states import Running, Suspended
+from spend_helpers import covering_authorization, revoke
 
 from prefect_ito.backend.client import ItoClient
+from prefect_ito.backend.refusals import Uncovered
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.people import spend
@@ -72,13 +75,16 @@ async def asking_flow_run(quote, *, api_url: str, keyring_entry: str | None = No
     return flow_run
 
 
-async def ask_again(flow_run, quote, *, api_url: str, keyring_entry: str | None = None) -> None:
+async def ask_again(
+    flow_run, quote, *, api_url: str, keyring_entry: str | None = None, **why: Any
+) -> None:
     record = QuoteWait(
         api_url=api_url,
         keyring_entry=keyring_entry,
         quote_id=quote.quote_id,
         manifest_digest=quote.manifest_digest,
         expires_at=quote.expires_at,
+        **why,
     )
     await record_wait(flow_run.id, record)
     # A question asked again gets a key of its own (see prefect_ito.people.answers), as the flow's
@@ -316,10 +322,8 @@ async def test_an_invalid_answer_written_into_the_pause_does_not_block_the_resum
     assert given["decision"] == "recheck"  # the watcher's, which decides nothing
 
 
-async def test_a_spend_question_whose_saying_prefect_lost_is_said_again_from_the_backend(
-    start_simulator, flow_runs
-):
-    simulator = start_simulator("default")
+async def referenced_asking_flow_run(simulator, flow_runs, **why: Any):
+    """Return a flow run asking about a quote that names it (as the flow's do), and the quote."""
     deployment = await training_deployment("watcher-spend-tests")
     async with get_client() as client:
         flow_run = await client.create_flow_run_from_deployment(
@@ -332,7 +336,15 @@ async def test_a_spend_question_whose_saying_prefect_lost_is_said_again_from_the
         submission = QUOTE_REQUEST.to_submission().referenced(str(flow_run.id))
         quote = await backend.quote_training_run(submission)
     assert quote.client_reference == str(flow_run.id)
-    await ask_again(flow_run, quote, api_url=simulator.url)
+    await ask_again(flow_run, quote, api_url=simulator.url, **why)
+    return flow_run, quote
+
+
+async def test_a_spend_question_whose_saying_prefect_lost_is_said_again_from_the_backend(
+    start_simulator, flow_runs
+):
+    simulator = start_simulator("default")
+    flow_run, quote = await referenced_asking_flow_run(simulator, flow_runs)
     decoy = await asking_flow_run(quote, api_url=simulator.url)  # a forged record, same quote
     flow_runs.append(decoy)
 
@@ -344,6 +356,69 @@ async def test_a_spend_question_whose_saying_prefect_lost_is_said_again_from_the
     assert any(r.id == f"prefect.flow-run.{flow_run.id}" for r in told.related)
     assert await needed_events(decoy.id) == []
     assert watcher.resumed == [] and await is_paused(flow_run.id)
+    assert told.payload["why"] is None  # an older record does not say why: nothing is made up
+
+
+async def test_a_spend_said_again_says_no_authorization_was_named_as_first_said(
+    start_simulator, flow_runs
+):
+    # Before: the first telling said why a person was asked, the telling again did not.
+    simulator = start_simulator("default")
+    flow_run, _ = await referenced_asking_flow_run(simulator, flow_runs, named_authorization=False)
+
+    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
+    told = await said_again(watcher, flow_run.id)
+
+    assert told.payload["why"] == spend.NO_AUTHORIZATION
+
+
+async def test_a_spend_said_again_after_a_revoke_says_which_authorization_and_why(
+    start_simulator, flow_runs
+):
+    # Before: a nightly run asked because its authorization was revoked was told again with no
+    # word of why a person was suddenly needed.
+    simulator = start_simulator("default")
+    revoked = covering_authorization(simulator)
+    revoke(simulator, revoked.authorization_id)
+    refused = Uncovered(
+        authorization_id=revoked.authorization_id, reason="the authorization is revoked"
+    )
+    flow_run, _ = await referenced_asking_flow_run(
+        simulator, flow_runs, named_authorization=True, refused=refused
+    )
+
+    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
+    told = await said_again(watcher, flow_run.id)
+
+    # Named as the backend names it, in the state the backend says it is in now.
+    assert told.payload["why"] == (
+        f"the standing authorization prefect-ito's own tests ({revoked.authorization_id}) does "
+        "not cover this run: the authorization is revoked"
+    )
+
+
+async def test_the_reason_a_record_gives_for_an_active_authorization_is_said_again_quoted(
+    start_simulator, flow_runs
+):
+    # The backend keeps no reason for a refusal; the record's is anyone's words: quoted as such.
+    simulator = start_simulator("default")
+    active = covering_authorization(simulator)
+    refused = Uncovered(
+        authorization_id=active.authorization_id,
+        reason='the budget is above the limit\nsee "https://evil.example"',
+    )
+    flow_run, _ = await referenced_asking_flow_run(
+        simulator, flow_runs, named_authorization=True, refused=refused
+    )
+
+    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
+    told = await said_again(watcher, flow_run.id)
+
+    assert told.payload["why"] == (
+        f"the standing authorization prefect-ito's own tests ({active.authorization_id}) does "
+        "not cover this run: the backend's reason, as the flow run recorded it: \"the budget is "
+        "above the limit see 'https://evil.example'\""
+    )
 
 
 async def said_again(watcher: Watcher, flow_run_id, sweeps: int = 3):
