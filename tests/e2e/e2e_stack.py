@@ -49,6 +49,7 @@ AUTHORIZATION_BLOCK = "ito-spend"
 APPROVE_BOOKING = "bk-e2e-spike-approve"
 CANCEL_BOOKING = "bk-e2e-spike-cancel"
 BROWSER_BOOKING = "bk-e2e-spike-browser"
+NIGHTS_BOOKING = "bk-e2e-spike-nights"
 STALLED_BOOKING = "bk-e2e-stalled"
 DEFER_BOOKING = "bk-e2e-deferred"
 LOST_BOOKING = "bk-e2e-lost"
@@ -69,7 +70,7 @@ POLL = 0.5
 def e2e_scenario() -> Scenario:
     """Return the default scenario plus bookings whose runs hit a loss spike, or stall."""
     base = builtin_scenario("default")
-    spiky = [APPROVE_BOOKING, CANCEL_BOOKING, BROWSER_BOOKING]
+    spiky = [APPROVE_BOOKING, CANCEL_BOOKING, BROWSER_BOOKING, NIGHTS_BOOKING]
     slow = [LOST_BOOKING, LOST_MACHINE_BOOKING]
     bookings = [b.model_dump() for b in base.bookings]
     bookings += [

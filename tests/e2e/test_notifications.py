@@ -9,14 +9,18 @@ while a run parked for the watcher does not, and answering sends the closing mes
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+from uuid import UUID
 
 import pytest
 import yaml
@@ -26,9 +30,14 @@ from e2e_stack import (
     CHECKOUT,
     CONFIRM_BOOKING,
     LOST_BOOKING,
+    NIGHTLY,
+    NIGHTS_BOOKING,
     Stack,
+    backend_runs,
+    completed,
     decide_as_the_person,
     environment,
+    named,
     on_booking,
     start_training,
     start_watcher,
@@ -37,7 +46,11 @@ from e2e_stack import (
 )
 from prefect import get_client
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
+from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.actions import DeploymentScheduleCreate
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.schedules import IntervalSchedule
 from prefect.events import emit_event
 from prefect.events.schemas.automations import AutomationCore
 from prefect.states import Cancelled
@@ -214,21 +227,9 @@ async def test_a_question_nobody_answers_gets_its_reminder_with_the_question_s_f
     stack: Stack, receiver: Receiver
 ):
     # The reminder is a proactive trigger: it fires on an answer that does not come, so its
-    # message renders the facts of the question it follows. Shipped at 30 min; 10 s here (the
-    # least Prefect takes), the file otherwise as shipped, the block id filled in.
-    block = CustomWebhookNotificationBlock(
-        name="ito-e2e-reminder", url=receiver.url, allow_private_urls=True,
-        json_data={"subject": "{{subject}}", "body": "{{body}}"},
-    )  # fmt: skip
-    block_id = await block.asave(f"{BLOCK}-reminder", overwrite=True)
-    (shipped,) = [
-        a for a in yaml.safe_load(AUTOMATIONS.read_text())["automations"]
-        if a["name"] == "ito-person-reminder"
-    ]  # fmt: skip
-    shipped["trigger"]["within"] = 10
-    shipped["actions"][0]["block_document_id"] = str(block_id)
+    # message renders the facts of the question it follows.
     async with get_client() as client:
-        automation_id = await client.create_automation(AutomationCore.model_validate(shipped))
+        automation_id = await _create_reminder(client, receiver, within=10)
     try:
         emit_event(
             event="ito.training.person.needed",
@@ -258,6 +259,26 @@ async def test_a_question_nobody_answers_gets_its_reminder_with_the_question_s_f
     assert "treat this message as forged" in reminder["body"], reminder
 
 
+async def _create_reminder(client: PrefectClient, receiver: Receiver, within: int) -> UUID:
+    """Create the shipped reminder Automation, sending to ``receiver`` after ``within`` seconds.
+
+    Shipped at 30 min; 10 s is the least Prefect takes. The file otherwise as shipped, the block
+    id filled in.
+    """
+    block = CustomWebhookNotificationBlock(
+        name="ito-e2e-reminder", url=receiver.url, allow_private_urls=True,
+        json_data={"subject": "{{subject}}", "body": "{{body}}"},
+    )  # fmt: skip
+    block_id = await block.asave(f"{BLOCK}-reminder", overwrite=True)
+    (shipped,) = [
+        a for a in yaml.safe_load(AUTOMATIONS.read_text())["automations"]
+        if a["name"] == "ito-person-reminder"
+    ]  # fmt: skip
+    shipped["trigger"]["within"] = within
+    shipped["actions"][0]["block_document_id"] = str(block_id)
+    return await client.create_automation(AutomationCore.model_validate(shipped))
+
+
 def reminders_of(booking: str, receiver: Receiver):
     """Return a check for the reminders about ``booking`` (the "needed" message comes too)."""
 
@@ -265,3 +286,108 @@ def reminders_of(booking: str, receiver: Receiver):
         return [m for m in receiver.messages(booking) if m["subject"].startswith("Reminder")]
 
     return check
+
+
+NIGHTS = 3
+NIGHT_SECONDS = 30
+"""A night of the nightly schedule here: each scheduled flow run starts this long after the last."""
+
+
+async def test_a_nightly_schedule_over_a_training_that_outlasts_three_nights_asks_once(
+    stack: Stack, receiver: Receiver, tmp_path: Path
+):
+    """The shipped nightly deployment, on an interval schedule whose nights are 30 s, over a run
+    that waits at a loss spike for a person through three nights: one backend run, one question,
+    one needed and one answered event, a reminder only while it is open, and no inbox row after."""
+    async with get_client() as client:
+        deployment_id = await _nightly_on(client, NIGHTS_BOOKING)
+        reminder = await _create_reminder(client, receiver, within=10)
+        try:
+            # What Prefect's scheduler service does on its loop, asked for now: three nights.
+            response = await client._client.post(
+                f"/deployments/{deployment_id}/schedule",
+                json={"start_time": datetime.now(UTC).isoformat(), "max_runs": NIGHTS},
+            )
+            response.raise_for_status()
+            nights = await _runs_of(client, deployment_id)
+            assert len(nights) == NIGHTS, nights
+            ids = [night.id for night in nights]
+            # Each later night ends at once, asking nothing: the first night's run holds it.
+            for later in nights[1:]:
+                await wait_for_flow_run(later.id, named("BookingBusy"), timeout=NIGHTS * 90)
+            first = await wait_for_flow_run(nights[0].id, named("Suspended"))
+            # The question is open all this while: its reminder comes, once.
+            await wait_for(lambda: _reminders(receiver, first.id), timeout=60)
+            approve = DecisionRequest(decision=DecisionChoice.APPROVE, reason="a data glitch")
+            await decide_as_the_person(stack, NIGHTS_BOOKING, approve, "three-nights-decision")
+            await wait_for_flow_run(first.id, completed)
+            told = await _question_events(client, ids, "answered")
+            await asyncio.sleep(15)  # longer than the reminder's 10 s
+            asked = await _question_events(client, ids, "needed")
+        finally:
+            await client.delete_automation(reminder)
+            await client.delete_deployment(deployment_id)
+
+    assert len(backend_runs(stack, NIGHTS_BOOKING)) == 1
+    # One question, asked by the first night alone, and said answered once.
+    assert len(asked) == 1 and str(first.id) in asked[0]["resource"]["prefect.resource.id"]
+    assert [e["resource"]["prefect.resource.id"] for e in told] == [
+        e["resource"]["prefect.resource.id"] for e in asked
+    ]
+    assert len(_reminders(receiver, first.id)) == 1  # while it was open; none after the answer
+    assert not {str(i) for i in ids} & {e["flow_run_id"] for e in inbox(stack, tmp_path)}
+
+
+async def _nightly_on(client: PrefectClient, booking_id: str) -> UUID:
+    """Create the shipped nightly deployment again on ``booking_id``, with short nights."""
+    nightly = await client.read_deployment_by_name(NIGHTLY)
+    return await client.create_deployment(
+        flow_id=nightly.flow_id,
+        name="three-nights",
+        entrypoint=nightly.entrypoint,
+        work_pool_name=nightly.work_pool_name,
+        pull_steps=nightly.pull_steps,
+        parameters={**nightly.parameters, **on_booking(booking_id)},
+        parameter_openapi_schema=nightly.parameter_openapi_schema,
+        schedules=[
+            DeploymentScheduleCreate(
+                schedule=IntervalSchedule(interval=timedelta(seconds=NIGHT_SECONDS)),
+                max_scheduled_runs=NIGHTS,
+            )
+        ],
+    )
+
+
+async def _runs_of(client: PrefectClient, deployment_id: UUID) -> list[FlowRun]:
+    """Return the deployment's flow runs, by the time each was scheduled for."""
+    only_this = DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+    runs = await client.read_flow_runs(deployment_filter=only_this)
+    return sorted(runs, key=lambda run: run.expected_start_time or datetime.max.replace(tzinfo=UTC))
+
+
+async def _question_events(
+    client: PrefectClient, flow_run_ids: list[UUID], said: str
+) -> list[dict[str, Any]]:
+    """Return the ``ito.training.person.<said>`` events Prefect holds of these flow runs'
+    questions, once it holds one (it writes what it receives a moment later)."""
+    body = {
+        "filter": {
+            "event": {"name": [f"ito.training.person.{said}"]},
+            "resource": {"id_prefix": [f"ito.question.{i}." for i in flow_run_ids]},
+        },
+        "limit": 50,
+    }
+
+    async def read() -> list[dict[str, Any]]:
+        response = await client._client.post("/events/filter", json=body)
+        response.raise_for_status()
+        return list(response.json()["events"])
+
+    async with asyncio.timeout(60):
+        while not (events := await read()):
+            await asyncio.sleep(1)
+    return events
+
+
+def _reminders(receiver: Receiver, flow_run_id: UUID) -> list[dict[str, str]]:
+    return [m for m in receiver.messages(str(flow_run_id)) if m["subject"].startswith("Reminder")]
