@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import io
 import json
 import os
@@ -14,6 +16,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +68,65 @@ def in_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     child would have: its exit code, standard output and standard error.
 
     For the fast tier: a command that neither runs a flow nor imports Prefect behaves the same in
-    either (Prefect reads its settings once per process, so a command that does is run in a child).
+    either. Prefect reads its settings once per process: this process's are the session's (its
+    home, its server), and ``env`` is made from this process's environment, so the one Prefect
+    setting a test's ``env`` changes, ``PREFECT_API_URL``, is applied for the call. A command
+    that reads Prefect (``status``, ``cancel``, ``inbox``, …) then asks the same server a child
+    would. A flow run, a signal or a terminal still needs a child (:func:`prefect_ito`).
     The environment is ``env`` alone, standard input reads nothing, and both descriptors 1 and 2
     are files for the time of the call, since JSON mode points descriptor 1 at descriptor 2.
     """
+    if _in_event_loop():
+        # An async test's loop is running here, and the command runs its own (asyncio.run): as a
+        # child would, it runs apart, on a thread of its own, while the test waits for it.
+        with ThreadPoolExecutor(1) as apart:
+            return apart.submit(contextvars.copy_context().run, in_process, *args, env=env).result()
+    with _prefect_api_of(env), _fresh_process_state():
+        return _in_process(args, env)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@contextmanager
+def _prefect_api_of(env: dict[str, str]) -> Iterator[None]:
+    """Point this process's Prefect at ``env``'s ``PREFECT_API_URL`` (none: no server) for a
+    call, as a child started with ``env`` would be."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    wanted = env.get("PREFECT_API_URL") or None
+    if PREFECT_API_URL.value() == wanted:
+        yield
+        return
+    with temporary_settings({PREFECT_API_URL: wanted}):
+        yield
+
+
+@contextmanager
+def _fresh_process_state() -> Iterator[None]:
+    """Give the call what a new process starts with, and give this process its own back: what
+    each backend last said of itself (``live_api_contacted`` is null until one answers), the
+    retry budgets, and the unknown values already logged once."""
+    from prefect_ito.backend import _retry, provenance
+    from prefect_ito.contract import open_enum
+
+    fresh = {(provenance, "_last"): {}, (_retry, "_budgets"): {}, (open_enum, "_logged"): set()}
+    saved = {(module, name): getattr(module, name) for module, name in fresh}
+    for (module, name), value in fresh.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
+
+
+def _in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess:
     from prefect_ito.cli import main, output
 
     saved_environ, saved_argv = dict(os.environ), sys.argv
