@@ -23,6 +23,7 @@ from cli_helpers import (
     TRAIN,
     UNCONFIRMED,
     confirming_env,
+    in_process,
     person_env,
     prefect_ito,
     quote_for_train,
@@ -115,7 +116,7 @@ def test_an_unknown_flow_run_is_one_line_and_not_found(command, prefect_server):
     args = [command, unknown]
     if command == "decide":
         args += ["--approve", "--reason", "ok", "--name", "Ada"]
-    result = prefect_ito(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
+    result = in_process(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
 
     assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
     assert f"error: Prefect knows no flow run {unknown}" in result.stderr
@@ -126,7 +127,7 @@ def test_decide_on_a_run_that_is_not_paused_says_so(simulator, prefect_server):
     done = prefect_ito(*TRAIN, env=env)
     flow_run_id = FLOW_RUN_LINE.search(done.stdout).group(1)
 
-    result = prefect_ito(
+    result = in_process(
         "decide", flow_run_id, "--approve", "--reason", "ok", "--name", "Ada", env=env
     )
 

@@ -1,4 +1,5 @@
-"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: subprocesses."""
+"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: the commands that
+run a flow as child processes, ``status``, ``cancel`` and ``decide`` in this process."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import sys
 import tempfile
 
 import pytest
-from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
+from cli_helpers import (
+    FLOW_RUN_LINE,
+    TRAIN,
+    in_process,
+    prefect_ito,
+    read_flow_run_id,
+    start_train,
+    worker_env,
+)
 from spend_helpers import covering_authorization
 
 from prefect_ito.exceptions import ExitCode
@@ -38,7 +47,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
 
     flow_run_id = FLOW_RUN_LINE.search(result.stdout).group(1)
     env_without_token = {k: v for k, v in env.items() if k != "ITO_COMPUTE_TOKEN"}
-    status = prefect_ito("status", flow_run_id, env=env_without_token, timeout=120)
+    status = in_process("status", flow_run_id, env=env_without_token)
     assert status.returncode == ExitCode.SUCCESS, status.stdout + status.stderr
     assert "Completed" in status.stdout
     # Before, status printed only the state's name.
@@ -66,14 +75,13 @@ def test_train_exits_with_the_invalid_input_code_before_any_request(simulator, p
     assert simulator.requests() == []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("command", ["decide", "status", "cancel"])
 def test_server_commands_say_plainly_they_need_a_prefect_server(command):
     env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
     args = [command, "00000000-0000-0000-0000-000000000000"]
     if command == "decide":
         args += ["--approve", "--reason", "ok", "--name", "Ada"]
-    result = prefect_ito(*args, env=env, timeout=120)
+    result = in_process(*args, env=env)
 
     assert result.returncode == ExitCode.ERROR
     assert "needs a real Prefect server" in result.stderr
@@ -159,10 +167,10 @@ async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_serv
                 while not (await client.read_flow_run(flow_run_id)).state.is_paused():
                     await asyncio.sleep(0.5)
 
-            status = prefect_ito("status", flow_run_id, env=env, timeout=120)
+            status = in_process("status", flow_run_id, env=env)
             assert "Pending decision: loss spike 17.28 at step 12,000 in pretrain" in status.stdout
             assert f"prefect-ito decide {flow_run_id} --approve|--reject" in status.stdout
-            cancel = prefect_ito("cancel", flow_run_id, env=env, timeout=120)
+            cancel = in_process("cancel", flow_run_id, env=env)
             assert cancel.returncode == ExitCode.SUCCESS, cancel.stdout + cancel.stderr
             output, _ = await asyncio.to_thread(train.communicate, timeout=180)
         finally:
