@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from cli_helpers import (
@@ -19,6 +20,7 @@ from cli_helpers import (
     start_train,
     worker_env,
 )
+from prefect_homes import migrated_home
 from spend_helpers import covering_authorization
 
 from prefect_ito.exceptions import ExitCode
@@ -93,7 +95,8 @@ def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode_whatever_the_
         env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
         # A shell set up for a real backend: the demo must neither use nor send its token.
         env.update(
-            PREFECT_HOME=home,
+            # Not a new home: the first start on one has a test of its own (test_cli_edges.py).
+            PREFECT_HOME=str(migrated_home(Path(home))),
             ITO_COMPUTE_API_URL="https://desk.example.com",
             ITO_COMPUTE_TOKEN="shell-canary-7d2c",
         )
