@@ -214,7 +214,7 @@ def test_bad_options_name_the_option_and_send_nothing(simulator, prefect_server)
     }
     for (option, value), fragment in cases.items():
         args = [*TRAIN[:-2], option, value] if option == "--budget-usd" else [*TRAIN, option, value]
-        result = prefect_ito(*args, env=env)
+        result = in_process(*args, env=env)  # refused before any flow runs
         assert result.returncode == ExitCode.INVALID_INPUT, no_traceback(result)
         assert fragment in result.stderr, result.stderr
     assert simulator.requests() == []

@@ -70,7 +70,7 @@ def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect
 
 def test_train_exits_with_the_invalid_input_code_before_any_request(simulator, prefect_server):
     args = [*TRAIN[:-1], "-5"]
-    result = prefect_ito(*args, env=worker_env(simulator, prefect_server))
+    result = in_process(*args, env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.INVALID_INPUT, result.stdout + result.stderr
     assert "budget_usd" in result.stderr
