@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import io
 import json
+import logging
 import os
 import pty
 import re
@@ -72,7 +73,9 @@ def in_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     home, its server), and ``env`` is made from this process's environment, so the one Prefect
     setting a test's ``env`` changes, ``PREFECT_API_URL``, is applied for the call. A command
     that reads Prefect (``status``, ``cancel``, ``inbox``, …) then asks the same server a child
-    would. A flow run, a signal or a terminal still needs a child (:func:`prefect_ito`).
+    would, and one that runs a flow (``train``, ``attach``) writes Prefect's console lines to its
+    own standard error, as a child does. A signal, a terminal, a keyring or a Prefect home of
+    the command's own still needs a child (:func:`prefect_ito`).
     The environment is ``env`` alone, standard input reads nothing, and both descriptors 1 and 2
     are files for the time of the call, since JSON mode points descriptor 1 at descriptor 2.
     """
@@ -142,7 +145,8 @@ def _in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.Comple
         os.environ.update(env)
         sys.argv = ["prefect-ito", *args]
         try:
-            code = _exit_code(main)
+            with _console_logs_to(sys.stderr):
+                code = _exit_code(main)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -156,6 +160,31 @@ def _in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.Comple
             output.forget()
         stdout, stderr = (_read(file) for file in (out, err))
     return subprocess.CompletedProcess(["prefect-ito", *args], code, stdout, stderr)
+
+
+@contextmanager
+def _console_logs_to(stream: Any) -> Iterator[None]:
+    """Send Prefect's console log lines to ``stream`` for a call: its handlers were made, with
+    the stream they write to, when this process configured Prefect's logging; a child's write to
+    its own standard error."""
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    handlers = {
+        handler
+        for logger in loggers
+        if isinstance(logger, logging.Logger)
+        for handler in logger.handlers
+        if isinstance(handler, PrefectConsoleHandler)
+    }
+    saved = [(handler, handler.stream, handler.console.file) for handler in handlers]
+    for handler in handlers:
+        handler.stream = handler.console.file = stream
+    try:
+        yield
+    finally:
+        for handler, before, file in saved:
+            handler.stream, handler.console.file = before, file
 
 
 def _exit_code(main: Any) -> int:
