@@ -95,7 +95,7 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
             await asyncio.sleep(0.2)
         assert simulator.runs()[0].run.state is state
 
-        result = prefect_ito("attach", run_id, env=env)
+        result = in_process("attach", run_id, env=env)
 
         assert result.returncode == code, no_traceback(result)
         assert len(submissions(simulator)) == 1
@@ -103,7 +103,7 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
 
 
 def test_attach_to_an_unknown_run_is_not_found(simulator, prefect_server):
-    result = prefect_ito("attach", "run_nope", env=worker_env(simulator, prefect_server))
+    result = in_process("attach", "run_nope", env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
     assert "run_nope" in result.stdout + result.stderr
@@ -124,7 +124,7 @@ def test_an_unknown_flow_run_is_one_line_and_not_found(command, prefect_server):
 
 def test_decide_on_a_run_that_is_not_paused_says_so(simulator, prefect_server):
     env = worker_env(simulator, prefect_server)
-    done = prefect_ito(*TRAIN, env=env)
+    done = in_process(*TRAIN, env=env)
     flow_run_id = FLOW_RUN_LINE.search(done.stdout).group(1)
 
     result = in_process(
@@ -141,7 +141,7 @@ def test_an_unreachable_backend_is_named_in_one_line(prefect_server):
     # On the client's default retries: a backend that drops every connection is asked once.
     with dropping_listener() as (url, attempts):
         env["ITO_COMPUTE_API_URL"] = url
-        result = prefect_ito(*TRAIN, env=env)
+        result = in_process(*TRAIN, env=env)
 
     assert result.returncode == ExitCode.ERROR, no_traceback(result)
     # Before, the flow ran first and ended BackendUnreachable, after eight lines of output.

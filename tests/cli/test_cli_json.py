@@ -1,8 +1,8 @@
 """``--json``: one envelope-shaped document on stdout for every command, everything else on stderr.
 
-Each command runs with no terminal, as a script or a scheduler runs it: one that runs a flow as a
-child process, the others in this process (:func:`cli_helpers.in_process`). Commands that need
-only the backend run with ``PREFECT_API_URL`` pointing where nothing
+Each command runs with no terminal, as a script or a scheduler runs it, in this process
+(:func:`cli_helpers.in_process`) unless it needs one of its own (a keyring, a signal). Commands
+that need only the backend run with ``PREFECT_API_URL`` pointing where nothing
 listens: had they asked Prefect anything, they would have failed.
 """
 
@@ -95,9 +95,7 @@ def test_an_authentication_failure_exits_6_from_every_command(token_state, prefe
             "whoami": ["whoami"],
         }
         for name, args in commands.items():
-            # train and attach run a flow: in a child; the others ask the backend alone.
-            run = prefect_ito if name in ("train", "attach") else in_process
-            result = run(*args, "--json", env=env)
+            result = in_process(*args, "--json", env=env)
             document = one_document(result, token)
 
             assert result.returncode == ExitCode.AUTHENTICATION, (name, result.stderr)
@@ -231,9 +229,9 @@ def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulat
     token = env["ITO_COMPUTE_TOKEN"]
     args = [*TRAIN, "--idempotency-key", KEY, "--json"]
 
-    first = prefect_ito(*args, env=env)
-    again = prefect_ito(*args, env=env)
-    changed = prefect_ito(*TRAIN[:-1], "99999", "--idempotency-key", KEY, "--json", env=env)
+    first = in_process(*args, env=env)
+    again = in_process(*args, env=env)
+    changed = in_process(*TRAIN[:-1], "99999", "--idempotency-key", KEY, "--json", env=env)
 
     done = one_document(first, token)["data"]
     assert done["state_name"] == "Completed"
@@ -257,7 +255,7 @@ def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulat
     assert status["data"]["state_name"] == "Completed"
     assert status["data"]["backend_run"]["run_id"] == done["summary"]["run_id"]
     assert status["live_api_contacted"] is None  # Prefect only
-    attach = one_document(prefect_ito("attach", done["summary"]["run_id"], "--json", env=env))
+    attach = one_document(in_process("attach", done["summary"]["run_id"], "--json", env=env))
     assert attach["data"]["summary"]["run_id"] == done["summary"]["run_id"]
     assert len(simulator.runs()) == 1
 
@@ -265,7 +263,7 @@ def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulat
 def test_train_that_fails_keeps_its_summary_beside_the_error(prefect_server):
     with SimulatorServer(builtin_scenario("unavailable")) as simulator:
         env = worker_env(simulator, prefect_server)
-        result = prefect_ito(*TRAIN, "--json", env=env)
+        result = in_process(*TRAIN, "--json", env=env)
 
         document = one_document(result, env["ITO_COMPUTE_TOKEN"])
         assert result.returncode == ExitCode.UNAVAILABLE
@@ -331,7 +329,7 @@ def read_flow_run_id(stream) -> str:
 def test_train_without_a_terminal_prompts_nothing_in_json(prefect_server):
     with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
         env = worker_env(simulator, prefect_server)
-        result = prefect_ito(*TRAIN, "--approval-timeout", "12", "--json", env=env)
+        result = in_process(*TRAIN, "--approval-timeout", "12", "--json", env=env)
 
     document = one_document(result, env["ITO_COMPUTE_TOKEN"])
     assert result.returncode == ExitCode.AWAITING_DECISION

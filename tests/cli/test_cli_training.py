@@ -31,7 +31,7 @@ TASK_CHATTER = re.compile(r"Task run '[^']+' - Finished in state Completed")
 
 def test_train_runs_the_flow_to_completion(simulator, prefect_server):
     env = worker_env(simulator, prefect_server)
-    result = prefect_ito(*TRAIN, "--post-training", "sft", env=env)
+    result = in_process(*TRAIN, "--post-training", "sft", env=env)
 
     output = result.stdout + result.stderr
     assert result.returncode == ExitCode.SUCCESS, output
@@ -61,7 +61,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
 
 def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect_server):
     with SimulatorServer(builtin_scenario("unavailable")) as simulator:
-        result = prefect_ito(*TRAIN, env=worker_env(simulator, prefect_server))
+        result = in_process(*TRAIN, env=worker_env(simulator, prefect_server))
 
         assert result.returncode == ExitCode.UNAVAILABLE, result.stdout + result.stderr
         assert "Unavailable" in result.stdout
@@ -133,7 +133,7 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
             authorization=covering_authorization(simulator, "cli"),
         )
         run = await job.trigger()
-        result = prefect_ito("attach", run.run_id, "--verbose", env=env)
+        result = in_process("attach", run.run_id, "--verbose", env=env)
 
         output = result.stdout + result.stderr
         assert result.returncode == ExitCode.SUCCESS, output
