@@ -1,5 +1,5 @@
-"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: the commands that
-run a flow as child processes, ``status``, ``cancel`` and ``decide`` in this process."""
+"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: in this process,
+but where a signal, a keyring or a Prefect home of the command's own needs a child process."""
 
 from __future__ import annotations
 
