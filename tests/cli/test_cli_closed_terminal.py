@@ -21,8 +21,8 @@ from cli_helpers import (
     UNCONFIRMED,
     _read_until,
     confirming_env,
+    in_process,
     one_document,
-    prefect_ito,
 )
 from prefect import get_client
 
@@ -99,5 +99,5 @@ def test_a_train_ended_at_the_spend_prompt_leaves_no_paused_flow_run(
     sent = [r.path for r in simulator.requests() if r.method == "POST"]
     assert not [path for path in sent if path.endswith(("/declines", "/confirmations"))], sent
     assert simulator.runs() == []
-    entries = one_document(prefect_ito("inbox", "--json", env=env))["data"]
+    entries = one_document(in_process("inbox", "--json", env=env))["data"]
     assert flow_run_id not in [entry["flow_run_id"] for entry in entries]

@@ -1,6 +1,7 @@
 """``prefect-ito decide`` decides at the backend as the person whose token it sends (contract
 v0.5): a workload's token decides nothing, a decoy flow run names nobody else's run, and the
-record is the person's principal. Subprocesses against a real Prefect server and the simulator.
+record is the person's principal. Against a real Prefect server and the simulator: ``train`` in a
+child, ``decide`` in this process.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from cli_helpers import confirming_env, prefect_ito, read_flow_run_id, start_train, worker_env
+from cli_helpers import confirming_env, in_process, read_flow_run_id, start_train, worker_env
 from prefect import get_client
 from prefect.states import Paused
 from prefect.utilities.asyncutils import run_coro_as_sync
@@ -84,7 +85,7 @@ def test_only_a_person_s_own_token_decides_and_the_backend_records_who(prefect_s
             assert action is not None
 
             # The deployment's own token: refused at the backend, and said so in one line.
-            refused = prefect_ito("decide", flow_run_id, "--approve", *REASON, env=workload)
+            refused = in_process("decide", flow_run_id, "--approve", *REASON, env=workload)
             assert refused.returncode == ExitCode.FORBIDDEN, refused.stdout + refused.stderr
             assert "nothing was decided" in refused.stderr and "Traceback" not in refused.stderr
             assert _pending(simulator) == action and not simulator.runs()[0].run.decisions
@@ -92,12 +93,12 @@ def test_only_a_person_s_own_token_decides_and_the_backend_records_who(prefect_s
             # A decoy whose Prefect records name the colleague's run decides nothing for it:
             # before, the backend recorded an approval of the colleague's restart.
             decoy = _decoy(simulator, simulator.runs()[0].run.run_id, action.action_id)
-            fooled = prefect_ito("decide", decoy, "--approve", *REASON, env=person)
+            fooled = in_process("decide", decoy, "--approve", *REASON, env=person)
             assert fooled.returncode == ExitCode.INVALID_INPUT, fooled.stdout + fooled.stderr
             assert _pending(simulator) == action and not simulator.runs()[0].run.decisions
 
             # The person, as themselves: the record is their principal, the typed note a note.
-            decided = prefect_ito(
+            decided = in_process(
                 "decide", flow_run_id, "--reject", *REASON, "--note", "Ada", "--json", env=person
             )
             assert decided.returncode == ExitCode.SUCCESS, decided.stdout + decided.stderr

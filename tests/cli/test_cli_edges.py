@@ -23,6 +23,7 @@ from cli_helpers import (
     TRAIN,
     UNCONFIRMED,
     confirming_env,
+    in_process,
     person_env,
     prefect_ito,
     quote_for_train,
@@ -94,7 +95,7 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
             await asyncio.sleep(0.2)
         assert simulator.runs()[0].run.state is state
 
-        result = prefect_ito("attach", run_id, env=env)
+        result = in_process("attach", run_id, env=env)
 
         assert result.returncode == code, no_traceback(result)
         assert len(submissions(simulator)) == 1
@@ -102,7 +103,7 @@ async def test_attach_to_a_finished_run_reports_it_and_submits_nothing(
 
 
 def test_attach_to_an_unknown_run_is_not_found(simulator, prefect_server):
-    result = prefect_ito("attach", "run_nope", env=worker_env(simulator, prefect_server))
+    result = in_process("attach", "run_nope", env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
     assert "run_nope" in result.stdout + result.stderr
@@ -115,7 +116,7 @@ def test_an_unknown_flow_run_is_one_line_and_not_found(command, prefect_server):
     args = [command, unknown]
     if command == "decide":
         args += ["--approve", "--reason", "ok", "--name", "Ada"]
-    result = prefect_ito(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
+    result = in_process(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
 
     assert result.returncode == ExitCode.NOT_FOUND, no_traceback(result)
     assert f"error: Prefect knows no flow run {unknown}" in result.stderr
@@ -123,10 +124,10 @@ def test_an_unknown_flow_run_is_one_line_and_not_found(command, prefect_server):
 
 def test_decide_on_a_run_that_is_not_paused_says_so(simulator, prefect_server):
     env = worker_env(simulator, prefect_server)
-    done = prefect_ito(*TRAIN, env=env)
+    done = in_process(*TRAIN, env=env)
     flow_run_id = FLOW_RUN_LINE.search(done.stdout).group(1)
 
-    result = prefect_ito(
+    result = in_process(
         "decide", flow_run_id, "--approve", "--reason", "ok", "--name", "Ada", env=env
     )
 
@@ -140,7 +141,7 @@ def test_an_unreachable_backend_is_named_in_one_line(prefect_server):
     # On the client's default retries: a backend that drops every connection is asked once.
     with dropping_listener() as (url, attempts):
         env["ITO_COMPUTE_API_URL"] = url
-        result = prefect_ito(*TRAIN, env=env)
+        result = in_process(*TRAIN, env=env)
 
     assert result.returncode == ExitCode.ERROR, no_traceback(result)
     # Before, the flow ran first and ended BackendUnreachable, after eight lines of output.
@@ -213,7 +214,7 @@ def test_bad_options_name_the_option_and_send_nothing(simulator, prefect_server)
     }
     for (option, value), fragment in cases.items():
         args = [*TRAIN[:-2], option, value] if option == "--budget-usd" else [*TRAIN, option, value]
-        result = prefect_ito(*args, env=env)
+        result = in_process(*args, env=env)  # refused before any flow runs
         assert result.returncode == ExitCode.INVALID_INPUT, no_traceback(result)
         assert fragment in result.stderr, result.stderr
     assert simulator.requests() == []

@@ -1,7 +1,7 @@
 """What a colleague with Prefect API access (and no Itô token) can write, read back by the
 commands a person runs: a flow run's ``credentials`` parameter naming their server, and a
 question record for the inbox naming their link and their command. Neither gets them a token or
-puts their words where a person acts on them. Subprocesses against a real Prefect server.
+puts their words where a person acts on them. In this process against a real Prefect server.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 from capture_server import CaptureServer
-from cli_helpers import one_document, prefect_ito
+from cli_helpers import in_process, one_document
 from prefect import flow, get_client
 from prefect.states import Paused, Running
 
@@ -47,8 +47,8 @@ async def test_status_and_cancel_send_no_token_to_a_server_a_flow_run_names(pref
             "ITO_COMPUTE_TOKEN": CANARY_TOKEN,
         }
 
-        shown = prefect_ito("status", flow_run_id, "--json", env=env)
-        cancelled = prefect_ito("cancel", flow_run_id, "--json", env=env)
+        shown = in_process("status", flow_run_id, "--json", env=env)
+        cancelled = in_process("cancel", flow_run_id, "--json", env=env)
 
     assert theirs.received == []
     for result in (shown, cancelled):
@@ -75,8 +75,8 @@ async def test_the_inbox_shows_no_link_or_command_a_record_names(prefect_server)
         )
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
 
-    entries = one_document(prefect_ito("inbox", "--json", env=env))["data"]
-    text = prefect_ito("inbox", env=env).stdout
+    entries = one_document(in_process("inbox", "--json", env=env))["data"]
+    text = in_process("inbox", env=env).stdout
 
     (entry,) = [entry for entry in entries if entry["flow_run_id"] == flow_run_id]
     assert "evil.example" not in str(entry) and "evil.example" not in text

@@ -1,7 +1,7 @@
 """``prefect-ito inbox`` lists only questions the backend still holds open.
 
-Subprocesses against the session's real Prefect server and the simulator, which the inbox asks
-with the person's own token.
+In this process against the session's real Prefect server and the simulator, which the inbox
+asks with the person's own token.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 from capture_server import CaptureServer
-from cli_helpers import one_document, prefect_ito
+from cli_helpers import in_process, one_document
 from prefect import flow, get_client
 from prefect.states import Paused, Running
 from test_terminal_prompt import _spiked_run, person_token
@@ -46,7 +46,7 @@ async def paused_on(pause_key: str, record: WaitRecord) -> str:
 
 
 def listed(env: dict[str, str]) -> list[str]:
-    entries = one_document(prefect_ito("inbox", "--json", env=env))["data"]
+    entries = one_document(in_process("inbox", "--json", env=env))["data"]
     return [entry["flow_run_id"] for entry in entries]
 
 

@@ -1,7 +1,8 @@
 """``--json``: one envelope-shaped document on stdout for every command, everything else on stderr.
 
-Each command runs as a child process with no terminal, as a script or a scheduler runs it.
-Commands that need only the backend run with ``PREFECT_API_URL`` pointing where nothing
+Each command runs with no terminal, as a script or a scheduler runs it, in this process
+(:func:`cli_helpers.in_process`) unless it needs one of its own (a keyring, a signal). Commands
+that need only the backend run with ``PREFECT_API_URL`` pointing where nothing
 listens: had they asked Prefect anything, they would have failed.
 """
 
@@ -94,7 +95,7 @@ def test_an_authentication_failure_exits_6_from_every_command(token_state, prefe
             "whoami": ["whoami"],
         }
         for name, args in commands.items():
-            result = prefect_ito(*args, "--json", env=env)
+            result = in_process(*args, "--json", env=env)
             document = one_document(result, token)
 
             assert result.returncode == ExitCode.AUTHENTICATION, (name, result.stderr)
@@ -106,7 +107,7 @@ def test_an_authentication_failure_exits_6_from_every_command(token_state, prefe
                 # The backend's own code, passed through; train and attach add the flow run.
                 ErrorEnvelope.model_validate({k: v for k, v in document.items() if k != "data"})
         for args in (["runs", "show", "run_1"], ["capabilities"]):  # and without --json
-            assert prefect_ito(*args, env=env).returncode == ExitCode.AUTHENTICATION
+            assert in_process(*args, env=env).returncode == ExitCode.AUTHENTICATION
 
         submitted = [r for r in simulator.requests() if r.path.startswith("/v0/training-runs")]
         assert "POST" not in {r.method for r in submitted}
@@ -131,7 +132,6 @@ async def finished_runs(simulator: SimulatorServer, targets: list[str]) -> list[
     return run_ids
 
 
-@pytest.mark.slow
 async def test_runs_show_asks_the_backend_by_each_selector_and_only_reads(monkeypatch):
     with SimulatorServer(builtin_scenario("default"), time_scale=FAST) as simulator:
         token = simulator.mint_token("cli").get_secret_value()
@@ -142,7 +142,7 @@ async def test_runs_show_asks_the_backend_by_each_selector_and_only_reads(monkey
         before = len(simulator.requests())
 
         def show(*args: str) -> subprocess.CompletedProcess:
-            return prefect_ito("runs", "show", *args, env=env)
+            return in_process("runs", "show", *args, env=env)
 
         by_id = one_document(show(first, "--json"), token)
         by_key = one_document(show("--idempotency-key", "key-code", "--json"), token)
@@ -229,9 +229,9 @@ def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulat
     token = env["ITO_COMPUTE_TOKEN"]
     args = [*TRAIN, "--idempotency-key", KEY, "--json"]
 
-    first = prefect_ito(*args, env=env)
-    again = prefect_ito(*args, env=env)
-    changed = prefect_ito(*TRAIN[:-1], "99999", "--idempotency-key", KEY, "--json", env=env)
+    first = in_process(*args, env=env)
+    again = in_process(*args, env=env)
+    changed = in_process(*TRAIN[:-1], "99999", "--idempotency-key", KEY, "--json", env=env)
 
     done = one_document(first, token)["data"]
     assert done["state_name"] == "Completed"
@@ -251,11 +251,11 @@ def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulat
 
     # The flow run, as Prefect has it (no token needed), and as the backend has it.
     without_token = {k: v for k, v in env.items() if k != "ITO_COMPUTE_TOKEN"}
-    status = one_document(prefect_ito("status", done["flow_run_id"], "--json", env=without_token))
+    status = one_document(in_process("status", done["flow_run_id"], "--json", env=without_token))
     assert status["data"]["state_name"] == "Completed"
     assert status["data"]["backend_run"]["run_id"] == done["summary"]["run_id"]
     assert status["live_api_contacted"] is None  # Prefect only
-    attach = one_document(prefect_ito("attach", done["summary"]["run_id"], "--json", env=env))
+    attach = one_document(in_process("attach", done["summary"]["run_id"], "--json", env=env))
     assert attach["data"]["summary"]["run_id"] == done["summary"]["run_id"]
     assert len(simulator.runs()) == 1
 
@@ -263,7 +263,7 @@ def test_train_with_the_same_idempotency_key_twice_makes_one_backend_run(simulat
 def test_train_that_fails_keeps_its_summary_beside_the_error(prefect_server):
     with SimulatorServer(builtin_scenario("unavailable")) as simulator:
         env = worker_env(simulator, prefect_server)
-        result = prefect_ito(*TRAIN, "--json", env=env)
+        result = in_process(*TRAIN, "--json", env=env)
 
         document = one_document(result, env["ITO_COMPUTE_TOKEN"])
         assert result.returncode == ExitCode.UNAVAILABLE
@@ -278,7 +278,7 @@ def test_an_unknown_flow_run_is_a_not_found_document(command, prefect_server):
     args = [command, "00000000-0000-4000-8000-000000000000", "--json"]
     if command == "decide":
         args += ["--approve", "--reason", "ok", "--name", "Ada"]
-    result = prefect_ito(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
+    result = in_process(*args, env={**os.environ, "PREFECT_API_URL": prefect_server})
 
     document = one_document(result)
     assert document["error"]["code"] == "FLOW_RUN_NOT_FOUND"
@@ -297,7 +297,7 @@ def test_cancel_answers_in_json_and_the_cancelled_train_says_so(prefect_server):
             flow_run_id = read_flow_run_id(train.stderr)
             while not simulator.runs():
                 time.sleep(0.5)
-            cancel = prefect_ito("cancel", flow_run_id, "--json", env=env)
+            cancel = in_process("cancel", flow_run_id, "--json", env=env)
             stdout, stderr = train.communicate(timeout=180)
         finally:
             if train.poll() is None:
@@ -329,7 +329,7 @@ def read_flow_run_id(stream) -> str:
 def test_train_without_a_terminal_prompts_nothing_in_json(prefect_server):
     with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
         env = worker_env(simulator, prefect_server)
-        result = prefect_ito(*TRAIN, "--approval-timeout", "12", "--json", env=env)
+        result = in_process(*TRAIN, "--approval-timeout", "12", "--json", env=env)
 
     document = one_document(result, env["ITO_COMPUTE_TOKEN"])
     assert result.returncode == ExitCode.AWAITING_DECISION

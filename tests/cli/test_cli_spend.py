@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import httpx
-import pytest
 from cli_helpers import (
     TRAIN,
     UNCONFIRMED,
     confirming_env,
+    in_process,
     one_document,
-    prefect_ito,
     quote_for_train,
     worker_env,
 )
@@ -24,7 +23,6 @@ def posts(simulator: SimulatorServer, path: str = "/v0/training-runs") -> list[o
     return [r for r in simulator.requests() if r.method == "POST" and r.path == path]
 
 
-@pytest.mark.slow
 def test_a_booking_the_backend_does_not_know_is_named_and_where_its_bookings_are(simulator):
     # Before: "error: [BOOKING_NOT_FOUND request …] no such booking": which booking, and which
     # ones there are, the person had to find out alone.
@@ -32,8 +30,8 @@ def test_a_booking_the_backend_does_not_know_is_named_and_where_its_bookings_are
     assert QUOTE[1] == "--booking"
     env = worker_env(simulator, "")
 
-    result = prefect_ito(*unknown, env=env)
-    document = one_document(prefect_ito(*unknown, "--json", env=env))
+    result = in_process(*unknown, env=env)
+    document = one_document(in_process(*unknown, "--json", env=env))
 
     assert result.returncode == ExitCode.BOOKING, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
@@ -51,7 +49,7 @@ def test_a_booking_the_backend_does_not_know_is_named_and_where_its_bookings_are
 def test_quote_prints_the_plan_the_estimate_and_the_command_that_confirms_it(
     simulator, prefect_server
 ):
-    result = prefect_ito(*QUOTE, env=worker_env(simulator, prefect_server))
+    result = in_process(*QUOTE, env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
     for shown in ("GPU hours", "cost", "duration", "$250,000.00", "The booking's term ends"):
@@ -71,7 +69,7 @@ def test_train_confirming_a_quote_runs_once_recorded_as_the_person(simulator, pr
     env = confirming_env(simulator, prefect_server)
     quote_id = quote_for_train(simulator)
 
-    result = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, "--name", "Grace", env=env)
+    result = in_process(*UNCONFIRMED, "--confirm", quote_id, "--name", "Grace", env=env)
 
     assert result.returncode == ExitCode.SUCCESS, result.stdout + result.stderr
     assert f"Confirmed quote {quote_id} at the backend as user:ada" in result.stdout
@@ -90,10 +88,10 @@ def test_the_same_confirm_again_follows_the_run_that_quote_made_and_spends_nothi
     # `train` killed once it had submitted, stopped on the used quote and followed nothing.
     env = confirming_env(simulator, prefect_server)
     quote_id = quote_for_train(simulator)
-    first = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
+    first = in_process(*UNCONFIRMED, "--confirm", quote_id, env=env)
     assert first.returncode == ExitCode.SUCCESS, first.stdout + first.stderr
 
-    again = prefect_ito(*UNCONFIRMED, "--confirm", quote_id, env=env)
+    again = in_process(*UNCONFIRMED, "--confirm", quote_id, env=env)
 
     assert again.returncode == ExitCode.SUCCESS, again.stdout + again.stderr
     (admin,) = simulator.runs()
@@ -111,7 +109,7 @@ def test_train_confirming_a_quote_of_another_request_is_refused_before_any_spend
     quote_id = quote_for_train(simulator)
     args = [*UNCONFIRMED[:-1], "250001", "--confirm", quote_id]  # another budget
 
-    result = prefect_ito(*args, env=env)
+    result = in_process(*args, env=env)
 
     assert result.returncode == ExitCode.NOT_CONFIRMED, result.stdout + result.stderr
     assert "is a quote of another request" in result.stderr and "budget_usd" in result.stderr
@@ -123,7 +121,7 @@ def test_train_confirming_a_quote_of_another_request_is_refused_before_any_spend
 def test_a_workload_token_cannot_confirm_with_train(simulator, prefect_server):
     quote_id = quote_for_train(simulator)
 
-    result = prefect_ito(
+    result = in_process(
         *UNCONFIRMED, "--confirm", quote_id, env=worker_env(simulator, prefect_server)
     )
 
@@ -133,7 +131,7 @@ def test_a_workload_token_cannot_confirm_with_train(simulator, prefect_server):
 
 
 def test_train_without_a_terminal_confirm_or_authorization_stops_first(simulator, prefect_server):
-    result = prefect_ito(*UNCONFIRMED, env=worker_env(simulator, prefect_server))
+    result = in_process(*UNCONFIRMED, env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.NOT_CONFIRMED, result.stdout + result.stderr
     assert "prefect-ito quote" in result.stderr and "--confirm QUOTE_ID" in result.stderr
@@ -146,7 +144,7 @@ def test_train_with_an_authorization_the_backend_refuses_declines_and_spends_not
     env = worker_env(simulator, prefect_server)
     args = [*TRAIN[:-1], "2e9"]  # above the tests' authorization's maximum
 
-    result = prefect_ito(*args, env=env)
+    result = in_process(*args, env=env)
 
     assert result.returncode == ExitCode.DECLINED, result.stdout + result.stderr
     output = result.stdout + result.stderr

@@ -1,5 +1,6 @@
 """``status`` and ``cancel`` say where their facts come from; a Ctrl-C detach is calm; ``--json``
-gives numbers as numbers. Subprocesses against a real Prefect server and the simulator."""
+gives numbers as numbers. Against a real Prefect server and the simulator: ``train`` in a child
+(it is interrupted), ``status`` and ``cancel`` in this process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import uuid
 from io import StringIO
 
-from cli_helpers import prefect_ito, read_flow_run_id, start_train, worker_env
+from cli_helpers import in_process, read_flow_run_id, start_train, worker_env
 from prefect.client.schemas.objects import FlowRun
 from prefect.states import Running
 from prefect.utilities.asyncutils import run_coro_as_sync
@@ -51,13 +52,13 @@ def test_detach_status_and_cancel_say_what_they_did_and_where_facts_come_from(pr
         ], output
 
         # Without a token, only the card: said to be from its time and maybe stale.
-        shown = prefect_ito("status", flow_run_id, env=without_token, timeout=120)
+        shown = in_process("status", flow_run_id, env=without_token)
         assert shown.returncode == ExitCode.SUCCESS, shown.stdout + shown.stderr
         assert f"Backend run: {run_id} (" in shown.stdout
         assert "from the progress card of" in shown.stdout and "may be stale" in shown.stdout
 
         # With one, the backend itself; numbers as numbers (before: "$0.00 of $250,000.00 …").
-        read = prefect_ito("status", flow_run_id, "--json", env=env, timeout=120)
+        read = in_process("status", flow_run_id, "--json", env=env)
         backend_run = json.loads(read.stdout)["data"]["backend_run"]
         assert (backend_run["source"], backend_run["run_id"]) == ("backend", run_id)
         assert backend_run["state"] == simulator.runs()[0].run.state.value
@@ -66,12 +67,12 @@ def test_detach_status_and_cancel_say_what_they_did_and_where_facts_come_from(pr
         assert backend_run["budget_usd"] == 250_000
 
         # A detached (ended) flow run without a token: refused before anything is touched.
-        refused = prefect_ito("cancel", flow_run_id, env=without_token, timeout=120)
+        refused = in_process("cancel", flow_run_id, env=without_token)
         assert refused.returncode == ExitCode.AUTHENTICATION, refused.stdout + refused.stderr
         assert simulator.runs()[0].run.state is not RunState.CANCELLED
         assert _state_name(flow_run_id) == "Detached"
 
-        cancelled = prefect_ito("cancel", flow_run_id, "--json", env=env, timeout=120)
+        cancelled = in_process("cancel", flow_run_id, "--json", env=env)
         sent = json.loads(cancelled.stdout)["data"]
         assert sent["backend_cancelled_here"] is True and sent["left_to"] is None, sent
         assert sent["cancel_requested_in_prefect"] is False  # it had ended: left as it is
@@ -81,7 +82,7 @@ def test_detach_status_and_cancel_say_what_they_did_and_where_facts_come_from(pr
         )
         assert simulator.runs()[0].run.state is RunState.CANCELLED
 
-        after = prefect_ito("status", flow_run_id, env=env, timeout=120)
+        after = in_process("status", flow_run_id, env=env)
         assert f"Backend run: {run_id} (cancelled), as the backend states it now." in after.stdout
 
 

@@ -1,6 +1,7 @@
 """``status`` and ``inbox`` give the forecast and the cost held as numbers, counted when they are
-shown; a progress card's numbers come from its metadata, never from its text. Subprocesses
-against a real Prefect server (and the simulator, where the backend is read)."""
+shown; a progress card's numbers come from its metadata, never from its text. Against a real
+Prefect server (and the simulator, where the backend is read); ``train`` in a child, ``status``
+and ``inbox`` in this process."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cli_helpers import one_document, prefect_ito, read_flow_run_id, start_train, worker_env
+from cli_helpers import in_process, one_document, read_flow_run_id, start_train, worker_env
 from played_runs import play
 from prefect import flow, get_client
 from prefect.client.schemas.actions import ArtifactCreate
@@ -62,7 +63,7 @@ async def test_from_the_card_the_numbers_are_its_metadata_and_the_hold_is_counte
     flow_run_id = await flow_run_with_card(facts)
     env = without_backend(prefect_server)
 
-    shown = one_document(prefect_ito("status", flow_run_id, "--json", env=env))
+    shown = one_document(in_process("status", flow_run_id, "--json", env=env))
     backend_run = shown["data"]["backend_run"]
 
     assert backend_run["source"] == "card"
@@ -81,7 +82,7 @@ async def test_from_the_card_the_numbers_are_its_metadata_and_the_hold_is_counte
     assert held["seconds"] == pytest.approx(counted.total_seconds(), abs=1)
     assert held["usd"] == pytest.approx(held["seconds"] / 3600 * held["usd_per_hour"], abs=0.05)
 
-    text = prefect_ito("status", flow_run_id, env=env).stdout
+    text = in_process("status", flow_run_id, env=env).stdout
     assert "Spend: $11,917.73 of $250,000.00" in text
     assert "Forecast: $27,100–$36,600 at completion of $250,000 budget" in text
     assert "Held: held" not in text
@@ -95,10 +96,10 @@ async def test_an_older_card_shows_its_words_and_null_numbers(prefect_server):
     flow_run_id = await flow_run_with_card(older)
     env = without_backend(prefect_server)
 
-    backend_run = one_document(prefect_ito("status", flow_run_id, "--json", env=env))["data"][
+    backend_run = one_document(in_process("status", flow_run_id, "--json", env=env))["data"][
         "backend_run"
     ]
-    text = prefect_ito("status", flow_run_id, env=env).stdout
+    text = in_process("status", flow_run_id, env=env).stdout
 
     assert (backend_run["spend_usd"], backend_run["forecast"], backend_run["held"]) == (
         None,
@@ -122,8 +123,8 @@ def test_a_run_held_for_a_decision_shows_the_hold_and_the_forecast_from_the_back
             while not simulator.runs() or simulator.runs()[0].run.pending_action is None:
                 assert train.poll() is None, "train ended before its decision"
                 time.sleep(1)
-            read = prefect_ito("status", flow_run_id, "--json", env=env, timeout=120)
-            text = prefect_ito("status", flow_run_id, env=env, timeout=120).stdout
+            read = in_process("status", flow_run_id, "--json", env=env)
+            text = in_process("status", flow_run_id, env=env).stdout
         finally:
             train.kill()
             train.wait(timeout=30)
@@ -162,8 +163,8 @@ async def test_inbox_counts_the_cost_held_to_when_it_runs_and_says_as_of_when(pr
         )
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
 
-    entries = one_document(prefect_ito("inbox", "--json", env=env))["data"]
-    text = prefect_ito("inbox", env=env).stdout
+    entries = one_document(in_process("inbox", "--json", env=env))["data"]
+    text = in_process("inbox", env=env).stdout
 
     (entry,) = [entry for entry in entries if entry["flow_run_id"] == flow_run_id]
     assert entry["held_usd_per_hour"] == 600.0

@@ -1,4 +1,5 @@
-"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: subprocesses."""
+"""``prefect-ito train | demo | decide | status | cancel`` as a person runs them: in this process,
+but where a signal, a keyring or a Prefect home of the command's own needs a child process."""
 
 from __future__ import annotations
 
@@ -7,9 +8,19 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
-from cli_helpers import FLOW_RUN_LINE, TRAIN, prefect_ito, read_flow_run_id, start_train, worker_env
+from cli_helpers import (
+    FLOW_RUN_LINE,
+    TRAIN,
+    in_process,
+    prefect_ito,
+    read_flow_run_id,
+    start_train,
+    worker_env,
+)
+from prefect_homes import migrated_home
 from spend_helpers import covering_authorization
 
 from prefect_ito.exceptions import ExitCode
@@ -20,7 +31,7 @@ TASK_CHATTER = re.compile(r"Task run '[^']+' - Finished in state Completed")
 
 def test_train_runs_the_flow_to_completion(simulator, prefect_server):
     env = worker_env(simulator, prefect_server)
-    result = prefect_ito(*TRAIN, "--post-training", "sft", env=env)
+    result = in_process(*TRAIN, "--post-training", "sft", env=env)
 
     output = result.stdout + result.stderr
     assert result.returncode == ExitCode.SUCCESS, output
@@ -38,7 +49,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
 
     flow_run_id = FLOW_RUN_LINE.search(result.stdout).group(1)
     env_without_token = {k: v for k, v in env.items() if k != "ITO_COMPUTE_TOKEN"}
-    status = prefect_ito("status", flow_run_id, env=env_without_token, timeout=120)
+    status = in_process("status", flow_run_id, env=env_without_token)
     assert status.returncode == ExitCode.SUCCESS, status.stdout + status.stderr
     assert "Completed" in status.stdout
     # Before, status printed only the state's name.
@@ -50,7 +61,7 @@ def test_train_runs_the_flow_to_completion(simulator, prefect_server):
 
 def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect_server):
     with SimulatorServer(builtin_scenario("unavailable")) as simulator:
-        result = prefect_ito(*TRAIN, env=worker_env(simulator, prefect_server))
+        result = in_process(*TRAIN, env=worker_env(simulator, prefect_server))
 
         assert result.returncode == ExitCode.UNAVAILABLE, result.stdout + result.stderr
         assert "Unavailable" in result.stdout
@@ -59,21 +70,20 @@ def test_train_exits_with_the_unavailable_code_when_training_is_not_live(prefect
 
 def test_train_exits_with_the_invalid_input_code_before_any_request(simulator, prefect_server):
     args = [*TRAIN[:-1], "-5"]
-    result = prefect_ito(*args, env=worker_env(simulator, prefect_server))
+    result = in_process(*args, env=worker_env(simulator, prefect_server))
 
     assert result.returncode == ExitCode.INVALID_INPUT, result.stdout + result.stderr
     assert "budget_usd" in result.stderr
     assert simulator.requests() == []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("command", ["decide", "status", "cancel"])
 def test_server_commands_say_plainly_they_need_a_prefect_server(command):
     env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
     args = [command, "00000000-0000-0000-0000-000000000000"]
     if command == "decide":
         args += ["--approve", "--reason", "ok", "--name", "Ada"]
-    result = prefect_ito(*args, env=env, timeout=120)
+    result = in_process(*args, env=env)
 
     assert result.returncode == ExitCode.ERROR
     assert "needs a real Prefect server" in result.stderr
@@ -85,7 +95,8 @@ def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode_whatever_the_
         env = {key: value for key, value in os.environ.items() if key != "PREFECT_API_URL"}
         # A shell set up for a real backend: the demo must neither use nor send its token.
         env.update(
-            PREFECT_HOME=home,
+            # Not a new home: the first start on one has a test of its own (test_cli_edges.py).
+            PREFECT_HOME=str(migrated_home(Path(home))),
             ITO_COMPUTE_API_URL="https://desk.example.com",
             ITO_COMPUTE_TOKEN="shell-canary-7d2c",
         )
@@ -122,7 +133,7 @@ async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeyp
             authorization=covering_authorization(simulator, "cli"),
         )
         run = await job.trigger()
-        result = prefect_ito("attach", run.run_id, "--verbose", env=env)
+        result = in_process("attach", run.run_id, "--verbose", env=env)
 
         output = result.stdout + result.stderr
         assert result.returncode == ExitCode.SUCCESS, output
@@ -159,10 +170,10 @@ async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_serv
                 while not (await client.read_flow_run(flow_run_id)).state.is_paused():
                     await asyncio.sleep(0.5)
 
-            status = prefect_ito("status", flow_run_id, env=env, timeout=120)
+            status = in_process("status", flow_run_id, env=env)
             assert "Pending decision: loss spike 17.28 at step 12,000 in pretrain" in status.stdout
             assert f"prefect-ito decide {flow_run_id} --approve|--reject" in status.stdout
-            cancel = prefect_ito("cancel", flow_run_id, env=env, timeout=120)
+            cancel = in_process("cancel", flow_run_id, env=env)
             assert cancel.returncode == ExitCode.SUCCESS, cancel.stdout + cancel.stderr
             output, _ = await asyncio.to_thread(train.communicate, timeout=180)
         finally:

@@ -1,5 +1,7 @@
 """``prefect-ito worker``: what it refuses before it starts, in one line and no traceback.
 
+What it refuses before it asks Prefect anything runs in this process; the rest in a child.
+
 Its flow runs are the end-to-end tests' (``tests/e2e/test_worker_routes.py``).
 """
 
@@ -32,7 +34,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_a_flow_that_is_no_module_path_stops_it_naming_the_option(prefect_server):
-    result = prefect_ito(
+    result = in_process(
         "worker", "--flow", "/tmp/theirs.py:harvest", env=_env(PREFECT_API_URL=prefect_server)
     )
 
@@ -42,7 +44,7 @@ def test_a_flow_that_is_no_module_path_stops_it_naming_the_option(prefect_server
 
 
 def test_a_flow_that_does_not_import_stops_it(prefect_server):
-    result = prefect_ito(
+    result = in_process(
         "worker", env=_env(PREFECT_API_URL=prefect_server, **{FLOWS_VARIABLE: "prefect_ito.nope.x"})
     )
 
@@ -51,11 +53,10 @@ def test_a_flow_that_does_not_import_stops_it(prefect_server):
     assert "--flow:" in result.stderr and "prefect_ito.nope" in result.stderr
 
 
-@pytest.mark.slow
 def test_without_a_prefect_server_it_says_so():
     env = {key: value for key, value in _env().items() if key != "PREFECT_API_URL"}
 
-    result = prefect_ito("worker", env=env)
+    result = in_process("worker", env=env)
 
     assert result.returncode == ExitCode.ERROR, result.stderr
     assert "`prefect-ito worker` needs a real Prefect server" in result.stderr

@@ -19,6 +19,7 @@ import pytest
 from reliability_kit import Backend, completed_bookings, request_for, training_fields
 from spend_helpers import covering_authorization
 from transports import Tap
+from trial_counts import count
 
 from prefect_ito.backend import desk
 from prefect_ito.backend._retry import (
@@ -185,9 +186,10 @@ async def test_every_429_is_waited_out_for_its_retry_after(backend, submit, ledg
     assert resent == []
 
 
-CONFIRMED_COMMANDS = 24
+CONFIRMED_COMMANDS = count(full=24, everyday=12)
 """``train --confirm`` commands run one after another in a storm: their pre-flight checks, the
-confirmation and the submission, as one process makes them."""
+confirmation and the submission, as one process makes them. Each takes seconds of Retry-After
+and backoff; an everyday run plays the first half of the same seeded storm."""
 
 
 async def confirm_and_submit(credentials: ItoCredentials, request: Any, index: int) -> None:
