@@ -119,7 +119,7 @@ class AllowedPullSteps:
             allowed = ", ".join(self.entries) or "none"
             return (
                 f"the deployment's pull step {function!r} is not one this worker runs "
-                f"(allowed: {allowed})."
+                f"(allowed: {allowed}; a worker is given its own with --allow-pull-step)."
             )
         if "requires" in inputs:
             return (

@@ -137,7 +137,7 @@ async def test_a_shell_script_pull_step_on_a_shipped_deployment(
         assert ended.state is not None and ended.state.message == (
             "Refused by the prefect-ito worker: the deployment's pull step "
             "'prefect.deployments.steps.run_shell_script' is not one this worker runs "
-            f"(allowed: {CHECKOUT_STEP})."
+            f"(allowed: {CHECKOUT_STEP}; a worker is given its own with --allow-pull-step)."
         )
 
 

