@@ -84,6 +84,11 @@ past the five minutes in which Prefect refuses an event id it has seen, so that 
 question's own id is taken."""
 
 
+RECORD_READS_AT_ONCE = 8
+"""Deferral records read from Prefect at once: a watcher's first listing reads one per deferred
+run, one request each (thousands after a restart)."""
+
+
 @dataclass
 class _Backend:
     """One backend the deferred runs wait on: a client, and where its change feed stands."""
@@ -310,15 +315,18 @@ class Watcher:
 
     async def _deferred(self, paused: list[FlowRun]) -> list[Waiting]:
         """Return every suspended training flow run that waits on a backend run, with its record."""
-        found = []
-        for flow_run in paused:
+        limit = asyncio.Semaphore(RECORD_READS_AT_ONCE)
+
+        async def read(flow_run: FlowRun) -> Waiting | None:
             key = flow_run.state.state_details.pause_key if flow_run.state else None
             if not key or not key.startswith(DEFER_PREFIX):
-                continue  # waits for a person, or for something else: not a deferral
-            record = await self._record(flow_run, key)
-            if record is not None:
-                found.append((flow_run, record))
-        return found
+                return None  # waits for a person, or for something else: not a deferral
+            async with limit:
+                record = await self._record(flow_run, key)
+            return None if record is None else (flow_run, record)
+
+        found = await asyncio.gather(*(read(flow_run) for flow_run in paused))
+        return [item for item in found if item is not None]
 
     async def _record(self, flow_run: FlowRun, key: str) -> Deferral | None:
         """Return the record of a deferred run, or None: not written yet, or not a record."""
