@@ -115,7 +115,7 @@ from prefect.client.schemas.filters import (  # noqa: E402
 )
 from prefect.client.schemas.objects import StateType  # noqa: E402
 from prefect.exceptions import PrefectHTTPStatusError  # noqa: E402
-from prefect.states import Running, Suspended  # noqa: E402
+from prefect.states import Suspended  # noqa: E402
 from prefect.types.entrypoint import EntrypointType  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
@@ -310,7 +310,6 @@ async def defer_flow_runs(deployment: str, url: str, runs: list[TrainingRun]) ->
                 deployment,  # type: ignore[arg-type]
                 parameters={"training": training},
             )
-            await client.set_flow_run_state(flow_run.id, Running(), force=True)
             key = deferral_key(run)
             record = Deferral(
                 api_url=url, run_id=run.run_id, version=run.version, stage=run.current_stage,
