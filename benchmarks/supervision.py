@@ -1,7 +1,9 @@
 """Supervision at scale: deferred runs, crash recovery, N runs in one process, a 10 s poller.
 
 Deferred (``--only deferred``): what ``prefect-ito watch`` costs while N training runs wait, for
-N = 10, 100 and 500, on a real ``prefect server start`` and the simulator (its own process):
+each N of ``BENCH_SIZES`` (100, 500, 5,000 in the figures), on a real ``prefect server start``
+(SQLite, or ``--database postgres``: a throwaway PostgreSQL cluster) and the simulator (its own
+process), with ``--watchers`` watchers (1, or 2 sharing the runs):
 
 1. N backend runs are submitted on N bookings, with a simulated clock that runs at wall speed, so
    nothing changes by itself during the measurement (stages last hours).
@@ -12,7 +14,11 @@ N = 10, 100 and 500, on a real ``prefect server start`` and the simulator (its o
 3. ``prefect-ito watch`` starts (a child process, like in production). After its first sweep,
    one idle minute is measured: every request the backend received, and the watcher's RSS.
 4. Resume latency: 10 backend runs are cancelled at the backend, one by one (a change the flow
-   must handle), and the time until their flow runs leave ``Suspended`` is taken.
+   must handle), and the time until their flow runs leave ``Suspended`` is taken; the Prefect
+   requests of every watcher over those changes are counted by a proxy.
+5. A burst: ``BENCH_BURST`` (200) more runs are cancelled at once; the time until all their flow
+   runs left ``Suspended``, and how many suspensions Prefect's state history shows resumed more
+   than once (with two watchers, both see every change).
 
 Recovery (``--only recovery``): the crash trials of ``tests/e2e/test_crashes.py`` — N training
 flow runs on a real server, worker and two watchers, each struck at a seeded point (its flow
@@ -55,6 +61,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -64,7 +71,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from uuid import UUID
 
 
 def pick_port() -> int:
@@ -99,7 +107,15 @@ from _bench import (  # noqa: E402
 from longpoll_latency import short_poll  # noqa: E402
 from prefect import get_client  # noqa: E402
 from prefect.client.schemas.actions import WorkPoolCreate  # noqa: E402
-from prefect.states import Running, Suspended  # noqa: E402
+from prefect.client.schemas.filters import (  # noqa: E402
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType  # noqa: E402
+from prefect.exceptions import PrefectHTTPStatusError  # noqa: E402
+from prefect.states import Suspended  # noqa: E402
 from prefect.types.entrypoint import EntrypointType  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
@@ -115,10 +131,20 @@ from prefect_ito.simulator import Scenario  # noqa: E402
 from prefect_ito.waiting.deferral import Deferral, deferral_key  # noqa: E402
 
 Figures = dict[str, float]
+T = TypeVar("T")
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "10,100,500").split(","))
 IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
 LATENCY_TRIALS = 10
+BURST = int(os.environ.get("BENCH_BURST", "200"))
+CONCURRENCY = 8
+"""Requests at once while setting up thousands of runs: Prefect's server on SQLite writes one at a
+time anyway."""
+PREFECT_CONCURRENCY = 4
+"""Flow runs set up at once: more, and Prefect's server on SQLite answered ``503`` (a locked
+database) past its client's retries."""
+PG_USER = "prefect-ito-pg"
+"""PostgreSQL refuses to run as root: run it as this user when we are root (as ``.ci/run``)."""
 TRIALS = int(os.environ.get("BENCH_TRIALS", "20"))
 SEED = int(os.environ.get("BENCH_SEED", "20261201"))
 RESULTS = Path(__file__).with_name("results.json")
@@ -134,13 +160,20 @@ BASELINE_SPACING = float(os.environ.get("BENCH_BASELINE_SPACING", "3.5"))
 POLL_EVERY = 10.0
 """The fixed interval of the peers' pollers the baseline stands for."""
 TARGET_RSS_MB = 300.0
+WATCHERS: tuple[int, ...] = (1,)
+"""Watchers at once in ``deferred`` (``--watchers``), turn by turn over the same runs."""
+DATABASE = "sqlite"
+"""The database of Prefect's server in ``deferred`` (``--database``)."""
 TARGET_DETECTION_P95_MS = 250.0
 TARGET_BASELINE_RATIO = 50.0
 
 
-def start_server(home: Path) -> subprocess.Popen[bytes]:
-    """Start ``prefect server start`` on PORT and wait until it answers."""
+def start_server(home: Path, database_url: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``prefect server start`` on PORT (on ``database_url``, else SQLite) and wait until
+    it answers."""
     env = {**os.environ, "PREFECT_HOME": str(home)}
+    if database_url is not None:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
     server = subprocess.Popen(
         [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
          "--port", str(PORT), "--no-ui"],
@@ -157,14 +190,42 @@ def start_server(home: Path) -> subprocess.Popen[bytes]:
 
 
 @contextlib.contextmanager
-def prefect_server() -> Iterator[None]:
+def prefect_server(database_url: str | None = None) -> Iterator[None]:
     """Run ``prefect server start`` on PORT, with a throwaway home, while the block runs."""
-    server = start_server(Path(tempfile.mkdtemp(prefix="prefect-ito-bench-server-")))
+    home = Path(tempfile.mkdtemp(prefix="prefect-ito-bench-server-"))
+    server = start_server(home, database_url)
     try:
         yield
     finally:
         server.terminate()
         server.wait(timeout=60)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_cluster() -> Iterator[str]:
+    """Run a throwaway PostgreSQL cluster on loopback while the block runs; yield the URL of a
+    database for Prefect's server on it."""
+    tools = Path(os.path.realpath(shutil.which("initdb") or "initdb")).parent
+    as_user = ["runuser", "-u", PG_USER, "--"] if os.getuid() == 0 else []
+    home = Path(tempfile.mkdtemp(prefix="prefect-ito-bench-pg-"))
+    if as_user:
+        shutil.chown(home, PG_USER)
+    port, data = pick_port(), home / "data"
+
+    def run(*args: str) -> None:
+        subprocess.run([*as_user, *args], check=True, capture_output=True)
+
+    try:
+        run(str(tools / "initdb"), "-D", str(data), "--username=prefect", "--auth=trust")
+        run(str(tools / "pg_ctl"), "-D", str(data), "-l", str(home / "postgres.log"), "-w",
+            "-o", f"-k {home} -h 127.0.0.1 -p {port}", "start")  # fmt: skip
+        run(str(tools / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "prefect", "prefect")
+        yield f"postgresql+asyncpg://prefect@127.0.0.1:{port}/prefect"
+    finally:
+        subprocess.run([*as_user, str(tools / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
+                        "stop"], capture_output=True)  # fmt: skip
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -195,16 +256,28 @@ async def submit_runs(url: str, n: int, person: str) -> list[TrainingRun]:
         ItoCredentials(api_url=url).get_client() as client,
         ItoClient(url, SecretStr(person)) as confirmer,
     ):
-        runs = []
-        for i in range(n):
+
+        async def submit(i: int) -> TrainingRun:
             request = training_for(booking_id(i)).to_request(BookingClaim(booking_id=booking_id(i)))
             quote = await client.quote_training_run(request.to_submission())
             await confirmer.confirm_quote(quote.quote_id, idempotency_key=f"confirm-{n}-{i}")
             submission = await client.submit_training_run(
                 request.to_submission().spending(quote.quote_id), idempotency_key=f"bench-{n}-{i}"
             )
-            runs.append(submission.run)
-        return runs
+            return submission.run
+
+        return await at_most(CONCURRENCY, [submit(i) for i in range(n)])
+
+
+async def at_most(limit: int, calls: list[Awaitable[T]]) -> list[T]:
+    """Await ``calls``, ``limit`` at a time; return their results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(call) for call in calls)))
 
 
 def training_for(booking: str) -> TrainingParameters:
@@ -219,7 +292,9 @@ async def settled(url: str, runs: list[TrainingRun]) -> list[TrainingRun]:
     """Return the runs once each is in its first stage (hours long at wall speed)."""
     async with ItoCredentials(api_url=url).get_client() as client:
         while True:
-            fresh = [await client.get_training_run(run.run_id) for run in runs]
+            fresh = await at_most(
+                CONCURRENCY, [client.get_training_run(run.run_id) for run in runs]
+            )
             if all(run.current_stage for run in fresh):
                 return fresh
             await asyncio.sleep(0.5)
@@ -227,15 +302,14 @@ async def settled(url: str, runs: list[TrainingRun]) -> list[TrainingRun]:
 
 async def defer_flow_runs(deployment: str, url: str, runs: list[TrainingRun]) -> list[str]:
     """Create one suspended flow run per backend run, as a deferring flow run leaves it."""
-    ids = []
     async with get_client() as client:
-        for run in await settled(url, runs):
+
+        async def defer(run: TrainingRun) -> str:
             training = training_for(run.booking_id).model_dump(mode="json")
             flow_run = await client.create_flow_run_from_deployment(
                 deployment,  # type: ignore[arg-type]
                 parameters={"training": training},
             )
-            await client.set_flow_run_state(flow_run.id, Running(), force=True)
             key = deferral_key(run)
             record = Deferral(
                 api_url=url, run_id=run.run_id, version=run.version, stage=run.current_stage,
@@ -244,8 +318,22 @@ async def defer_flow_runs(deployment: str, url: str, runs: list[TrainingRun]) ->
             )  # fmt: skip
             await client.create_flow_run_input(flow_run.id, key, record.model_dump_json())
             await client.set_flow_run_state(flow_run.id, Suspended(pause_key=key), force=True)
-            ids.append(str(flow_run.id))
-    return ids
+            return str(flow_run.id)
+
+        ready = await settled(url, runs)
+        return await at_most(PREFECT_CONCURRENCY, [patiently(defer, run) for run in ready])
+
+
+async def patiently(call: Callable[[TrainingRun], Awaitable[T]], run: TrainingRun) -> T:
+    """Await ``call(run)``, again while Prefect's server answers ``503`` (its database busy)."""
+    for _ in range(20):
+        try:
+            return await call(run)
+        except PrefectHTTPStatusError as error:
+            if error.response.status_code != 503:
+                raise
+            await asyncio.sleep(2)
+    return await call(run)
 
 
 async def still_suspended(flow_run_id: str) -> bool:
@@ -269,75 +357,177 @@ async def resume_latencies(url: str, runs: list[TrainingRun], flow_runs: list[st
 
 async def clear_flow_runs(flow_runs: list[str]) -> None:
     async with get_client() as client:
-        for flow_run in flow_runs:
-            await client.delete_flow_run(flow_run)  # type: ignore[arg-type]
+        await at_most(
+            CONCURRENCY,
+            [client.delete_flow_run(flow_run) for flow_run in flow_runs],  # type: ignore[arg-type]
+        )
 
 
-def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[str, float]:
+async def burst(url: str, runs: list[TrainingRun], flow_runs: list[str]) -> tuple[float, int]:
+    """Cancel every one of ``runs`` at once; return the seconds until all their flow runs left
+    ``Suspended``, and how many of those flow runs Prefect shows resumed more than once."""
+    start = time.monotonic()
+    async with ItoCredentials(api_url=url).get_client() as client:
+        await at_most(CONCURRENCY, [
+            client.cancel_training_run(run.run_id, reason="bench", idempotency_key=run.run_id)
+            for run in runs
+        ])  # fmt: skip
+    async with get_client() as client:
+        while await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[UUID(flow_run) for flow_run in flow_runs]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED])),
+            ),
+            limit=1,
+        ):
+            await asyncio.sleep(0.2)
+    took = time.monotonic() - start
+    async with get_client() as client:
+        histories = await at_most(CONCURRENCY, [
+            client.read_flow_run_states(flow_run)  # type: ignore[arg-type]
+            for flow_run in flow_runs
+        ])  # fmt: skip
+    twice = sum([s.name for s in history].count("Resuming") > 1 for history in histories)
+    return took, twice
+
+
+async def listing_seconds() -> float:
+    """Return how long one listing of the watched flow runs takes, every page of them."""
+    from prefect_ito.waiting.recovery import JUDGED
+    from prefect_ito.waiting.watched import watched_flow_runs
+
+    start = time.monotonic()
+    await watched_flow_runs(*JUDGED)
+    return time.monotonic() - start
+
+
+def start_watcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``prefect-ito watch`` as in production, its log appended to WATCHER_LOG."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
+        env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[str, Figures]:
+    """Defer N flow runs; measure them under each number of watchers of ``WATCHERS`` in turn,
+    each on runs of its own for its changes; return the figures by :func:`deferred_name`."""
+    setup = time.monotonic()
     runs = asyncio.run(submit_runs(sim.url, n, sim.person_token()))
     flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs))
+    print(f"N={n}: {n} runs deferred in {time.monotonic() - setup:.0f} s", flush=True)
     # Nothing resumes before the measurement: every run waits, as it would for hours.
     assert all(asyncio.run(still_suspended(flow_run)) for flow_run in flow_runs[:3])
-    proxy = CountingProxy(API_URL).__enter__()  # counts the watcher's requests to Prefect
+    listing = asyncio.run(listing_seconds())
+    figures = {}
+    for turn, watchers in enumerate(WATCHERS):
+        used = slice(turn * (LATENCY_TRIALS + BURST), (turn + 1) * (LATENCY_TRIALS + BURST))
+        waiting = n - turn * (LATENCY_TRIALS + BURST)
+        figures[deferred_name(n, watchers)] = {
+            **watch(waiting, watchers, token, sim, runs[used], flow_runs[used]),
+            "listing_s": round(listing, 2),
+        }
+        print(f"{deferred_name(n, watchers)}: {figures[deferred_name(n, watchers)]}", flush=True)
+    if n != SIZES[-1]:  # the server goes with the last size
+        asyncio.run(clear_flow_runs(flow_runs))
+    return figures
+
+
+def watch(
+    n: int,
+    watchers: int,
+    token: str,
+    sim: RemoteSimulator,
+    runs: list[TrainingRun],
+    flow_runs: list[str],
+) -> Figures:
+    """Start ``watchers`` watchers over N deferred runs; measure them, changing ``runs``."""
+    proxy = CountingProxy(API_URL).__enter__()  # counts the watchers' requests to Prefect
     env = {
         **os.environ, "ITO_COMPUTE_API_URL": sim.url, "ITO_COMPUTE_TOKEN": token,
         "PREFECT_API_URL": proxy.api_url,
     }  # fmt: skip
-    watcher = subprocess.Popen(
-        [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
-        env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    started = [start_watcher(env) for _ in range(watchers)]
+    since = time.monotonic()
     try:
-        # The first sweep reads every deferred run once; then the watcher is idle.
+        # The first sweep reads every deferred run once (each watcher); then they are idle.
         first = len(sim.requests())
         while (
             sum(1 for r in sim.requests()[first:] if r.path.startswith("/v0/training-runs/run_"))
-            < n
+            < n * watchers
         ):
-            time.sleep(0.5)
+            time.sleep(5)  # the request log crosses a pipe: tens of thousands of entries
+        first_sweep = time.monotonic() - since
         time.sleep(2)
         before = len(sim.requests())
         time.sleep(IDLE_SECONDS)
         idle = (len(sim.requests()) - before) / (IDLE_SECONDS / 60)
-        rss = rss_mb(watcher.pid)
+        rss = max(rss_mb(watcher.pid) for watcher in started)
         if os.environ.get("BENCH_DEBUG"):
             for entry in sim.requests()[-12:]:
                 print(entry.time.isoformat(), entry.method, entry.path, entry.status)
         counted = proxy.count
         latencies = asyncio.run(resume_latencies(sim.url, runs, flow_runs))
         per_change = (proxy.count - counted) / len(latencies)
+        bursting = slice(LATENCY_TRIALS, LATENCY_TRIALS + BURST)
+        burst_s, twice = asyncio.run(burst(sim.url, runs[bursting], flow_runs[bursting]))
+        _, twice_one_by_one = asyncio.run(burst(sim.url, [], flow_runs[:LATENCY_TRIALS]))
     finally:
-        watcher.terminate()
-        watcher.wait(timeout=60)
+        for watcher in started:
+            watcher.terminate()
+        for watcher in started:
+            watcher.wait(timeout=60)
         proxy.__exit__(None, None, None)
-    asyncio.run(clear_flow_runs(flow_runs))
-    processes = subprocess.run(
-        ["pgrep", "-f", "prefect.engine"], capture_output=True, text=True
-    ).stdout.split()
     return {
-        "flow_processes": float(len(processes)),
+        "flow_processes": float(len(flow_processes())),
         "watcher_rss_mb": round(rss, 1),
         "idle_requests_per_minute": round(idle, 2),
         "resume_p50_s": round(statistics.median(latencies), 3),
         "resume_p95_s": round(percentile(latencies, 0.95), 3),
         "prefect_requests_per_change": round(per_change, 1),
+        "first_sweep_s": round(first_sweep, 1),
+        "burst_runs": float(len(flow_runs[bursting])),
+        "burst_all_resumed_s": round(burst_s, 1),
+        "resumed_twice": float(twice + twice_one_by_one),
     }
+
+
+def flow_processes() -> list[str]:
+    """Return the flow processes that run against this benchmark's server (the machine may run
+    others' at the same time)."""
+    found = subprocess.run(
+        ["pgrep", "-f", "prefect.engine"], capture_output=True, text=True
+    ).stdout.split()
+    ours = []
+    for pid in found:
+        with contextlib.suppress(OSError):
+            if f"127.0.0.1:{PORT}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                ours.append(pid)
+    return ours
 
 
 def deferred() -> dict[str, dict[str, Figures]]:
     """Measure deferred supervision at every size of ``BENCH_SIZES``; see the docstring."""
     figures: dict[str, Figures] = {}
-    with prefect_server():
+    with contextlib.ExitStack() as stack:
+        database = stack.enter_context(postgres_cluster()) if DATABASE == "postgres" else None
+        stack.enter_context(prefect_server(database))
         deployment = asyncio.run(deployment_id())
         for n in SIZES:
             with RemoteSimulator(scenario(time_scale=1.0, bookings=n)) as sim:
                 token = sim.mint_token()
                 os.environ["ITO_COMPUTE_API_URL"] = sim.url
                 os.environ["ITO_COMPUTE_TOKEN"] = token
-                figures[str(n)] = measure(n, deployment, token, sim)
-                print(f"N={n}: {figures[str(n)]}", flush=True)
+                figures.update(measure(n, deployment, token, sim))
     print_rows(figures)
     return {"deferred": figures}
+
+
+def deferred_name(n: int, watchers: int) -> str:
+    """Return the key of a measurement of N deferred runs: N, with what is not the default."""
+    variants = [f"{watchers} watchers"] if watchers > 1 else []
+    variants += ["PostgreSQL"] if DATABASE == "postgres" else []
+    return f"{n} ({', '.join(variants)})" if variants else str(n)
 
 
 def print_rows(figures: dict[str, Figures]) -> None:
@@ -547,11 +737,24 @@ SECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append")
-    chosen = parser.parse_args().only or list(SECTIONS)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    parser.add_argument(
+        "--watchers", default="1", help="deferred: watchers at once, or several turns: 1,2"
+    )
+    parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    args = parser.parse_args()
+    global WATCHERS, DATABASE
+    WATCHERS = tuple(int(w) for w in args.watchers.split(","))
+    DATABASE = args.database
+    chosen = args.only or list(SECTIONS)
     for name in chosen:
-        # A section writes its own keys: ``baseline`` writes ``baseline`` and ``prefect_ito``.
-        results.update(SECTIONS[name]())
+        figures = SECTIONS[name]()
+        # Read just before writing: another run of this script may have written meanwhile.
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        # A section writes its own keys: ``baseline`` writes ``baseline`` and ``prefect_ito``;
+        # ``deferred`` its sizes and variants, beside those measured before.
+        for key, value in figures.items():
+            kept = results.get(key) if name == "deferred" else None
+            results[key] = {**kept, **value} if isinstance(kept, dict) else value
         # Written after each section, so a long run keeps what it measured.
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(machine())

@@ -124,7 +124,7 @@ async def _tick(state: SimState) -> None:
     """Advance the engine in the background and wake long-polls when a run changed."""
     seen = -1
     while True:
-        state.engine.advance()
+        state.engine.advance_changes()
         revision = state.engine.revision()
         if revision != seen:
             seen = revision

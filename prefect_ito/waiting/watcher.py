@@ -4,8 +4,10 @@ person answered there; re-enter flow runs whose process was lost
 (:mod:`prefect_ito.waiting.recovery`).
 
 The watcher keeps no state of its own. It lists the watched flow runs (every page of them) once
-every ``list_every`` seconds, re-entering the lost ones; between listings it works from the last
-one, and lists sooner when a change names a backend run no listing showed. Each sweep looks at
+every ``list_every`` seconds, re-entering the lost ones; between listings it works from an index
+of the last one (which flow run waits on which backend run, :mod:`prefect_ito.waiting.waiters`),
+so that a change costs the work of its own run, and lists sooner when a change names a backend run
+no listing showed. Each sweep looks at
 the ``ito-training`` flow runs that are suspended: deferred (under a
 ``defer-`` pause key, with a :class:`Deferral` record beside it), or asking a person (under a
 ``spend-`` or ``restart-`` pause key, with a :class:`~prefect_ito.waiting.waits.WaitRecord`). It
@@ -39,7 +41,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from uuid import UUID
 
 import httpx
@@ -65,6 +67,7 @@ from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import Deferral
 from prefect_ito.waiting.keys import ACTION_PREFIXES, DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
 from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
+from prefect_ito.waiting.waiters import Waiters, Waiting
 from prefect_ito.waiting.waits import (
     ActionWait,
     QuoteWait,
@@ -89,6 +92,11 @@ past the five minutes in which Prefect refuses an event id it has seen, so that 
 question's own id is taken."""
 
 
+RECORD_READS_AT_ONCE = 8
+"""Deferral records read from Prefect at once: a watcher's first listing reads one per deferred
+run, one request each (thousands after a restart)."""
+
+
 @dataclass
 class _Backend:
     """One backend the deferred runs wait on: a client, and where its change feed stands."""
@@ -107,17 +115,25 @@ class _Seen:
     heartbeat_seen_at: float
 
 
+Asking = tuple[FlowRun, WaitRecord]
+BackendKey = tuple[str, str | None]
+"""A backend as a record names it: its API URL, and the keyring entry of its token."""
+
+
 @dataclass
 class _Listing:
-    """The suspended flow runs Prefect listed, and when the listing started."""
+    """What the last listing of suspended flow runs showed, kept until the next one.
 
-    paused: list[FlowRun]
+    ``deferred`` holds, per backend, the deferred runs still to be resumed by the backend run
+    each waits on; ``known`` every backend run a listed deferral names, resumed or not.
+    """
+
     at: float
+    deferred: dict[BackendKey, Waiters] = field(default_factory=dict)
+    asking: dict[BackendKey, list[Asking]] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)
 
 
-Waiting = tuple[FlowRun, Deferral]
-Asking = tuple[FlowRun, WaitRecord]
-_Record = TypeVar("_Record", Deferral, WaitRecord)
 TellAgain = Callable[[FlowRun, WaitRecord, ItoClient], Awaitable[bool]]
 """Says again that a flow run waits for a person; returns whether it said it."""
 
@@ -151,12 +167,12 @@ class Watcher:
     lost_after: float | Literal["auto"] | None = AUTO
     resumed: list[UUID] = field(default_factory=list)
     recovery: Recovery = field(init=False)
-    _backends: dict[tuple[str, str | None], _Backend] = field(default_factory=dict)
+    _backends: dict[BackendKey, _Backend] = field(default_factory=dict)
     _records: dict[tuple[UUID, str], Deferral] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _unread: set[str] = field(default_factory=set)
     _look_again_at: dict[str, float] = field(default_factory=dict)
-    _refused: set[tuple[str, str | None]] = field(default_factory=set)
+    _refused: set[BackendKey] = field(default_factory=set)
     _unreadable: set[tuple[UUID, str]] = field(default_factory=set)
     _waits: dict[UUID, tuple[UUID, WaitRecord | None]] = field(default_factory=dict)
     """Per flow run asking a person: its suspended state, and the record read beside it."""
@@ -216,38 +232,34 @@ class Watcher:
     async def sweep(self) -> None:
         """Re-enter lost runs; resume suspended runs whose run or quote changed, then wait for
         one change."""
-        paused = await self._paused()
-        self._forget_resumed(paused)
-        deferred = _by_backend(await self._deferred(paused))
-        asking = _by_backend(await self._asking(paused))
+        listing = await self._listed()
         waited = False
-        for api_url, entry in dict.fromkeys([*deferred, *asking]):
+        for api_url, entry in dict.fromkeys([*listing.deferred, *listing.asking]):
             backend = await self._backend(api_url, entry)
             if backend is None:
                 continue
-            group, quotes = deferred.get((api_url, entry), []), asking.get((api_url, entry), [])
+            waiters = listing.deferred.get((api_url, entry)) or Waiters()
+            quotes = listing.asking.get((api_url, entry), [])
             # Read a run only when first seen or when a watchdog limit comes due; else wait.
-            due = [item for item in group if self._needs_reading(item[1])]
-            await self._read_and_judge(backend, due)
+            await self._read_and_judge(backend, self._due(waiters))
             # Questions every sweep: a quote's expiry comes on no feed, and the backend's clock
             # may not be ours; few runs wait for a person at a time.
             await self._read_questions(backend, quotes)
-            pending = [item for item in group if item[0].id not in self.resumed]
             asked = [item for item in quotes if item[0].id not in self.resumed]
-            if pending or asked:
-                await self._wait_for_change(backend, pending, asked)
+            if waiters.by_run or asked:
+                await self._wait_for_change(backend, waiters, asked)
                 waited = True
         if not waited:  # nothing to wait on, or only on backends refused: no busy loop
             self._list_now = True  # a listing of nothing to wait on costs next to nothing
             await asyncio.sleep(min(self.wait, 5.0))
 
-    async def _paused(self) -> list[FlowRun]:
-        """Return the suspended flow runs to wait on: listed anew (re-entering lost runs on the
-        way) when a listing is due, else as last listed."""
+    async def _listed(self) -> _Listing:
+        """Return what the suspended flow runs wait on: listed anew (re-entering lost runs on
+        the way) when a listing is due, else as last listed, less the runs resumed since."""
         listing = self._listing
         every = self.wait if self.list_every is None else self.list_every
         if listing is not None and not self._list_now and time.monotonic() - listing.at < every:
-            return listing.paused
+            return listing
         self._list_now = False
         listed_at = time.monotonic()
         # One listing for recovery and for the waits: it is the cost that grows with the number
@@ -259,15 +271,39 @@ class Watcher:
         # re-entered earlier that suspended again since is waited on as any other.
         re_entered = set(self.recovery.recovered[before:])
         paused = [run for run in in_state(seen, StateType.PAUSED) if run.id not in re_entered]
-        self._listing = _Listing(paused, listed_at)
-        return paused
+        self._forget_resumed(paused)
+        deferred = await self._deferred(paused)
+        listing = _Listing(listed_at, asking=_by_backend(await self._asking(paused)))
+        for item in deferred:
+            listing.known.add(item[1].run_id)
+            if item[0].id not in self.resumed:
+                key = (item[1].api_url, item[1].keyring_entry)
+                listing.deferred.setdefault(key, Waiters()).add(item)
+        self._forget_unlisted(paused, listing.known)
+        for waiters in listing.deferred.values():
+            for run_id in waiters.by_run:
+                self._reschedule(waiters, run_id)
+        self._listing = listing
+        return listing
+
+    def _forget_unlisted(self, paused: list[FlowRun], known: set[str]) -> None:
+        """Forget what was kept of flow runs and backend runs the listing no longer shows
+        (resumed, finished, deleted), so that what a watcher holds follows what waits now, not
+        every run it ever saw."""
+        listed = {run.id for run in paused}
+        self._records = {k: v for k, v in self._records.items() if k[0] in listed}
+        self._unreadable = {k for k in self._unreadable if k[0] in listed}
+        self._told_at = {k: v for k, v in self._told_at.items() if k[0] in listed}
+        self._seen = {k: v for k, v in self._seen.items() if k in known}
+        self._look_again_at = {k: v for k, v in self._look_again_at.items() if k in known}
+        self._unread &= known
 
     def _list_for(self, run_ids: set[str]) -> None:
         """List again at the next sweep if a change named a backend run no listing showed (a
         deferral written since); each such run asks for it once, so runs of the account that no
         flow run waits on do not make every change a listing."""
-        known = {record.run_id for record in self._records.values()}
-        unknown = run_ids - known - self._named_unknown
+        known = self._listing.known if self._listing is not None else set()
+        unknown = {run_id for run_id in run_ids if run_id not in known} - self._named_unknown
         if unknown:
             self._named_unknown |= unknown
             self._list_now = True
@@ -287,15 +323,18 @@ class Watcher:
 
     async def _deferred(self, paused: list[FlowRun]) -> list[Waiting]:
         """Return every suspended training flow run that waits on a backend run, with its record."""
-        found = []
-        for flow_run in paused:
+        limit = asyncio.Semaphore(RECORD_READS_AT_ONCE)
+
+        async def read(flow_run: FlowRun) -> Waiting | None:
             key = flow_run.state.state_details.pause_key if flow_run.state else None
             if not key or not key.startswith(DEFER_PREFIX):
-                continue  # waits for a person, or for something else: not a deferral
-            record = await self._record(flow_run, key)
-            if record is not None:
-                found.append((flow_run, record))
-        return found
+                return None  # waits for a person, or for something else: not a deferral
+            async with limit:
+                record = await self._record(flow_run, key)
+            return None if record is None else (flow_run, record)
+
+        found = await asyncio.gather(*(read(flow_run) for flow_run in paused))
+        return [item for item in found if item is not None]
 
     async def _record(self, flow_run: FlowRun, key: str) -> Deferral | None:
         """Return the record of a deferred run, or None: not written yet, or not a record."""
@@ -323,25 +362,47 @@ class Watcher:
         self._unread.add(record.run_id)
         return record
 
-    def _needs_reading(self, record: Deferral) -> bool:
-        if record.run_id in self._unread:
-            self._unread.discard(record.run_id)
-            return True
-        return self._due_in(record, self._seen.get(record.run_id)) <= 0
-
-    def _due_in(self, record: Deferral, seen: _Seen | None) -> float:
-        """Seconds until the stall limit or the deadline of ``record`` comes due, or until a
-        resume another watcher claimed is to be looked at again."""
+    def _due(self, waiters: Waiters) -> list[Waiting]:
+        """Return the deferred runs to read without a change: first seen, or a watchdog limit
+        (or a claim's staleness) come due; the work of those alone, however many wait."""
+        fresh = [run_id for run_id in self._unread if run_id in waiters.by_run]
+        self._unread.difference_update(fresh)
         now = deferral.wall_clock()
+        due = []
+        for run_id in waiters.pop_due(now):
+            at = self._run_due_at(waiters, run_id)
+            if at <= now:
+                due.append(run_id)
+                at = now + self.wait  # read again then if this read fails; judging sets it anew
+            waiters.schedule(run_id, at)
+        return waiters.waiting_on(dict.fromkeys([*fresh, *due]))
+
+    def _reschedule(self, waiters: Waiters, run_id: str) -> None:
+        waiters.schedule(run_id, self._run_due_at(waiters, run_id))
+
+    def _run_due_at(self, waiters: Waiters, run_id: str) -> float:
+        return min((self._due_at(record) for _, record in waiters.by_run.get(run_id, [])),
+                   default=float("inf"))  # fmt: skip
+
+    def _due_at(self, record: Deferral) -> float:
+        """When (wall-clock seconds) the stall limit or the deadline of ``record`` comes due, or
+        a resume another watcher claimed is to be looked at again."""
+        seen = self._seen.get(record.run_id)
         due = [float("inf")]
         if record.run_id in self._look_again_at:
-            due.append(self._look_again_at[record.run_id] - now)
+            due.append(self._look_again_at[record.run_id])
         if record.deadline_at is not None:
-            due.append(record.deadline_at - now)
+            due.append(record.deadline_at)
         if record.stall_timeout is not None:
             moved = seen.heartbeat_seen_at if seen else record.heartbeat_seen_at
-            due.append(moved + record.stall_timeout - now)
+            due.append(moved + record.stall_timeout)
         return min(due)
+
+    def _waiters(self, record: Deferral) -> Waiters | None:
+        """Return the flow runs still waited on at ``record``'s backend, as last listed."""
+        listing = self._listing
+        key = (record.api_url, record.keyring_entry)
+        return listing.deferred.get(key) if listing is not None else None
 
     async def _read_and_judge(
         self, backend: _Backend, items: list[Waiting], *, wait: float | None = None
@@ -371,6 +432,9 @@ class Watcher:
         seen = self._observe(record, run)
         if _must_resume(record, run, seen):
             await self._resume(flow_run, record, run)
+        waiters = self._waiters(record)
+        if waiters is not None:
+            self._reschedule(waiters, record.run_id)
 
     def _observe(self, record: Deferral, run: TrainingRun) -> _Seen:
         before = self._seen.get(run.run_id)
@@ -385,26 +449,24 @@ class Watcher:
         return seen
 
     async def _wait_for_change(
-        self, backend: _Backend, pending: list[Waiting], asked: list[Asking]
+        self, backend: _Backend, waiters: Waiters, asked: list[Asking]
     ) -> None:
-        wait = max(
-            0.0, min([self.wait] + [self._due_in(r, self._seen.get(r.run_id)) for _, r in pending])
-        )
+        wait = max(0.0, min(self.wait, waiters.next_at() - deferral.wall_clock()))
         if backend.feed:
-            await self._wait_on_feed(backend, pending, asked, wait)
-        elif pending:
-            await self._wait_per_run(backend, pending, wait)
+            await self._wait_on_feed(backend, waiters, asked, wait)
+        elif waiters.by_run:
+            await self._wait_per_run(backend, waiters.every(), wait)
         else:
             await asyncio.sleep(wait)  # a question has no long-poll: the next sweep reads it again
 
     async def _wait_on_feed(
-        self, backend: _Backend, pending: list[Waiting], asked: list[Asking], wait: float
+        self, backend: _Backend, waiters: Waiters, asked: list[Asking], wait: float
     ) -> None:
         page = await backend.client.list_changes(after=backend.cursor, wait=wait)
         backend.cursor = page.cursor
         moved = {change.run_id for change in page.changes}
         self._list_for(moved)
-        await self._read_and_judge(backend, [item for item in pending if item[1].run_id in moved])
+        await self._read_and_judge(backend, waiters.waiting_on(moved))
         await self._read_questions(backend, [item for item in asked if item[1].woken_by(page)])
 
     async def _wait_per_run(self, backend: _Backend, pending: list[Waiting], wait: float) -> None:
@@ -419,6 +481,10 @@ class Watcher:
             # stale (by the claim's own time: this watcher may have seen it late), as the
             # backend run may never change again to bring it back.
             self._look_again_at[record.run_id] = held_until
+            return
+        waiters = self._waiters(record)
+        if waiters is not None:  # resumed, or cancelled or deleted meanwhile: done with it
+            waiters.drop(flow_run.id, record.run_id)
 
     async def _resume_once(
         self, flow_run: FlowRun, why: str, answer: dict[str, Any] | None = None
@@ -653,11 +719,9 @@ def _past_deadline(flow_run: FlowRun) -> bool:
     return deadline is not None and datetime.now(UTC) >= deadline
 
 
-def _by_backend(
-    waiting: list[tuple[FlowRun, _Record]],
-) -> dict[tuple[str, str | None], list[tuple[FlowRun, _Record]]]:
-    groups: dict[tuple[str, str | None], list[tuple[FlowRun, _Record]]] = {}
-    for flow_run, record in waiting:
+def _by_backend(asking: list[Asking]) -> dict[BackendKey, list[Asking]]:
+    groups: dict[BackendKey, list[Asking]] = {}
+    for flow_run, record in asking:
         groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
     return groups
 

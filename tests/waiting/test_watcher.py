@@ -23,21 +23,24 @@ from prefect.states import Cancelled, Cancelling, Crashed, Pending, Running, Sus
 from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import BookingStatus
 from prefect_ito.jobs import ItoTrainingJob
 from prefect_ito.parameters import TrainingParameters
 from prefect_ito.people import spend
-from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator import SimBooking, builtin_scenario
 from prefect_ito.simulator.builtins import SECOND_COMPLETED_BOOKING
 from prefect_ito.waiting import deferral
 from prefect_ito.waiting.deferral import Deferral, deferral_key
 from prefect_ito.waiting.watcher import Watcher
 
 
-async def deferred_flow_run(simulator, *, key: str | None = None, booking: str = BOOKING):
+async def deferred_flow_run(
+    simulator, *, key: str | None = None, booking: str = BOOKING, deployment=None
+):
     """Submit a backend run and leave a flow run suspended on it, as a deferring flow does.
 
     Every flow run it makes on one simulator and booking waits on the same run: the one their
-    shared key made.
+    shared key made. ``deployment``: the flow run's (deployed here when not given).
     """
     training = TrainingParameters(
         **{**REQUEST, "booking": booking, "idempotency_key": f"watched-{booking}"}
@@ -50,8 +53,9 @@ async def deferred_flow_run(simulator, *, key: str | None = None, booking: str =
     run = (await job.trigger()).run
     async with ItoCredentials(api_url=simulator.url).get_client() as client:
         while run.current_stage is None:
+            await asyncio.sleep(0.05)  # many at once: leave the simulator's thread time to answer
             run = await client.get_training_run(run.run_id)
-    deployment = await training_deployment("watcher-tests")
+    deployment = deployment or await training_deployment("watcher-tests")
     async with get_client() as client:
         flow_run = await client.create_flow_run_from_deployment(
             deployment, parameters={"training": training.model_dump(mode="json")}
@@ -527,6 +531,45 @@ async def test_a_change_seen_by_several_watchers_resumes_the_run_once(start_simu
         history = await client.read_flow_run_states(flow_run.id)
     assert [state.name for state in history].count("Resuming") == 1
     assert sum(len(watcher.resumed) for watcher in watchers) == 1
+
+
+async def test_two_watchers_over_many_deferred_runs_resume_each_once(start_simulator):
+    # Two watchers follow the same feed and see every change at once; between listings each
+    # acts from what it last listed. Each suspension is resumed by one of them, never by both.
+    many = 16  # enough that both watchers hold many at once; setting each up is the cost
+    bookings = [SimBooking(booking_id=f"bk-many-{i:02d}", status=BookingStatus.COMPLETED)
+                for i in range(many)]  # fmt: skip
+    scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
+    simulator = start_simulator(scenario.model_copy(update={"bookings": bookings}))
+    deployment = await training_deployment("watcher-tests")
+    limit = asyncio.Semaphore(8)
+
+    async def defer(booking: str):
+        async with limit:
+            return await deferred_flow_run(simulator, booking=booking, deployment=deployment)
+
+    deferred = await asyncio.gather(*(defer(b.booking_id) for b in bookings))
+    stop, watchers = asyncio.Event(), [Watcher(wait=1.0, lost_after=None) for _ in range(2)]
+    running = [asyncio.ensure_future(watcher.run(stop)) for watcher in watchers]
+    try:
+        await asyncio.sleep(3.0)  # both have listed and read every run: nothing to resume yet
+        assert all([await is_paused(flow_run.id) for flow_run, _ in deferred])
+        async with ItoCredentials(api_url=simulator.url).get_client() as client:
+            await asyncio.gather(*(
+                client.cancel_training_run(run.run_id, reason="test", idempotency_key=run.run_id)
+                for _, run in deferred
+            ))  # fmt: skip
+        async with asyncio.timeout(120):
+            for flow_run, _ in deferred:
+                while await is_paused(flow_run.id):
+                    await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await asyncio.gather(*running)
+
+    async with get_client() as client:
+        histories = [await client.read_flow_run_states(flow_run.id) for flow_run, _ in deferred]
+    assert [[s.name for s in history].count("Resuming") for history in histories] == [1] * many
 
 
 STALE = 15.0
