@@ -246,6 +246,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 SLOW_FIRST = (
+    "test_notifications.py",
     "test_crashes.py",
     "test_lost_machine_defaults.py",
     "test_deployments.py",
@@ -256,6 +257,7 @@ SLOW_FIRST = (
     "test_deployment_files.py",
     "test_spend_attempts.py",
     "test_storms.py",
+    "test_readme_quick_start.py",
     "test_lost_answers.py",
     "test_installed_package.py",
     "test_worker_routes.py",
