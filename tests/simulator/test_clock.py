@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
 from ito_fakes import FakeClock
 from spend_helpers import confirmed_on
 
 from prefect_ito.contract import DecisionRequest, RunState, TrainingRequest
-from prefect_ito.simulator import builtin_scenario
+from prefect_ito.simulator import Scenario, builtin_scenario
 from prefect_ito.simulator.engine import Engine
+from prefect_ito.simulator.runs import RunRecord
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -20,6 +22,28 @@ def submit(engine: Engine):
         target="chat", budget_usd=250_000.0,
     ).to_submission()  # fmt: skip
     return engine.submit("acct", "key-1", confirmed_on(engine, "acct", request)).run
+
+
+class Held(NamedTuple):
+    """A run of a built-in scenario some real seconds after its submission: held, if it asks."""
+
+    clock: FakeClock
+    scenario: Scenario
+    engine: Engine
+    run: Any
+    record: RunRecord
+
+
+def held_after(name: str, seconds: float) -> Held:
+    """Submit a run of the scenario ``name`` loaded at :data:`START`; let ``seconds`` pass."""
+    clock = FakeClock()
+    scenario = builtin_scenario(name).model_copy(update={"start_at": START})
+    engine = Engine(scenario, clock=clock)
+    run = submit(engine)
+    clock.now += seconds
+    engine.advance()
+    (record,) = engine.runs.values()
+    return Held(clock, scenario, engine, run, record)
 
 
 def test_a_run_submitted_long_after_the_load_is_dated_when_it_was_submitted():
@@ -56,13 +80,7 @@ def test_without_a_start_the_clock_is_anchored_at_the_real_time_of_the_load():
 def test_a_person_s_wait_passes_in_real_time_and_later_events_follow_on():
     # Before, the wait for a decision ran on the scaled clock: ten real minutes dated the
     # decision, and everything after it, seven and a half years after the proposal.
-    clock = FakeClock()
-    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
-    engine = Engine(scenario, clock=clock)
-    run = submit(engine)
-    clock.now += 10
-    engine.advance()
-    (record,) = engine.runs.values()
+    clock, _scenario, engine, run, record = held_after("loss-spike", 10)
     action = record.pending_action
     assert action is not None
 
@@ -83,13 +101,7 @@ def test_a_person_s_wait_passes_in_real_time_and_later_events_follow_on():
 
 
 def test_the_heartbeat_keeps_going_at_the_real_rate_while_a_run_waits():
-    clock = FakeClock()
-    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
-    engine = Engine(scenario, clock=clock)
-    submit(engine)
-    clock.now += 10
-    engine.advance()
-    (record,) = engine.runs.values()
+    clock, _scenario, engine, _run, record = held_after("loss-spike", 10)
     before = record.snapshot()
 
     clock.now += 30
@@ -122,13 +134,8 @@ def test_runs_are_dated_when_created_and_listed_in_that_order(desk):
 def test_a_decision_and_the_hold_before_it_are_dated_by_the_wall_clock():
     # Before, decided_at came from the run's scaled clock: a restart decided on 2026-12-01
     # said "decided at 2026-12-10". People wait and decide in real time.
-    clock = FakeClock()
-    scenario = builtin_scenario("loss-spike").model_copy(update={"start_at": START})
-    engine = Engine(scenario, clock=clock)
-    run = submit(engine)
-    clock.now += 10  # the spike came some real seconds into these ten
-    engine.advance()
-    (record,) = engine.runs.values()
+    # The spike came some real seconds into these ten.
+    clock, _scenario, engine, run, record = held_after("loss-spike", 10)
     action = record.pending_action
     assert action is not None
     assert START < action.held_since < START + timedelta(seconds=10)
@@ -159,13 +166,7 @@ def test_a_held_run_says_what_its_gpus_cost_an_hour():
 def test_a_deadline_extension_names_deadlines_on_the_wall_clock():
     # Before, deadline_at was the run's scaled clock: a deadline reached some real seconds into
     # the run read as days later. A deadline is a wall-clock one (docs/contract.md).
-    clock = FakeClock()
-    scenario = builtin_scenario("deadline-extension").model_copy(update={"start_at": START})
-    engine = Engine(scenario, clock=clock)
-    submit(engine)
-    clock.now += 60
-    engine.advance()
-    (record,) = engine.runs.values()
+    _clock, scenario, _engine, _run, record = held_after("deadline-extension", 60)
     action = record.pending_action
     assert action is not None and action.kind == "deadline_extension"
     assert action.deadline_at == action.held_since
