@@ -349,6 +349,9 @@ async def _nightly_on(client: PrefectClient, booking_id: str) -> UUID:
         pull_steps=nightly.pull_steps,
         parameters={**nightly.parameters, **on_booking(booking_id)},
         parameter_openapi_schema=nightly.parameter_openapi_schema,
+        # Paused, Prefect's scheduler service leaves it alone (it would schedule a hundred runs
+        # at its next loop); the test asks the server's own scheduling for three nights.
+        paused=True,
         schedules=[
             DeploymentScheduleCreate(
                 schedule=IntervalSchedule(interval=timedelta(seconds=NIGHT_SECONDS)),
