@@ -52,10 +52,12 @@ class Admits(_Worker):
         self._admitted = {}
 
     def _admission(self, flow_run: FlowRun) -> Admission:
-        """Return what the worker admitted for a flow run it is starting."""
+        """Return what the worker admitted for a flow run it is starting, having said so first
+        in the flow run's log (each worker type's ``run`` starts here)."""
         admission = self._admitted.get(flow_run.id)
         if admission is None:
             raise RuntimeError(f"flow run {flow_run.id} was not admitted by this worker")
+        self._say_admitted(flow_run, admission)
         return admission
 
     def _say_admitted(self, flow_run: FlowRun, admission: Admission) -> None:

@@ -203,7 +203,6 @@ class ItoKubernetesWorker(Admits, KubernetesWorker):
     ) -> KubernetesWorkerResult:
         """Create the flow run's Job from the worker's manifest, told what was admitted."""
         admission = self._admission(flow_run)
-        self._say_admitted(flow_run, admission)
         admit(configuration, admission)
         # KubernetesWorker.run: mypy sees BaseWorker's abstract one (prefect-kubernetes is Any).
         return await super().run(flow_run, configuration, task_status)  # type: ignore[safe-super]

@@ -143,7 +143,6 @@ class ItoProcessWorker(Admits, ProcessWorker):
     ) -> ProcessWorkerResult:
         """Start the allowed flow in a process of this machine and wait for it to end."""
         admission = self._admission(flow_run)
-        self._say_admitted(flow_run, admission)
         status = task_status if task_status is not None else anyio.TASK_STATUS_IGNORED
         with tempfile.TemporaryDirectory(suffix="prefect-ito") as workspace:
             execution = await self._execute(flow_run, admission, configuration, workspace, status)
