@@ -9,13 +9,13 @@ person reads the evidence from the backend before answering.
 
 from __future__ import annotations
 
-from pydantic import ValidationError
 from rich.console import Console
 
 from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cli.stated import read_stated
 from prefect_ito.contract import DecisionRequest, TrainingRun
-from prefect_ito.exceptions import InsufficientScope, ItoAPIError, ItoError
+from prefect_ito.exceptions import InsufficientScope, ItoAPIError
 from prefect_ito.people.approval import decision_on
 from prefect_ito.waiting.waits import ActionWait
 
@@ -26,12 +26,7 @@ _DONE = {"approve": "Approved", "reject": "Rejected"}
 
 async def stated_run(record: ActionWait) -> TrainingRun | None:
     """Return the run ``record`` names, as the backend states it; None if it cannot be read."""
-    try:
-        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
-        async with credentials.get_client() as client:
-            return await client.get_training_run(record.run_id)
-    except (ItoError, ValidationError):  # a record nobody may follow, or a run not found
-        return None
+    return await read_stated(record, lambda client: client.get_training_run(record.run_id))
 
 
 async def decide_here(

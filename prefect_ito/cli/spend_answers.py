@@ -10,14 +10,14 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markdown import Markdown
 
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.cli.stated import read_stated
 from prefect_ito.cli.views import without_images
 from prefect_ito.contract import TrainingQuote
-from prefect_ito.exceptions import InsufficientScope, ItoAPIError, ItoError
+from prefect_ito.exceptions import InsufficientScope, ItoAPIError
 from prefect_ito.people.spend import SpendDecision
 from prefect_ito.waiting.waits import QuoteWait
 
@@ -29,12 +29,7 @@ __all__ = ["ConfirmedBeforehand", "NobodyHere", "confirm_quote_here", "stated_qu
 
 async def stated_quote(record: QuoteWait) -> TrainingQuote | None:
     """Return the quote ``record`` names, as the backend states it; None if it cannot be read."""
-    try:
-        credentials = ItoCredentials(api_url=record.api_url, keyring_entry=record.keyring_entry)
-        async with credentials.get_client() as client:
-            return await client.get_quote(record.quote_id)
-    except (ItoError, ValidationError):  # a record nobody may follow, or a quote not found
-        return None
+    return await read_stated(record, lambda client: client.get_quote(record.quote_id))
 
 
 async def confirm_quote_here(record: QuoteWait, note: str | None, console: Console) -> bool:
