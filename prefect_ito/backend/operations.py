@@ -78,6 +78,15 @@ def _gate_task_run_name(parameters: dict[str, Any]) -> str:
     return f"gate-{stage or 'start'}"
 
 
+def _poll(
+    name: str, description: str, call: Callable[Concatenate[ItoClient, P], Awaitable[R]]
+) -> Operation[P, R]:
+    """Return the operation of a read made at every poll of a wait: never sent again (it is
+    read again at the next poll anyway) and never shown (as tasks, the flow run would fill
+    with them)."""
+    return Operation(name, description, call, resendable=False, shown=False)
+
+
 FIND_ATTACHABLE_RUN = Operation(
     "find_attachable_run",
     "Find the backend run this request made, if any: under its client reference or its "
@@ -109,12 +118,8 @@ READ_TRAINING_QUOTE = Operation(
     desk.read_training_quote,
     resendable=True,
 )
-POLL_TRAINING_QUOTE = Operation(
-    "poll_training_quote",
-    "Read the quote while a person is asked.",
-    desk.poll_training_quote,
-    resendable=False,  # read again at the next poll anyway
-    shown=False,  # read at every poll of a wait: as tasks, the flow run would fill with them
+POLL_TRAINING_QUOTE = _poll(
+    "poll_training_quote", "Read the quote while a person is asked.", desk.poll_training_quote
 )
 DECLINE_TRAINING_QUOTE = Operation(
     "decline_training_quote",
@@ -135,12 +140,10 @@ READ_TRAINING_RUN = Operation(
     desk.read_training_run,
     resendable=True,
 )
-POLL_TRAINING_RUN = Operation(
+POLL_TRAINING_RUN = _poll(
     "poll_training_run",
     "Read the run while a person is asked to decide on it.",
     desk.poll_training_run,
-    resendable=False,  # read again at the next poll anyway
-    shown=False,  # read at every poll of a wait: as tasks, the flow run would fill with them
 )
 AWAIT_STAGE_GATE = Operation(
     "await_stage_gate",
