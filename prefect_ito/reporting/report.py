@@ -286,17 +286,16 @@ def warn_if_at_risk(run: TrainingRun) -> bool:
         return False
     _warned[run.run_id] = None
     _bound(_warned, run.run_id, SEEN_LIMIT)
-    emit_event(
-        event=BUDGET_AT_RISK,
-        resource=_resource(run),
-        related=_related(run),
-        payload={
+    _emit(
+        run,
+        BUDGET_AT_RISK,
+        {
             **found.payload(),
             "stage": run.current_stage,
             "message": f"Run {run.run_id}: {found.sentence()}.",
             "backend_at": run.updated_at.isoformat(),
         },
-        id=uuid.uuid5(_EVENT_NAMESPACE, f"{run.run_id}:{BUDGET_AT_RISK}"),
+        uuid.uuid5(_EVENT_NAMESPACE, f"{run.run_id}:{BUDGET_AT_RISK}"),
     )
     return True
 
@@ -331,12 +330,11 @@ def relay_events(
         name = EVENT_NAMES.get(event.type)
         if name is None:
             continue
-        emit_event(
-            event=name,
-            resource=_resource(run),
-            related=_related(run),
-            # Prefect stamps the relay time; the backend's own time travels in the payload.
-            payload={
+        # Prefect stamps the relay time; the backend's own time travels in the payload.
+        _emit(
+            run,
+            name,
+            {
                 "stage": event.stage,
                 "message": event.message,
                 "backend_at": event.at.isoformat(),
@@ -344,9 +342,16 @@ def relay_events(
                 # Names the backend event whichever copy of it this is.
                 "backend_seq": event.seq,
             },
-            id=event_id(run.run_id, event.seq, copies.get(event.seq, 0)),
+            event_id(run.run_id, event.seq, copies.get(event.seq, 0)),
         )
     return last
+
+
+def _emit(run: TrainingRun, name: str, payload: dict[str, Any], event_uuid: uuid.UUID) -> None:
+    """Emit the Prefect event ``name`` about the backend run, related to its booking."""
+    emit_event(
+        event=name, resource=_resource(run), related=_related(run), payload=payload, id=event_uuid
+    )
 
 
 def _resource(run: TrainingRun) -> dict[str, str]:
