@@ -13,59 +13,34 @@ from __future__ import annotations
 from html import escape
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse
 
 from prefect_ito.contract import NOTE_MAX_LENGTH, QuoteAnswer, TrainingQuote
 from prefect_ito.outcomes import ERROR_STATUS
+from prefect_ito.simulator.code_page import CodePage, UserCode, UserCodeQuery
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
 from prefect_ito.simulator.ids import CONFIRM_PAGE
-from prefect_ito.simulator.person_session import (
-    PageRefusal,
-    PageSession,
-    PersonFormDep,
-    form_fields,
-    page,
-)
+from prefect_ito.simulator.person_session import PageSession, PersonFormDep
 from prefect_ito.simulator.quotes import HeldQuote
 from prefect_ito.simulator.spend_routes import answer_quote
 from prefect_ito.simulator.state import SimState, SimStateDep
 
 router = APIRouter(include_in_schema=False)
 
-_WHAT = ("confirm a spend", "Confirm a training spend")
-_CODE = """<form method="post" action="{action}">{person}
-<label>Quote code <input name="user_code" value="{user_code}" required></label>
-<button type="submit">{button}</button>
-</form>"""
-_ANSWER = """<form method="post" action="{action}">{person}
-<input type="hidden" name="user_code" value="{user_code}">
-<label>Note (optional, e.g. your name) <input name="note" maxlength="{note_max}"></label>
-<button name="decision" value="confirm" type="submit">Confirm</button>
-<button name="decision" value="decline" type="submit">Decline</button>
-</form>"""
-UserCode = Annotated[str, Form(max_length=32)]
-
-
-def _page(
-    request: Request,
-    session: PageSession,
-    message: str,
-    body: str = "",
-    status: int = 200,
-    headers: dict[str, str] | None = None,
-) -> HTMLResponse:
-    return page(request, session, _WHAT, message, body, status, headers)
-
-
-def _code_form(session: PageSession, user_code: str) -> str:
-    """Return the form that asks for the quote's code, and for the sign-in if nobody is in."""
-    button = "Show the quote" if session.account else "Sign in"
-    person = form_fields(session)
-    return _CODE.format(
-        action=CONFIRM_PAGE, person=person, user_code=escape(user_code), button=button
-    )
+PAGE = CodePage(
+    CONFIRM_PAGE,
+    ("confirm a spend", "Confirm a training spend"),
+    code_label="Quote code",
+    shows="the quote",
+    answer_fields=(
+        '<label>Note (optional, e.g. your name) <input name="note" '
+        f'maxlength="{NOTE_MAX_LENGTH}"></label>\n'
+        '<button name="decision" value="confirm" type="submit">Confirm</button>\n'
+        '<button name="decision" value="decline" type="submit">Decline</button>\n'
+    ),
+)
 
 
 def _usd(value: float) -> str:
@@ -116,14 +91,16 @@ def quote_html(quote: TrainingQuote, held: HeldQuote | None = None) -> str:
 
 @router.get(CONFIRM_PAGE, response_class=HTMLResponse)
 async def confirm_page(
-    request: Request, state: SimStateDep, user_code: Annotated[str, Query(max_length=32)] = ""
+    request: Request, state: SimStateDep, user_code: UserCodeQuery = ""
 ) -> HTMLResponse:
     """The code form: the quote's code, and the person's sign-in unless they are signed in."""
-    session = state.pages.open(request)
-    message = "Sign in to see the quote your terminal shows."
-    if session.account:
-        message = "Check the code against the one your terminal shows."
-    return _page(request, session, message, _code_form(session, user_code))
+    return PAGE.ask_code(
+        request,
+        state.pages.open(request),
+        user_code,
+        signed_out="Sign in to see the quote your terminal shows.",
+        signed_in="Check the code against the one your terminal shows.",
+    )
 
 
 @router.post(CONFIRM_PAGE, response_class=HTMLResponse)
@@ -136,45 +113,23 @@ async def confirm_answer(
     note: Annotated[str | None, Form(max_length=NOTE_MAX_LENGTH)] = None,
 ) -> HTMLResponse:
     """Without a decision, show the signed-in person the quote; with one, record it."""
-    session = state.pages.open(request)
-    try:
-        session = state.pages.admit(request, session, form)
-        if not user_code and session.account:  # signed in, with no code yet: ask for it
-            return _page(request, session, "Enter the code.", _code_form(session, user_code))
-        held = _held(state, request, session, user_code)
-    except PageRefusal as refusal:
-        return _refused(request, session, refusal, user_code)
+    taken = PAGE.take_code(
+        request, state.pages, form, user_code, lambda session: _held(state, session, user_code)
+    )
+    if isinstance(taken, HTMLResponse):
+        return taken
+    session, held = taken
     quote = held.stated(state.engine.real_now())
     if decision is None:
-        shown = quote_html(quote, held) + _answer_form(session, user_code)
-        return _page(request, session, f"Quote {quote.quote_id}, state {quote.state}.", shown)
+        shown = quote_html(quote, held) + PAGE.answer_form(session, user_code)
+        return PAGE.answer(request, session, f"Quote {quote.quote_id}, state {quote.state}.", shown)
     return _record(request, state, session, quote, decision, note)
 
 
-def _held(state: SimState, request: Request, session: PageSession, user_code: str) -> HeldQuote:
-    """Return the signed-in person's quote the code names (a wrong code counts against them)."""
-
-    def look_up() -> HeldQuote | None:
-        held = state.engine.quotes.by_user_code(user_code)
-        return held if held is not None and held.account == session.account else None
-
-    return state.pages.try_code(request, session, look_up)
-
-
-def _refused(
-    request: Request, session: PageSession, refusal: PageRefusal, user_code: str
-) -> HTMLResponse:
-    body = _code_form(session, user_code)
-    return _page(request, session, refusal.message, body, refusal.status_code, refusal.headers)
-
-
-def _answer_form(session: PageSession, user_code: str) -> str:
-    return _ANSWER.format(
-        action=CONFIRM_PAGE,
-        person=form_fields(session),
-        user_code=escape(user_code),
-        note_max=NOTE_MAX_LENGTH,
-    )
+def _held(state: SimState, session: PageSession, user_code: str) -> HeldQuote | None:
+    """Return the signed-in person's quote the code names, if it is theirs."""
+    held = state.engine.quotes.by_user_code(user_code)
+    return held if held is not None and held.account == session.account else None
 
 
 def _record(
@@ -186,17 +141,19 @@ def _record(
     note: str | None,
 ) -> HTMLResponse:
     """Record the signed-in person's answer to the quote, and say so."""
-    assert session.account is not None  # _held signed them in
+    assert session.account is not None  # PAGE.take_code signed them in
     answer = QuoteAnswer.CONFIRMED if decision == "confirm" else QuoteAnswer.DECLINED
     principal = default_principal(session.account)
     try:
         answer_quote(state, session.account, quote.quote_id, answer, principal, note or None)
     except SimError as error:
-        return _page(request, session, error.message, quote_html(quote), ERROR_STATUS[error.code])
+        return PAGE.answer(
+            request, session, error.message, quote_html(quote), ERROR_STATUS[error.code]
+        )
     # A quote is asked by a terminal or by a deployment's flow run that nobody watches: both
     # learn the answer from the backend, so the person has nowhere they must go back to.
     if answer is QuoteAnswer.CONFIRMED:
         message = f"Confirmed as {principal}: the run that asked goes on by itself."
     else:
         message = f"Declined as {principal}: the run that asked ends, and nothing is spent."
-    return _page(request, session, message, quote_html(quote))
+    return PAGE.answer(request, session, message, quote_html(quote))

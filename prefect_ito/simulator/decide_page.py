@@ -15,7 +15,7 @@ from __future__ import annotations
 from html import escape
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse
 
 from prefect_ito.contract import (
@@ -26,55 +26,30 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.outcomes import ERROR_STATUS
+from prefect_ito.simulator.code_page import CodePage, UserCode, UserCodeQuery
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
 from prefect_ito.simulator.ids import DECIDE_PAGE
-from prefect_ito.simulator.person_session import (
-    PageRefusal,
-    PageSession,
-    PersonFormDep,
-    form_fields,
-    page,
-)
+from prefect_ito.simulator.person_session import PageSession, PersonFormDep
 from prefect_ito.simulator.runs import DECIDED, RunRecord
 from prefect_ito.simulator.state import SimState, SimStateDep
 
 router = APIRouter(include_in_schema=False)
 
-_WHAT = ("decide a restart", "Decide a proposed restart")
-_CODE = """<form method="post" action="{action}">{person}
-<label>Decision code <input name="user_code" value="{user_code}" required></label>
-<button type="submit">{button}</button>
-</form>"""
-_ANSWER = """<form method="post" action="{action}">{person}
-<input type="hidden" name="user_code" value="{user_code}">
-<label>Why (recorded with your decision) <input name="reason" maxlength="{note_max}" required>
-</label>
-<label>Note (optional) <input name="note" maxlength="{note_max}"></label>
-<button name="decision" value="approve" type="submit">Approve the restart</button>
-<button name="decision" value="reject" type="submit">Reject it</button>
-</form>"""
-UserCode = Annotated[str, Form(max_length=32)]
+PAGE = CodePage(
+    DECIDE_PAGE,
+    ("decide a restart", "Decide a proposed restart"),
+    code_label="Decision code",
+    shows="the proposal",
+    answer_fields=(
+        '<label>Why (recorded with your decision) <input name="reason" '
+        f'maxlength="{NOTE_MAX_LENGTH}" required>\n</label>\n'
+        f'<label>Note (optional) <input name="note" maxlength="{NOTE_MAX_LENGTH}"></label>\n'
+        '<button name="decision" value="approve" type="submit">Approve the restart</button>\n'
+        '<button name="decision" value="reject" type="submit">Reject it</button>\n'
+    ),
+)
 Text = Annotated[str | None, Form(max_length=NOTE_MAX_LENGTH)]
-
-
-def _page(
-    request: Request,
-    session: PageSession,
-    message: str,
-    body: str = "",
-    status: int = 200,
-    headers: dict[str, str] | None = None,
-) -> HTMLResponse:
-    return page(request, session, _WHAT, message, body, status, headers)
-
-
-def _code_form(session: PageSession, user_code: str) -> str:
-    """Return the form that asks for the action's code, and for the sign-in if nobody is in."""
-    button = "Show the proposal" if session.account else "Sign in"
-    return _CODE.format(
-        action=DECIDE_PAGE, person=form_fields(session), user_code=escape(user_code), button=button
-    )
 
 
 def action_html(run: TrainingRun, action: PendingAction) -> str:
@@ -115,14 +90,16 @@ def action_html(run: TrainingRun, action: PendingAction) -> str:
 
 @router.get(DECIDE_PAGE, response_class=HTMLResponse)
 async def decide_page(
-    request: Request, state: SimStateDep, user_code: Annotated[str, Query(max_length=32)] = ""
+    request: Request, state: SimStateDep, user_code: UserCodeQuery = ""
 ) -> HTMLResponse:
     """The code form: the action's code, and the person's sign-in unless they are signed in."""
-    session = state.pages.open(request)
-    message = "Sign in to see the restart your terminal or the Prefect UI shows."
-    if session.account:
-        message = "Check the code against the one your terminal or the Prefect UI shows."
-    return _page(request, session, message, _code_form(session, user_code))
+    return PAGE.ask_code(
+        request,
+        state.pages.open(request),
+        user_code,
+        signed_out="Sign in to see the restart your terminal or the Prefect UI shows.",
+        signed_in="Check the code against the one your terminal or the Prefect UI shows.",
+    )
 
 
 @router.post(DECIDE_PAGE, response_class=HTMLResponse)
@@ -136,38 +113,31 @@ async def decide_answer(
     note: Text = None,
 ) -> HTMLResponse:
     """Without a decision, show the signed-in person the proposal; with one, record it."""
-    session = state.pages.open(request)
-    try:
-        session = state.pages.admit(request, session, form)
-        if not user_code and session.account:  # signed in, with no code yet: ask for it
-            return _page(request, session, "Enter the code.", _code_form(session, user_code))
-        rec, action_id = _held(state, request, session, user_code)
-    except PageRefusal as refusal:
-        body = _code_form(session, user_code)
-        return _page(request, session, refusal.message, body, refusal.status_code, refusal.headers)
+    taken = PAGE.take_code(
+        request, state.pages, form, user_code, lambda session: _held(state, session, user_code)
+    )
+    if isinstance(taken, HTMLResponse):
+        return taken
+    session, (rec, action_id) = taken
     run, action = rec.snapshot(), rec.pending_action
     if action is None or action.action_id != action_id:
         # The form again, empty: the person may have another code to enter.
-        return _page(request, session, _gone(run, action_id), _code_form(session, ""), 409)
+        return PAGE.answer(
+            request, session, _gone(run, action_id), PAGE.code_form(session, ""), 409
+        )
     shown = action_html(run, action)
     if decision is None or not (reason or "").strip():
         said = "Give a reason: it is recorded with your decision." if decision else ""
-        body = shown + _answer_form(session, user_code)
-        return _page(request, session, f"Restart proposed for run {run.run_id}. {said}", body)
+        body = shown + PAGE.answer_form(session, user_code)
+        return PAGE.answer(request, session, f"Restart proposed for run {run.run_id}. {said}", body)
     return _record(request, state, session, rec, decision, reason or "", note)
 
 
-def _held(
-    state: SimState, request: Request, session: PageSession, user_code: str
-) -> tuple[RunRecord, str]:
-    """Return the signed-in person's run and the action the code names, pending or not (a
-    wrong code, or one of another account's action, counts against them)."""
-
-    def look_up() -> tuple[RunRecord, str] | None:
-        named = state.engine.by_user_code(user_code)
-        return named if named is not None and named[0].account == session.account else None
-
-    return state.pages.try_code(request, session, look_up)
+def _held(state: SimState, session: PageSession, user_code: str) -> tuple[RunRecord, str] | None:
+    """Return the signed-in person's run and the action the code names, pending or not; None
+    for a code of another account's action."""
+    named = state.engine.by_user_code(user_code)
+    return named if named is not None and named[0].account == session.account else None
 
 
 def _gone(run: TrainingRun, action_id: str) -> str:
@@ -183,15 +153,6 @@ def _gone(run: TrainingRun, action_id: str) -> str:
     )
 
 
-def _answer_form(session: PageSession, user_code: str) -> str:
-    return _ANSWER.format(
-        action=DECIDE_PAGE,
-        person=form_fields(session),
-        user_code=escape(user_code),
-        note_max=NOTE_MAX_LENGTH,
-    )
-
-
 def _record(
     request: Request,
     state: SimState,
@@ -202,7 +163,7 @@ def _record(
     note: str | None,
 ) -> HTMLResponse:
     """Record the signed-in person's decision, and say so."""
-    assert session.account is not None  # see _held
+    assert session.account is not None  # see PAGE.take_code
     assert rec.pending_action is not None  # see decide_answer
     action = rec.pending_action
     principal = default_principal(session.account)
@@ -215,7 +176,7 @@ def _record(
             session.account, rec.run_id, action.action_id, body, None, principal=principal
         )
     except SimError as error:
-        return _page(request, session, error.message, shown, ERROR_STATUS[error.code])
+        return PAGE.answer(request, session, error.message, shown, ERROR_STATUS[error.code])
     said = "Approved" if decision == "approve" else "Rejected"
     message = f"{said} as {principal}: return to your terminal or the Prefect UI."
-    return _page(request, session, message, shown)
+    return PAGE.answer(request, session, message, shown)
