@@ -21,10 +21,10 @@ from prefect_ito.simulator.person_session import (
     PageRefusal,
     PageSession,
     PersonForm,
-    PersonSessions,
     form_fields,
     page,
 )
+from prefect_ito.simulator.state import SimState, SimStateDep
 
 T = TypeVar("T")
 UserCode = Annotated[str, Form(max_length=32)]
@@ -40,6 +40,12 @@ _ANSWER = """<form method="post" action="{action}">{person}
 {fields}</form>"""
 
 
+def table_html(rows: list[tuple[str, str]]) -> str:
+    """Return what a code names as a page shows it: a table of rows, each escaped."""
+    cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    return f"<table>{cells}</table>"
+
+
 @dataclass(frozen=True)
 class CodePage:
     """One page a code opens; see the module docstring."""
@@ -53,6 +59,10 @@ class CodePage:
     """What the code shows the person, as the code form's button names it."""
     answer_fields: str
     """The answer form's own fields and buttons, each line ending in a newline."""
+    signed_out: str
+    """What the code form says to a person not signed in."""
+    signed_in: str
+    """What the code form says to a person signed in."""
 
     def answer(
         self,
@@ -86,35 +96,32 @@ class CodePage:
             fields=self.answer_fields,
         )
 
-    def ask_code(
-        self,
-        request: Request,
-        session: PageSession,
-        user_code: str,
-        signed_out: str,
-        signed_in: str,
+    async def show(
+        self, request: Request, state: SimStateDep, user_code: UserCodeQuery = ""
     ) -> HTMLResponse:
-        """Answer with the code form, saying ``signed_in`` or ``signed_out`` as the person is."""
-        message = signed_in if session.account else signed_out
+        """The page's GET: the code form, and the person's sign-in unless they are signed in."""
+        session = state.pages.open(request)
+        message = self.signed_in if session.account else self.signed_out
         return self.answer(request, session, message, self.code_form(session, user_code))
 
     def take_code(
         self,
         request: Request,
-        pages: PersonSessions,
+        state: SimState,
         form: PersonForm,
         user_code: str,
-        find: Callable[[PageSession], T | None],
+        find: Callable[[SimState, PageSession, str], T | None],
     ) -> tuple[PageSession, T] | HTMLResponse:
         """Admit the POST (signing the person in if it carries a sign-in) and return the session
         and what ``find`` finds of the signed-in person's under the code; or the page that
         answers instead: the code form again, asking for the code or saying what was refused."""
+        pages = state.pages
         session = pages.open(request)
         try:
             session = pages.admit(request, session, form)
             if not user_code and session.account:  # signed in, with no code yet: ask for it
                 return self.answer(request, session, "Enter the code.", self.code_form(session, ""))
-            found = pages.try_code(request, session, lambda: find(session))
+            found = pages.try_code(request, session, lambda: find(state, session, user_code))
         except PageRefusal as refusal:
             body = self.code_form(session, user_code)
             return self.answer(

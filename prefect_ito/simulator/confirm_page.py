@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse
 
 from prefect_ito.contract import NOTE_MAX_LENGTH, QuoteAnswer, TrainingQuote
 from prefect_ito.outcomes import ERROR_STATUS
-from prefect_ito.simulator.code_page import CodePage, UserCode, UserCodeQuery
+from prefect_ito.simulator.code_page import CodePage, UserCode, table_html
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
 from prefect_ito.simulator.ids import CONFIRM_PAGE
@@ -40,7 +40,10 @@ PAGE = CodePage(
         '<button name="decision" value="confirm" type="submit">Confirm</button>\n'
         '<button name="decision" value="decline" type="submit">Decline</button>\n'
     ),
+    signed_out="Sign in to see the quote your terminal shows.",
+    signed_in="Check the code against the one your terminal shows.",
 )
+router.add_api_route(CONFIRM_PAGE, PAGE.show, methods=["GET"], response_class=HTMLResponse)
 
 
 def _usd(value: float) -> str:
@@ -84,23 +87,8 @@ def quote_html(quote: TrainingQuote, held: HeldQuote | None = None) -> str:
     if answer is not None:
         note = f" ({answer.note})" if answer.note else ""
         rows.append(("Answer", f"{answer.state} by {answer.principal}{note}"))
-    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     warnings = "".join(f"<li>{escape(w)}</li>" for w in quote.warnings)
-    return f"<table>{table}</table>" + (f"<ul>{warnings}</ul>" if warnings else "")
-
-
-@router.get(CONFIRM_PAGE, response_class=HTMLResponse)
-async def confirm_page(
-    request: Request, state: SimStateDep, user_code: UserCodeQuery = ""
-) -> HTMLResponse:
-    """The code form: the quote's code, and the person's sign-in unless they are signed in."""
-    return PAGE.ask_code(
-        request,
-        state.pages.open(request),
-        user_code,
-        signed_out="Sign in to see the quote your terminal shows.",
-        signed_in="Check the code against the one your terminal shows.",
-    )
+    return table_html(rows) + (f"<ul>{warnings}</ul>" if warnings else "")
 
 
 @router.post(CONFIRM_PAGE, response_class=HTMLResponse)
@@ -113,9 +101,7 @@ async def confirm_answer(
     note: Annotated[str | None, Form(max_length=NOTE_MAX_LENGTH)] = None,
 ) -> HTMLResponse:
     """Without a decision, show the signed-in person the quote; with one, record it."""
-    taken = PAGE.take_code(
-        request, state.pages, form, user_code, lambda session: _held(state, session, user_code)
-    )
+    taken = PAGE.take_code(request, state, form, user_code, _held)
     if isinstance(taken, HTMLResponse):
         return taken
     session, held = taken

@@ -12,7 +12,6 @@ cancelled) says what became of it, and decides nothing. Every string shown is es
 
 from __future__ import annotations
 
-from html import escape
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Form, Request
@@ -26,7 +25,7 @@ from prefect_ito.contract import (
     TrainingRun,
 )
 from prefect_ito.outcomes import ERROR_STATUS
-from prefect_ito.simulator.code_page import CodePage, UserCode, UserCodeQuery
+from prefect_ito.simulator.code_page import CodePage, UserCode, table_html
 from prefect_ito.simulator.errors import SimError
 from prefect_ito.simulator.identity import default_principal
 from prefect_ito.simulator.ids import DECIDE_PAGE
@@ -48,7 +47,10 @@ PAGE = CodePage(
         '<button name="decision" value="approve" type="submit">Approve the restart</button>\n'
         '<button name="decision" value="reject" type="submit">Reject it</button>\n'
     ),
+    signed_out="Sign in to see the restart your terminal or the Prefect UI shows.",
+    signed_in="Check the code against the one your terminal or the Prefect UI shows.",
 )
+router.add_api_route(DECIDE_PAGE, PAGE.show, methods=["GET"], response_class=HTMLResponse)
 Text = Annotated[str | None, Form(max_length=NOTE_MAX_LENGTH)]
 
 
@@ -84,22 +86,7 @@ def action_html(run: TrainingRun, action: PendingAction) -> str:
         ("Asked by", submitted_by or "not recorded"),
         ("For flow run", run.client_reference or "not named"),
     ]
-    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-    return f"<table>{table}</table>"
-
-
-@router.get(DECIDE_PAGE, response_class=HTMLResponse)
-async def decide_page(
-    request: Request, state: SimStateDep, user_code: UserCodeQuery = ""
-) -> HTMLResponse:
-    """The code form: the action's code, and the person's sign-in unless they are signed in."""
-    return PAGE.ask_code(
-        request,
-        state.pages.open(request),
-        user_code,
-        signed_out="Sign in to see the restart your terminal or the Prefect UI shows.",
-        signed_in="Check the code against the one your terminal or the Prefect UI shows.",
-    )
+    return table_html(rows)
 
 
 @router.post(DECIDE_PAGE, response_class=HTMLResponse)
@@ -113,9 +100,7 @@ async def decide_answer(
     note: Text = None,
 ) -> HTMLResponse:
     """Without a decision, show the signed-in person the proposal; with one, record it."""
-    taken = PAGE.take_code(
-        request, state.pages, form, user_code, lambda session: _held(state, session, user_code)
-    )
+    taken = PAGE.take_code(request, state, form, user_code, _held)
     if isinstance(taken, HTMLResponse):
         return taken
     session, (rec, action_id) = taken
