@@ -28,7 +28,10 @@ from keyrings.alt.file import PlaintextKeyring
 from prefect.utilities.asyncutils import run_coro_as_sync
 from spend_helpers import covering_authorization
 
+from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import ALL_SCOPES, TrainingRequest
+from prefect_ito.jobs import ItoTrainingJob
+from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import SimulatorServer
 
 AUTHORIZATION = "cli-tests"
@@ -240,6 +243,37 @@ def quote_for_train(simulator: SimulatorServer) -> str:
     )
     response.raise_for_status()
     return str(response.json()["data"]["quote_id"])
+
+
+async def start_run(simulator: SimulatorServer) -> str:
+    """Submit one backend run, as an earlier supervisor did; return its id."""
+    training = TrainingParameters(
+        booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
+        target="chat", budget_usd=1e5,
+    )  # fmt: skip
+    job = ItoTrainingJob(
+        credentials=ItoCredentials(api_url=simulator.url),
+        training=training,
+        authorization=covering_authorization(simulator, "cli"),
+    )
+    return (await job.trigger()).run_id
+
+
+def person_quote(simulator: SimulatorServer) -> tuple[str, dict[str, Any]]:
+    """Return a person's own token (every scope) and a fresh quote she asked for with it."""
+    token = simulator.mint_token(
+        scopes=[scope.value for scope in ALL_SCOPES], principal="user:grace"
+    ).get_secret_value()
+    request = TrainingRequest(
+        booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
+        target="chat", budget_usd=250_000,
+    )  # fmt: skip
+    quote = httpx.post(
+        f"{simulator.url}/v0/training-quotes",
+        json=request.to_submission().model_dump(mode="json"),
+        headers={"Authorization": f"Bearer {token}"},
+    ).json()["data"]
+    return token, quote
 
 
 def read_flow_run_id(process: subprocess.Popen[str]) -> str:

@@ -28,18 +28,16 @@ from cli_helpers import (
     prefect_ito,
     quote_for_train,
     read_flow_run_id,
+    start_run,
     stored_login,
     worker_env,
 )
 from prefect_homes import migrated_home
 from simulator_fixture import FAST
-from spend_helpers import covering_authorization
 
 from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import RunState
 from prefect_ito.exceptions import ExitCode
-from prefect_ito.jobs import ItoTrainingJob
-from prefect_ito.parameters import TrainingParameters
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
 
 SUBMIT = ("POST", "/v0/training-runs")
@@ -53,20 +51,6 @@ def no_traceback(result: subprocess.CompletedProcess) -> str:
     output = result.stdout + result.stderr
     assert "Traceback" not in output, output
     return output
-
-
-async def start_run(simulator: SimulatorServer) -> str:
-    """Submit one backend run, as an earlier supervisor did; return its id."""
-    training = TrainingParameters(
-        booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
-        target="chat", budget_usd=1e5,
-    )  # fmt: skip
-    job = ItoTrainingJob(
-        credentials=ItoCredentials(api_url=simulator.url),
-        training=training,
-        authorization=covering_authorization(simulator, "cli"),
-    )
-    return (await job.trigger()).run_id
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,11 @@ from cli_helpers import (
     in_process,
     prefect_ito,
     read_flow_run_id,
+    start_run,
     start_train,
     worker_env,
 )
 from prefect_homes import migrated_home
-from spend_helpers import covering_authorization
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -114,32 +114,19 @@ def test_demo_runs_end_to_end_without_a_terminal_in_ephemeral_mode_whatever_the_
 
 
 async def test_attach_supervises_an_existing_backend_run(prefect_server, monkeypatch):
-    from prefect_ito.blocks import ItoCredentials
-    from prefect_ito.jobs import ItoTrainingJob
-    from prefect_ito.parameters import TrainingParameters
-
     scenario = builtin_scenario("default").with_options(time_scale=100_000)
     with SimulatorServer(scenario) as simulator:
         env = worker_env(simulator, prefect_server)
         monkeypatch.setenv("ITO_COMPUTE_API_URL", env["ITO_COMPUTE_API_URL"])
         monkeypatch.setenv("ITO_COMPUTE_TOKEN", env["ITO_COMPUTE_TOKEN"])
-        training = TrainingParameters(
-            booking="bk-h200-2x8-ib", model_size="8B", data=["catalog://ito/web"],
-            target="chat", budget_usd=1e5,
-        )  # fmt: skip
-        job = ItoTrainingJob(
-            credentials=ItoCredentials(api_url=simulator.url),
-            training=training,
-            authorization=covering_authorization(simulator, "cli"),
-        )
-        run = await job.trigger()
-        result = in_process("attach", run.run_id, "--verbose", env=env)
+        run_id = await start_run(simulator)
+        result = in_process("attach", run_id, "--verbose", env=env)
 
         output = result.stdout + result.stderr
         assert result.returncode == ExitCode.SUCCESS, output
-        assert f"Attached to backend run {run.run_id}" in output
-        assert [admin.run.run_id for admin in simulator.runs()] == [run.run_id]
-        assert f"Backend run {run.run_id}: succeeded" in result.stdout  # the same summary
+        assert f"Attached to backend run {run_id}" in output
+        assert [admin.run.run_id for admin in simulator.runs()] == [run_id]
+        assert f"Backend run {run_id}: succeeded" in result.stdout  # the same summary
         assert TASK_CHATTER.search(output), output  # --verbose shows Prefect's task lines
 
 

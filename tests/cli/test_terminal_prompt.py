@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cli_helpers import converse
+from cli_helpers import converse, person_quote
 from spend_helpers import covering_authorization
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
@@ -160,20 +160,9 @@ def quoted(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SimulatorServer, S
     """A simulator with a fresh quote, and the spend pause that names it; this terminal holds
     a person's own token for it."""
     with SimulatorServer() as simulator:
-        token = simulator.mint_token(
-            scopes=[scope.value for scope in ALL_SCOPES], principal="user:grace"
-        ).get_secret_value()
+        token, quote = person_quote(simulator)
         monkeypatch.setenv(ENV_API_URL, simulator.url)
         monkeypatch.setenv(ENV_TOKEN, token)
-        request = TrainingRequest(
-            booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
-            target="chat", budget_usd=250_000,
-        )  # fmt: skip
-        quote = httpx.post(
-            f"{simulator.url}/v0/training-quotes",
-            json=request.to_submission().model_dump(mode="json"),
-            headers={"Authorization": f"Bearer {token}"},
-        ).json()["data"]
         record = QuoteWait(
             api_url=simulator.url,
             quote_id=quote["quote_id"],

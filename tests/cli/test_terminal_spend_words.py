@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 import sys
 
-import httpx
 import pytest
-from cli_helpers import converse
+from cli_helpers import converse, person_quote
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
-from prefect_ito.contract import ALL_SCOPES, TrainingRequest
 from prefect_ito.simulator import SimulatorServer
 
 ASK = """
@@ -39,18 +37,7 @@ def test_the_spend_prompt_sends_a_person_to_the_backend_and_lists_only_its_own_a
     # or recheck; and the form's answers (decline, recheck) printed right above the terminal's
     # own [confirm/decline] prompt.
     with SimulatorServer() as simulator:
-        token = simulator.mint_token(
-            scopes=[scope.value for scope in ALL_SCOPES], principal="user:grace"
-        ).get_secret_value()
-        request = TrainingRequest(
-            booking_id="bk-h200-2x8-ib", model_size="8B", data_refs=["catalog://x"],
-            target="chat", budget_usd=250_000,
-        )  # fmt: skip
-        quote = httpx.post(
-            f"{simulator.url}/v0/training-quotes",
-            json=request.to_submission().model_dump(mode="json"),
-            headers={"Authorization": f"Bearer {token}"},
-        ).json()["data"]
+        token, quote = person_quote(simulator)
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("ITO_COMPUTE_")},
             ENV_API_URL: simulator.url, ENV_TOKEN: token,
