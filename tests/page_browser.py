@@ -62,6 +62,20 @@ class PageBrowser:
         action = httpx.URL(url).copy_with(query=None)
         return self.post(str(action), {"account": account, "secret": secret, **fields})
 
+    def answer(
+        self,
+        url: str,
+        user_code: str,
+        decision: str,
+        headers: dict[str, str] | None = None,
+        **fields: str,
+    ) -> httpx.Response:
+        """Post the answer form of the page at ``url`` (its link, with or without the code):
+        the code, the ``decision`` and the page's other ``fields``."""
+        action = httpx.URL(url).copy_with(query=None)
+        data = {"user_code": user_code, "decision": decision, **fields}
+        return self.post(str(action), data, headers)
+
     def _read(self, page: httpx.Response) -> httpx.Response:
         self.hidden = dict(_HIDDEN.findall(page.text))
         return page

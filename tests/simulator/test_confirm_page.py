@@ -55,11 +55,10 @@ def _answer(
     browser: PageBrowser,
     quote: dict[str, Any],
     decision: str,
-    note: str = "",
     headers: dict[str, str] | None = None,
+    **fields: str,
 ) -> httpx.Response:
-    data = {"user_code": quote["user_code"], "decision": decision}
-    return browser.post(_action(quote), {**data, **({"note": note} if note else {})}, headers)
+    return browser.answer(quote["confirm_url"], quote["user_code"], decision, headers, **fields)
 
 
 def _show(browser: PageBrowser, quote: dict[str, Any], code: str | None = None) -> httpx.Response:

@@ -47,8 +47,27 @@ def _decide(
     headers: dict[str, str] | None = None,
     **more: str,
 ) -> httpx.Response:
-    data = {"user_code": _action(run)["user_code"], "decision": decision, "reason": reason}
-    return browser.post(_page_url(run), {**data, **more}, headers)
+    action = _action(run)
+    code = action["user_code"]
+    return browser.answer(action["decide_url"], code, decision, headers, reason=reason, **more)
+
+
+def _decision_path(run: dict[str, Any]) -> str:
+    return f"/v0/training-runs/{run['run_id']}/actions/{_action(run)['action_id']}/decision"
+
+
+def _decide_as_grace(
+    desk: Any, run: dict[str, Any], decision: str, reason: str, *, key: str
+) -> httpx.Response:
+    """Decide the run's pending action over the API with a person's own token (user:grace's),
+    and no typed name."""
+    with desk.person(principal="user:grace") as person:
+        response: httpx.Response = person.post(
+            _decision_path(run),
+            json={"decision": decision, "reason": reason},
+            headers={IDEMPOTENCY_HEADER: key},
+        )
+    return response
 
 
 def _decisions(desk: Any, run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -230,12 +249,7 @@ def test_who_asked_is_shown_escaped(desk_for):
 
 def test_an_action_decided_already_says_so_and_is_not_decided_again(spiked):
     desk, run = spiked
-    person = desk.person(principal="user:grace")
-    first = person.post(
-        f"/v0/training-runs/{run['run_id']}/actions/{_action(run)['action_id']}/decision",
-        json={"decision": "reject", "reason": "seen it"},
-        headers={IDEMPOTENCY_HEADER: "decide-1"},
-    )
+    first = _decide_as_grace(desk, run, "reject", "seen it", key="decide-1")
     assert first.status_code == 200, first.text
 
     with PageBrowser(desk.sim.url) as browser:
@@ -301,10 +315,9 @@ def test_each_action_has_its_own_code_and_a_decided_one_stays_decided(desk_for):
 def test_a_workload_token_never_decides_and_is_never_minted_the_scope(spiked):
     desk, run = spiked
     workload = desk.sim.mint_token("sim-user", principal="service:nightly").get_secret_value()
-    url = f"/v0/training-runs/{run['run_id']}/actions/{_action(run)['action_id']}/decision"
 
     answer = httpx.post(
-        desk.sim.url + url,
+        desk.sim.url + _decision_path(run),
         json={"decision": "approve", "decided_by": "Ada", "reason": "looks fine"},
         headers={"Authorization": f"Bearer {workload}", IDEMPOTENCY_HEADER: "w-1"},
     )
@@ -327,13 +340,8 @@ def test_a_workload_token_never_decides_and_is_never_minted_the_scope(spiked):
 
 def test_a_person_s_token_decides_without_a_typed_name_and_is_on_record(spiked):
     desk, run = spiked
-    person = desk.person(principal="user:grace")
 
-    answer = person.post(
-        f"/v0/training-runs/{run['run_id']}/actions/{_action(run)['action_id']}/decision",
-        json={"decision": "approve", "reason": "the shard is fixed"},
-        headers={IDEMPOTENCY_HEADER: "decide-2"},
-    )
+    answer = _decide_as_grace(desk, run, "approve", "the shard is fixed", key="decide-2")
 
     assert answer.status_code == 200, answer.text
     (record,) = _decisions(desk, run)
