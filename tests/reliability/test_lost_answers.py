@@ -63,6 +63,23 @@ def faults_injected(taps: list[Tap]) -> int:
     return seen["answer lost after commit"] + seen["timed out after sending"]
 
 
+def record_once(ledger: Any, what: str, kind: str, taps: list[Tap], recorded: Counter) -> int:
+    """Put in the ledger how many of the ``TRIALS`` answers, each of ``what`` and lost as
+    ``kind`` says, the backend recorded once by what it ``recorded`` of each; check every first
+    answer was lost, and return how many were recorded more than once."""
+    injected = faults_injected(taps)
+    duplicates = sum(count - 1 for count in recorded.values() if count)
+    ledger.record(
+        "lost-answers",
+        trials=TRIALS,
+        faults={f"{what}: {kind}": injected},
+        outcomes={f"{what} recorded once": sum(1 for c in recorded.values() if c == 1)},
+        duplicates=duplicates,
+    )
+    assert injected >= TRIALS
+    return duplicates
+
+
 def keys_by_path(log: list[RequestLogEntry], method: str = "POST") -> dict[str, set[str | None]]:
     """Return the idempotency keys each path was sent with."""
     keys: dict[str, set[str | None]] = {}
@@ -159,16 +176,7 @@ async def test_each_lost_decision_is_recorded_exactly_once(kind, backend, submit
     recorded = Counter(
         (admin.run.run_id, d.action_id) for admin in target.sim.runs() for d in admin.run.decisions
     )
-    injected = faults_injected(taps)
-    duplicates = sum(count - 1 for count in recorded.values())
-    ledger.record(
-        "lost-answers",
-        trials=TRIALS,
-        faults={f"decision: {kind}": injected},
-        outcomes={"decision recorded once": sum(1 for c in recorded.values() if c == 1)},
-        duplicates=duplicates,
-    )
-    assert injected >= TRIALS
+    duplicates = record_once(ledger, "decision", kind, taps, recorded)
     expected = {(run.run_id, run.pending_action.action_id) for run in waiting if run.pending_action}
     assert set(recorded) == expected and duplicates == 0
     assert all(run.pending_action is None for run in relayed)
@@ -198,16 +206,7 @@ async def test_each_lost_cancel_is_recorded_exactly_once(kind, backend, submit, 
         for run in running:
             page = await client.list_events(run.run_id)
             requested[run.run_id] = sum(1 for e in page.events if e.type == "cancel_requested")
-    injected = faults_injected(taps)
-    duplicates = sum(count - 1 for count in requested.values() if count)
-    ledger.record(
-        "lost-answers",
-        trials=TRIALS,
-        faults={f"cancel: {kind}": injected},
-        outcomes={"cancel recorded once": sum(1 for c in requested.values() if c == 1)},
-        duplicates=duplicates,
-    )
-    assert injected >= TRIALS
+    record_once(ledger, "cancel", kind, taps, requested)
     assert set(requested.values()) == {1}
     assert {run.state for run in cancelled} == {RunState.CANCELLED}
     cancels = keys_by_path(target.requests())
