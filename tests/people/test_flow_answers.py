@@ -27,6 +27,7 @@ from prefect.states import Paused, Running, Suspended
 
 from prefect_ito.backend import desk
 from prefect_ito.blocks import ItoCredentials
+from prefect_ito.contract import TrainingRun
 from prefect_ito.parameters import BookingClaim, SupervisionParameters, TrainingParameters
 from prefect_ito.people import answers, approval, asking, spend
 from prefect_ito.supervision.tasks import TaskSteps
@@ -64,6 +65,20 @@ async def stored(key: str) -> dict[str, Any] | None:
     return None if record is None else record.decoded_value
 
 
+async def decided(steps: DecidedAtTheBackend, run: TrainingRun) -> TrainingRun:
+    """Wait for the run's decision as the flow does, polling every second."""
+    return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+
+
+async def decided_or_left(steps: DecidedAtTheBackend, run: TrainingRun, response: str) -> Any:
+    """Wait for the decision; once the flow suspends to ask a person, return what is left
+    under ``response`` (None: the early answer was removed, not taken)."""
+    try:
+        return await decided(steps, run)
+    except Suspension:
+        return await stored(response)
+
+
 def ignored(caplog: pytest.LogCaptureFixture, key: str) -> list[str]:
     return [
         record.getMessage()
@@ -85,10 +100,7 @@ async def test_a_restart_answer_written_before_the_suspension_is_ignored_and_a_p
     @flow
     async def asked() -> Any:
         await create_flow_run_input(response, EVE, flow_run_id=flow_run_id())
-        try:
-            return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
-        except Suspension:
-            return await stored(response)
+        return await decided_or_left(steps, run, response)
 
     left = await asked()
 
@@ -154,10 +166,7 @@ async def test_an_answer_older_than_its_suspension_is_ignored_and_asked_again_un
             suspended = Suspended(timeout_seconds=300, pause_key=key)
             await client.set_flow_run_state(flow_run_id(), suspended, force=True)
             await client.set_flow_run_state(flow_run_id(), Running(), force=True)
-        try:
-            return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
-        except Suspension:
-            return await stored(response)
+        return await decided_or_left(steps, run, response)
 
     left = await asked()
 
@@ -177,7 +186,7 @@ async def test_an_answer_given_after_the_suspension_is_taken_and_nobody_asked_tw
     @flow
     async def resumed() -> Any:
         await answered_suspension(key, ADA)
-        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+        return await decided(steps, run)
 
     decision = await resumed()
 
@@ -199,7 +208,7 @@ async def test_an_answer_is_found_behind_many_inputs_whose_keys_start_with_its_k
         for n in range(120):
             await create_flow_run_input(f"{response}-{n}", EVE, flow_run_id=flow_run_id())
         await answered_suspension(key, ADA)
-        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+        return await decided(steps, run)
 
     decision = await resumed()
 
@@ -230,7 +239,7 @@ async def test_an_answer_written_before_an_in_process_pause_is_logged_and_the_pe
     @flow
     async def asked() -> Any:
         await create_flow_run_input(response, EVE, flow_run_id=flow_run_id())
-        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+        return await decided(steps, run)
 
     paused, decision = await in_process(asked)
 
@@ -254,7 +263,7 @@ async def test_a_question_whose_pause_key_fired_unanswered_is_asked_again(prefec
                 flow_run_id(), Paused(pause_key=key, timeout_seconds=60)
             )
             await client.set_flow_run_state(flow_run_id(), Running(), force=True)
-        return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
+        return await decided(steps, run)
 
     paused, decision = await in_process(asked)
 
@@ -275,10 +284,7 @@ async def test_an_approval_written_in_prefect_decides_nothing_and_the_person_is_
     @flow
     async def resumed() -> Any:
         await answered_suspension(key, FORGED)
-        try:
-            return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
-        except Suspension:
-            return await stored(answers.response_key("suspended", key))
+        return await decided_or_left(steps, run, answers.response_key("suspended", key))
 
     left = await resumed()
 
