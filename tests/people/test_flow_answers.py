@@ -65,6 +65,13 @@ async def stored(key: str) -> dict[str, Any] | None:
     return None if record is None else record.decoded_value
 
 
+def proposed(pending_reads: int = 0) -> tuple[TrainingRun, DecidedAtTheBackend, str]:
+    """Return a run whose restart is proposed, the steps that read it decided at the backend
+    after ``pending_reads`` reads, and the pause key its question is asked under."""
+    run = spiked_run()
+    return run, DecidedAtTheBackend(run, pending_reads), approval.pause_key(run.pending_action)
+
+
 async def decided(steps: DecidedAtTheBackend, run: TrainingRun) -> TrainingRun:
     """Wait for the run's decision as the flow does, polling every second."""
     return await approval.wait_for_decision(steps, run, timeout=60, poll_interval=1)
@@ -89,22 +96,31 @@ def ignored(caplog: pytest.LogCaptureFixture, key: str) -> list[str]:
     ]
 
 
-async def test_a_restart_answer_written_before_the_suspension_is_ignored_and_a_person_asked(
-    prefect_server, suspensions, caplog
+@pytest.mark.parametrize("fired", [False, True], ids=["before-it", "before-a-suspension-of-its"])
+async def test_a_restart_answer_older_than_its_suspension_is_ignored_and_a_person_asked(
+    prefect_server, suspensions, caplog, fired
 ):
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run)
-    key = approval.pause_key(run.pending_action)
+    # ``fired``: Prefect's server deletes a pause's inputs when the pause begins, in one
+    # transaction; an input written beside it may still outlive it (or a state may be written
+    # directly). It is older than the question: no answer to it.
+    run, steps, key = proposed()
     response = answers.response_key("suspended", key)
 
     @flow
     async def asked() -> Any:
         await create_flow_run_input(response, EVE, flow_run_id=flow_run_id())
+        if fired:
+            async with get_client() as client:
+                suspended = Suspended(timeout_seconds=300, pause_key=key)
+                await client.set_flow_run_state(flow_run_id(), suspended, force=True)
+                await client.set_flow_run_state(flow_run_id(), Running(), force=True)
         return await decided_or_left(steps, run, response)
 
     left = await asked()
 
-    assert suspensions == [key]  # the person is asked; before, Eve's answer was taken
+    # The person is asked (before, Eve's answer was taken); Prefect returns at once from a pause
+    # under a key that fired, so then under a key of its own.
+    assert suspensions == ([f"{key}-again-2"] if fired else [key])
     assert left is None
     assert ignored(caplog, response)
 
@@ -148,40 +164,10 @@ async def test_a_spend_answer_written_before_the_suspension_is_ignored_and_a_per
     assert [r for r in simulator.requests() if r.path.endswith("/declines")] == []
 
 
-async def test_an_answer_older_than_its_suspension_is_ignored_and_asked_again_under_a_new_key(
-    prefect_server, suspensions, caplog
-):
-    # Prefect's server deletes a pause's inputs when the pause begins, in one transaction; an
-    # input written beside it may still outlive it (or a state may be written directly). It is
-    # older than the question: no answer to it.
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run)
-    key = approval.pause_key(run.pending_action)
-    response = answers.response_key("suspended", key)
-
-    @flow
-    async def asked() -> Any:
-        await create_flow_run_input(response, EVE, flow_run_id=flow_run_id())
-        async with get_client() as client:
-            suspended = Suspended(timeout_seconds=300, pause_key=key)
-            await client.set_flow_run_state(flow_run_id(), suspended, force=True)
-            await client.set_flow_run_state(flow_run_id(), Running(), force=True)
-        return await decided_or_left(steps, run, response)
-
-    left = await asked()
-
-    # Prefect returns at once from a pause under a key that fired: asked under a key of its own.
-    assert suspensions == [f"{key}-again-2"]
-    assert left is None
-    assert ignored(caplog, response)
-
-
 async def test_an_answer_given_after_the_suspension_is_taken_and_nobody_asked_twice(
     prefect_server, suspensions
 ):
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run)
-    key = approval.pause_key(run.pending_action)
+    run, steps, key = proposed()
 
     @flow
     async def resumed() -> Any:
@@ -198,9 +184,7 @@ async def test_an_answer_is_found_behind_many_inputs_whose_keys_start_with_its_k
     prefect_server, suspensions
 ):
     # Prefect's input filter matches a key prefix, oldest first, a page at a time.
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run)
-    key = approval.pause_key(run.pending_action)
+    run, steps, key = proposed()
     response = answers.response_key("suspended", key)
 
     @flow
@@ -231,9 +215,7 @@ async def test_an_answer_written_before_an_in_process_pause_is_logged_and_the_pe
     prefect_server, caplog
 ):
     # Prefect 3.9.1's server deletes it when the pause begins, silently; now the log says so.
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run, pending_reads=1)
-    key = approval.pause_key(run.pending_action)
+    run, steps, key = proposed(1)
     response = answers.response_key("paused", key)
 
     @flow
@@ -251,9 +233,7 @@ async def test_an_answer_written_before_an_in_process_pause_is_logged_and_the_pe
 async def test_a_question_whose_pause_key_fired_unanswered_is_asked_again(prefect_server):
     # Before, Prefect returned at once from the pause under a used key, with an empty form: the
     # flow run failed on a validation error instead of asking.
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run, pending_reads=1)
-    key = approval.pause_key(run.pending_action)
+    run, steps, key = proposed(1)
 
     @flow
     async def asked() -> Any:
@@ -277,9 +257,7 @@ async def test_an_approval_written_in_prefect_decides_nothing_and_the_person_is_
     # Before v0.5, an answer anyone with Prefect API access stored ("approve", any name) was
     # relayed to the backend as a person's decision. Now the form takes only "recheck", and an
     # answer of another shape is no answer: removed, logged, and the person asked again.
-    run = spiked_run()
-    steps = DecidedAtTheBackend(run, pending_reads=10)
-    key = approval.pause_key(run.pending_action)
+    run, steps, key = proposed(10)
 
     @flow
     async def resumed() -> Any:
