@@ -24,6 +24,18 @@ def python(code: str, cwd: Path, **env: str) -> str:
     return result.stdout.strip()
 
 
+def retries_read(cwd: Path, **env: str) -> str:
+    """Return the retries a fresh process in ``cwd``, with a home of its own, reads from its
+    settings, and whether it imported Prefect to read them."""
+    code = (
+        "import sys\n"
+        "from prefect_ito.settings import current_settings\n"
+        "print(current_settings().max_retries, 'prefect' in sys.modules)\n"
+    )
+    home = cwd / "home"
+    return python(code, cwd, HOME=str(home), PREFECT_HOME=str(home / ".prefect"), **env)
+
+
 @pytest.mark.slow
 def test_the_public_names_are_all_there_and_imported_on_first_use(tmp_path):
     code = (
@@ -40,28 +52,13 @@ def test_the_public_names_are_all_there_and_imported_on_first_use(tmp_path):
 
 @pytest.mark.slow
 def test_the_environment_alone_is_read_without_prefect_when_no_file_could_set_them(tmp_path):
-    code = (
-        "import sys\n"
-        "from prefect_ito.settings import current_settings\n"
-        "print(current_settings().max_retries, 'prefect' in sys.modules)\n"
-    )
-    home = tmp_path / "home"
-    env = {"HOME": str(home), "PREFECT_HOME": str(home / ".prefect")}
-    env["PREFECT_INTEGRATIONS_ITO_MAX_RETRIES"] = "7"
-    assert python(code, tmp_path, **env) == "7 False"
+    assert retries_read(tmp_path, PREFECT_INTEGRATIONS_ITO_MAX_RETRIES="7") == "7 False"
 
 
 @pytest.mark.slow
 def test_a_file_prefect_reads_still_sets_them_through_prefect(tmp_path):
     (tmp_path / "prefect.toml").write_text("[integrations.ito]\nmax_retries = 4\n")
-    code = (
-        "import sys\n"
-        "from prefect_ito.settings import current_settings\n"
-        "print(current_settings().max_retries, 'prefect' in sys.modules)\n"
-    )
-    home = tmp_path / "home"
-    env = {"HOME": str(home), "PREFECT_HOME": str(home / ".prefect")}
-    assert python(code, tmp_path, **env) == "4 True"
+    assert retries_read(tmp_path) == "4 True"
 
 
 @pytest.mark.slow
