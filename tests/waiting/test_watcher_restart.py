@@ -7,7 +7,6 @@ is pending, and it decides nothing itself.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import pytest
@@ -22,8 +21,9 @@ from test_watcher_spend import (
     is_paused,
     needed_events,
     resume_inputs,
-    resumed_within,
+    resumed_once_settled,
     said_again,
+    sweep_and_close,
 )
 
 from prefect_ito.backend.client import ItoClient
@@ -34,16 +34,6 @@ from prefect_ito.people.notices import PERSON_NEEDED, event_id, tell_again
 from prefect_ito.simulator import builtin_scenario
 from prefect_ito.waiting.waits import ActionWait, record_wait
 from prefect_ito.waiting.watcher import Watcher
-
-
-@pytest.fixture
-async def flow_runs():
-    """Flow runs a test suspends by hand; deleted after it, so no later watcher meets them."""
-    made: list = []
-    yield made
-    async with get_client() as client:
-        for flow_run in made:
-            await client.delete_flow_run(flow_run.id)
 
 
 async def spiked(simulator, client_reference: str | None = None) -> TrainingRun:
@@ -114,19 +104,11 @@ async def test_a_run_is_resumed_within_seconds_of_its_restart_being_decided(
     run = await spiked(simulator)
     flow_run = await deciding_flow_run(run, api_url=simulator.url)
     flow_runs.append(flow_run)
-    watcher, stop = Watcher(wait=1.0, lost_after=None), asyncio.Event()
-    running = asyncio.ensure_future(watcher.run(stop))
-    try:
-        await asyncio.sleep(2.5)  # a couple of sweeps: pending, so it waits on
-        assert await is_paused(flow_run.id)
-        decided_at = time.monotonic()
-        await decide(simulator, run, DecisionChoice.APPROVE)
-        took = await resumed_within(flow_run.id, 30)
-    finally:
-        stop.set()
-        await running
+    _, took = await resumed_once_settled(
+        flow_run.id, lambda: decide(simulator, run, DecisionChoice.APPROVE)
+    )
 
-    print(f"resumed {took:.2f} s after the decision ({time.monotonic() - decided_at:.2f} s)")
+    print(f"resumed {took:.2f} s after the decision")
     assert took < RESUME_WITHIN, took
     # Resumed with the one answer the form takes, which decides nothing: the flow reads the run.
     (given,) = await resume_inputs(flow_run.id)
@@ -142,11 +124,7 @@ async def test_a_run_whose_restart_is_pending_is_never_resumed(start_simulator, 
     flow_run = await deciding_flow_run(run, api_url=simulator.url)
     flow_runs.append(flow_run)
     watcher = Watcher(wait=0.5, lost_after=None)
-    try:
-        for _ in range(3):
-            await watcher.sweep()
-    finally:
-        await watcher.close()
+    await sweep_and_close(watcher, times=3)
 
     assert watcher.resumed == [] and await is_paused(flow_run.id)
     assert [r for r in simulator.requests() if r.path.endswith("/decision")] == []

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -47,16 +48,6 @@ with the watcher sweeping every second. It resumes within a sweep or two (the te
 figure); a machine running three test workers on two cores took 7.5 s where 5 were asked."""
 
 
-@pytest.fixture
-async def flow_runs():
-    """Flow runs a test suspends by hand; deleted after it, so no later watcher meets them."""
-    made: list = []
-    yield made
-    async with get_client() as client:
-        for flow_run in made:
-            await client.delete_flow_run(flow_run.id)
-
-
 async def new_quote(api_url: str):
     """Return a new quote of the tests' request from the backend at ``api_url``, pending."""
     async with ItoCredentials(api_url=api_url).get_client() as client:
@@ -73,6 +64,14 @@ async def asking_flow_run(quote, *, api_url: str, keyring_entry: str | None = No
         await client.set_flow_run_state(flow_run.id, Running(), force=True)
     await ask_again(flow_run, quote, api_url=api_url, keyring_entry=keyring_entry)
     return flow_run
+
+
+async def asked_of_a_quote(simulator, flow_runs: list):
+    """Return a fresh quote and a flow run suspended on it, which ``flow_runs`` deletes after."""
+    quote = await new_quote(simulator.url)
+    flow_run = await asking_flow_run(quote, api_url=simulator.url)
+    flow_runs.append(flow_run)
+    return quote, flow_run
 
 
 async def ask_again(
@@ -132,6 +131,33 @@ async def resumed_within(flow_run_id, seconds: float) -> float:
     return time.monotonic() - started
 
 
+async def sweep_and_close(watcher: Watcher, times: int) -> None:
+    """Sweep ``times`` times, then close the watcher."""
+    try:
+        for _ in range(times):
+            await watcher.sweep()
+    finally:
+        await watcher.close()
+
+
+async def resumed_once_settled(
+    flow_run_id, settle: Callable[[], Awaitable[object]]
+) -> tuple[Watcher, float]:
+    """Run a watcher a couple of sweeps while the question is pending (the run stays paused),
+    then ``settle`` it at the backend; return the watcher, and how soon after it resumed the run."""
+    watcher, stop = Watcher(wait=1.0, lost_after=None), asyncio.Event()
+    running = asyncio.ensure_future(watcher.run(stop))
+    try:
+        await asyncio.sleep(2.5)  # a couple of sweeps: pending, so it waits on
+        assert await is_paused(flow_run_id)
+        await settle()
+        took = await resumed_within(flow_run_id, 30)
+    finally:
+        stop.set()
+        await running
+    return watcher, took
+
+
 async def resume_inputs(flow_run_id) -> list:
     """Return the answers a resume left: the watcher's ``recheck``, which decides nothing."""
     async with get_client() as client:
@@ -149,19 +175,10 @@ async def test_a_run_is_resumed_within_seconds_of_its_quote_being_answered(
     simulator = start_simulator(
         builtin_scenario("default").model_copy(update={"change_feed": feed})
     )
-    quote = await new_quote(simulator.url)
-    flow_run = await asking_flow_run(quote, api_url=simulator.url)
-    flow_runs.append(flow_run)
-    watcher, stop = Watcher(wait=1.0, lost_after=None), asyncio.Event()
-    running = asyncio.ensure_future(watcher.run(stop))
-    try:
-        await asyncio.sleep(2.5)  # a couple of sweeps: pending, so it waits on
-        assert await is_paused(flow_run.id)
-        await answer(simulator, quote.quote_id, how)
-        took = await resumed_within(flow_run.id, 30)
-    finally:
-        stop.set()
-        await running
+    quote, flow_run = await asked_of_a_quote(simulator, flow_runs)
+    watcher, took = await resumed_once_settled(
+        flow_run.id, lambda: answer(simulator, quote.quote_id, how)
+    )
 
     print(f"resumed {took:.2f} s after the answer")
     assert took < RESUME_WITHIN, took
@@ -178,9 +195,7 @@ async def test_a_run_whose_quote_expired_is_resumed(start_simulator, flow_runs):
     # Expiry comes on no feed: the watcher reads the quote every sweep.
     scenario = builtin_scenario("default").model_copy(update={"quote_ttl_seconds": 2.0})
     simulator = start_simulator(scenario)
-    quote = await new_quote(simulator.url)
-    flow_run = await asking_flow_run(quote, api_url=simulator.url)
-    flow_runs.append(flow_run)
+    _, flow_run = await asked_of_a_quote(simulator, flow_runs)
     watcher = Watcher(wait=1.0, lost_after=None)
     try:
         async with asyncio.timeout(30):
@@ -193,15 +208,9 @@ async def test_a_run_whose_quote_expired_is_resumed(start_simulator, flow_runs):
 
 async def test_a_run_whose_quote_is_pending_is_never_resumed(start_simulator, flow_runs):
     simulator = start_simulator()
-    quote = await new_quote(simulator.url)
-    flow_run = await asking_flow_run(quote, api_url=simulator.url)
-    flow_runs.append(flow_run)
+    quote, flow_run = await asked_of_a_quote(simulator, flow_runs)
     watcher = Watcher(wait=0.5, lost_after=None)
-    try:
-        for _ in range(4):
-            await watcher.sweep()
-    finally:
-        await watcher.close()
+    await sweep_and_close(watcher, times=4)
 
     assert watcher.resumed == [] and await is_paused(flow_run.id)
     reads = [r for r in simulator.requests() if r.path == f"/v0/training-quotes/{quote.quote_id}"]
@@ -212,9 +221,7 @@ async def test_a_run_that_asks_again_after_a_resume_is_resumed_again(start_simul
     # The flow asks again under the same pause key (a new quote of the same manifest): the
     # watcher that resumed its first suspension must not take it for the same one.
     simulator = start_simulator()
-    first = await new_quote(simulator.url)
-    flow_run = await asking_flow_run(first, api_url=simulator.url)
-    flow_runs.append(flow_run)
+    first, flow_run = await asked_of_a_quote(simulator, flow_runs)
     watcher = Watcher(wait=0.5, lost_after=None)
     try:
         await answer(simulator, first.quote_id, "decline")
@@ -300,9 +307,7 @@ async def test_an_invalid_answer_written_into_the_pause_does_not_block_the_resum
     # every resume then met it (409, "changed meanwhile; skipped") and the run waited for good,
     # though a person had confirmed at the backend.
     simulator = start_simulator()
-    quote = await new_quote(simulator.url)
-    flow_run = await asking_flow_run(quote, api_url=simulator.url)
-    flow_runs.append(flow_run)
+    quote, flow_run = await asked_of_a_quote(simulator, flow_runs)
     async with get_client() as client:
         paused = (await client.read_flow_run(flow_run.id)).state
         response = paused.state_details.run_input_keyset["response"]
@@ -383,12 +388,8 @@ async def test_a_spend_said_again_after_a_revoke_says_which_authorization_and_wh
     refused = Uncovered(
         authorization_id=revoked.authorization_id, reason="the authorization is revoked"
     )
-    flow_run, _ = await referenced_asking_flow_run(
-        simulator, flow_runs, named_authorization=True, refused=refused
-    )
 
-    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
-    told = await said_again(watcher, flow_run.id)
+    told = await said_again_when_refused(simulator, flow_runs, refused)
 
     # Named as the backend names it, in the state the backend says it is in now.
     assert told.payload["why"] == (
@@ -407,18 +408,24 @@ async def test_the_reason_a_record_gives_for_an_active_authorization_is_said_aga
         authorization_id=active.authorization_id,
         reason='the budget is above the limit\nsee "https://evil.example"',
     )
-    flow_run, _ = await referenced_asking_flow_run(
-        simulator, flow_runs, named_authorization=True, refused=refused
-    )
 
-    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
-    told = await said_again(watcher, flow_run.id)
+    told = await said_again_when_refused(simulator, flow_runs, refused)
 
     assert told.payload["why"] == (
         f"the standing authorization prefect-ito's own tests ({active.authorization_id}) does "
         "not cover this run: the backend's reason, as the flow run recorded it: \"the budget is "
         "above the limit see 'https://evil.example'\""
     )
+
+
+async def said_again_when_refused(simulator, flow_runs, refused: Uncovered):
+    """Ask about a quote as a flow run that named a standing authorization ``refused`` says
+    did not cover it; return the ``person.needed`` a watcher then says again."""
+    flow_run, _ = await referenced_asking_flow_run(
+        simulator, flow_runs, named_authorization=True, refused=refused
+    )
+    watcher = Watcher(wait=0.5, lost_after=None, tell_again=tell_again, tell_again_after=0.0)
+    return await said_again(watcher, flow_run.id)
 
 
 async def said_again(watcher: Watcher, flow_run_id, sweeps: int = 3):
