@@ -380,7 +380,10 @@ def _lost_at(beats: _Beats, began: datetime, orphaned: bool) -> datetime:
     With an alive beat: three of the interval it named after the latest beat of either kind,
     plus the clock slack, so that a beat that reaches a busy server late is no loss. Without:
     three heartbeats of its own interval, or of the least when its worker is gone and its
-    heartbeats tell none.
+    heartbeats tell none. A run that said nothing at all since it began, and whose worker is
+    gone, is lost as one whose alive beats stopped as it began: every flow process beats as its
+    flow function starts (Prefect's heartbeat at once, whatever its interval; prefect-ito's
+    alive beat), so such silence is a start the loss cut short.
     """
     heartbeats, alive = beats
     latest = max([*heartbeats[:1], *([alive.at] if alive else [])], default=began)
@@ -388,6 +391,8 @@ def _lost_at(beats: _Beats, began: datetime, orphaned: bool) -> datetime:
     last = min(latest, datetime.now(UTC))
     if alive is not None:
         return last + timedelta(seconds=_BEATS_MISSED * alive.interval) + _CLOCK_SLACK
+    if orphaned and not heartbeats:
+        return began + timedelta(seconds=_BEATS_MISSED * ALIVE_SECONDS) + _CLOCK_SLACK
     interval = heartbeat_interval(heartbeats)
     if orphaned and len(heartbeats) < 2:
         interval = _LEAST_HEARTBEAT_SECONDS

@@ -71,6 +71,9 @@ class _Prefect:
     async def __aexit__(self, *exc: object) -> None:
         return None
 
+    async def read_workers_for_work_pool(self, pool: str, **page: int) -> list[Any]:
+        return []  # no worker: whichever took a run is gone
+
     async def read_events(self, filter: EventFilter, limit: int = 100) -> SimpleNamespace:
         held = sorted(
             (event for event in self.events if filter.includes(event)),
@@ -125,6 +128,15 @@ async def test_a_run_lost_in_its_first_seconds_is_lost_by_its_one_alive_beat(mon
     assert await _lost(monkeypatch, [run], events) == [run]
 
 
+async def test_a_run_silent_since_it_began_whose_worker_is_gone_is_lost_as_soon(monkeypatch):
+    # Before: three of Prefect's least heartbeat interval after it began (90 s): a machine lost
+    # before the flow function's first beat left the run unsupervised half as long again.
+    run, beating = _running_since(45, worker="lost"), _running_since(45, worker="lost")
+    events = _alive(beating, 5)
+
+    assert await _lost(monkeypatch, [run, beating], events) == [run]
+
+
 async def test_an_alive_beat_late_on_a_busy_server_is_no_loss(monkeypatch):
     run = _running_since(300)
     # Three beats missed, but the fourth may be on its way: the clock slack.
@@ -149,10 +161,18 @@ async def test_a_run_that_sends_no_alive_beat_is_judged_by_its_heartbeats(
     assert await _lost(monkeypatch, [run], _heartbeats(run, *beats)) == ([run] if lost else [])
 
 
-def _running_since(seconds: float) -> FlowRun:
+def _running_since(seconds: float, worker: str | None = None) -> FlowRun:
+    """A flow run running for ``seconds``, started by ``worker`` (named as Prefect labels it)."""
     state = Running()
     state.timestamp = datetime.now(UTC) - timedelta(seconds=seconds)
-    return FlowRun(id=uuid4(), name="beating", flow_id=uuid4(), state=state)
+    labels = {}
+    if worker is not None:
+        labels = {
+            "prefect.work-pool.name": "ito-process",
+            "prefect.worker.name": worker,
+            "prefect.worker.type": "process",
+        }
+    return FlowRun(id=uuid4(), name="beating", flow_id=uuid4(), state=state, labels=labels)
 
 
 async def _beats(run_id: UUID, *seconds_ago: float) -> None:
