@@ -40,6 +40,7 @@ from prefect_ito.reporting.report import TrainingSummary
 from prefect_ito.supervision import loop as supervision
 from prefect_ito.supervision.outcomes import outcome_state, raise_for_outcome
 from prefect_ito.supervision.tasks import TaskSteps
+from prefect_ito.waiting.alive import beat_while_running
 from prefect_ito.waiting.cancellation import (
     CancelOutcome,
     cancel_asked,
@@ -82,6 +83,9 @@ async def ito_training(
         A :class:`TrainingSummary` on success; otherwise a Failed state named for the outcome
         (:attr:`~prefect_ito.exceptions.ItoError.state_name`) or a Cancelled state.
     """
+    # Lost with its machine, the run is found by this beat's silence within a minute (Prefect's
+    # own heartbeat would take three of its 30 s at least): prefect_ito.waiting.alive.
+    beat_while_running()
     try:
         parameters = TrainingParameters.parse(training)
         steps = TaskSteps(
@@ -144,6 +148,7 @@ async def ito_attach_training(
         limits: Approval timeout, deadline and stall timeout.
         credentials: An ``ItoCredentials`` block or its name; default: ``ITO_COMPUTE_API_URL``.
     """
+    beat_while_running()  # as ito_training does
     try:
         check_id(run_id, "run_id")
         steps = TaskSteps(

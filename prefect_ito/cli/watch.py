@@ -41,12 +41,16 @@ def watch(
     lost_after: Annotated[
         float | None,
         Parameter(
-            help="Seconds without a flow-run heartbeat before a running flow run counts as lost "
-            "and is re-entered, above 0. Default: each run is judged by its own heartbeats, lost "
-            "once it missed three of them (the interval read from the gaps between its latest "
-            "beats, Prefect's 180 s until it has beaten twice), whatever this process's "
-            "PREFECT_FLOWS_HEARTBEAT_FREQUENCY says. A run left starting is re-entered once the "
-            "worker that took it is gone (silent, or started again), whatever this option says."
+            help="Seconds without a beat (an alive beat or a Prefect heartbeat) before a running "
+            "flow run counts as lost and is re-entered, above 0. Default: each run is judged by "
+            "its own beats: lost 40 s after its last alive beat (a training flow process sends "
+            "one every 10 s: three missed, and 10 s for a late one); a run whose process sends "
+            "none (an earlier prefect-ito) once it missed three Prefect heartbeats (the interval "
+            "read from the gaps between its latest ones, Prefect's 180 s until it has beaten "
+            "twice), whatever this process's PREFECT_FLOWS_HEARTBEAT_FREQUENCY says. Below 40, a "
+            "live run whose beat reaches a busy Prefect server late is re-entered. A run left "
+            "starting is re-entered once the worker that took it is gone (silent, or started "
+            "again), whatever this option says."
         ),
     ] = None,
 ) -> None:

@@ -1,14 +1,16 @@
 """Recovery without a person: re-enter training flow runs whose flow process was lost.
 
 A flow run is lost when the worker marked it ``Crashed`` (its process died), when it reads
-``Running`` but missed three of its own flow-run heartbeats (the machine and its worker are gone:
-Prefect marks nothing crashed by itself; see :func:`_missed_beats`), when it was left starting
-(``Pending``) by a worker that is gone (see :func:`_abandoned`), or when its process went silent
-between suspending for a person and saving the form the person answers on (see
-:meth:`Recovery._formless`). A lost run is rescheduled as it is (state ``Recovering``), so a
-worker runs it again from the top and it re-attaches to the backend run it recorded: recovery
-never submits. A crash that ends a cancel someone asked for since the run last started is no
-loss: that run is marked ``Cancelled``, as it was asked (see :func:`_cancel_asked`).
+``Running`` but missed three of its own beats (the machine and its worker are gone: Prefect
+marks nothing crashed by itself; see :func:`_missed_beats`): the alive beats a prefect-ito flow
+process sends every 10 s (:mod:`prefect_ito.waiting.alive`), or, for a flow process that sends
+none, Prefect's flow-run heartbeats; when it was left starting (``Pending``) by a worker that is
+gone (see :func:`_abandoned`), or when its process went silent between suspending for a person
+and saving the form the person answers on (see :meth:`Recovery._formless`). A lost run is
+rescheduled as it is (state ``Recovering``), so a worker runs it again from the top and it
+re-attaches to the backend run it recorded: recovery never submits. A crash that ends a cancel
+someone asked for since the run last started is no loss: that run is marked ``Cancelled``, as it
+was asked (see :func:`_cancel_asked`).
 
 Past ~400 lines on purpose: each way a run is lost, and what it takes from Prefect's heartbeats
 and workers to tell, kept together so that no rule of loss is read without the others.
@@ -36,6 +38,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, Scheduled
 from prefect.utilities.slugify import slugify
 
+from prefect_ito.waiting.alive import ALIVE_EVENT, ALIVE_SECONDS, Alive, alive_of
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.keys import RECOVERY_PREFIX
 from prefect_ito.waiting.watched import in_state, watched_flow_runs
@@ -59,7 +62,7 @@ MAX_RECOVERIES = 5
 """How often one flow run is re-entered after a loss before the watcher leaves it to a person."""
 
 AUTO: Final = "auto"
-"""Judge each running flow run by its own heartbeats, whatever this process's settings say."""
+"""Judge each running flow run by its own beats, whatever this process's settings say."""
 
 DEFAULT_HEARTBEAT_SECONDS = 180.0
 """Prefect's flow-run heartbeat interval where the flow process is not told another."""
@@ -75,6 +78,8 @@ _BEATS_READ = 4
 _AUTO_LOST_AFTER = _BEATS_MISSED * DEFAULT_HEARTBEAT_SECONDS
 """Under ``AUTO``, what stands for ``lost_after`` where no heartbeat can tell."""
 _CLOCK_SLACK = timedelta(seconds=10)
+"""How far apart the clocks of Prefect, a flow process and this watcher may be; also what an
+alive beat is allowed to come late on top of three missed ones (a busy machine or server)."""
 _WORKER_HEARTBEAT_SECONDS = 30.0
 """Prefect's worker heartbeat interval, for a worker that did not say its own."""
 _WORKER_LABEL = "prefect.worker.name"
@@ -85,6 +90,7 @@ _WORKER_BEATS_MISSED = 3
 """A worker is silent when it missed this many of its heartbeats (and an explicit ``lost_after``
 passed): the count after which Prefect shows a worker ``OFFLINE``."""
 _HEARTBEAT = "prefect.flow-run.heartbeat"
+_BEAT_EVENTS = [_HEARTBEAT, ALIVE_EVENT]
 _PAGE = 200
 
 
@@ -94,9 +100,10 @@ class Recovery:
 
     Attributes:
         lost_after: ``AUTO`` (the default) counts a running flow run lost once it missed three of
-            its own heartbeats; seconds without a heartbeat count one lost after that long,
-            whatever its interval; None never counts one lost (crashed ones are still
-            re-entered). A run left starting is lost once its worker is gone, whatever this says.
+            its own beats (alive beats, else Prefect heartbeats); seconds without a beat count one
+            lost after that long, whatever its interval; None never counts one lost (crashed ones
+            are still re-entered). A run left starting is lost once its worker is gone, whatever
+            this says.
         recovered: The flow runs this recovery re-entered, in order.
     """
 
@@ -106,7 +113,7 @@ class Recovery:
     """Suspended states whose form Prefect was seen to hold (a form, once saved, stays)."""
     _alive_until: dict[UUID, datetime] = field(default_factory=dict)
     """Per running flow run, until when the beats already read keep it alive: it is not asked
-    about again before then (a watcher may sweep each second; a run beats every 30-180 s)."""
+    about again before then (a watcher may sweep each second; a run beats every 10-180 s)."""
 
     async def recover(self, seen: list[FlowRun] | None = None) -> None:
         """Re-enter the training flow runs from deployments whose process is gone.
@@ -300,20 +307,24 @@ async def _silent(runs: list[FlowRun], seconds: float) -> _Judged:
 
 
 async def _missed_beats(runs: list[FlowRun]) -> _Judged:
-    """Judge the running flow runs: lost once they missed three of their own heartbeats.
+    """Judge the running flow runs: lost once they missed three of their own beats.
 
-    A run's interval is the flow process's setting, which the watcher's own environment need not
-    share: it is read from the run's latest heartbeats (:func:`heartbeat_interval`). None is
-    shorter than Prefect's least (30 s), so no run is asked about before it ran for three of those.
+    A prefect-ito flow process says it is alive every 10 s (:mod:`prefect_ito.waiting.alive`): a
+    run that sent such a beat is lost three of its intervals after its latest beat of either
+    kind, plus the clock slack (40 s). A run from a flow process that sends none (an older
+    prefect-ito) is judged by Prefect's heartbeats alone: its interval is the flow process's
+    setting, which the watcher's own environment need not share, read from the run's latest
+    heartbeats (:func:`heartbeat_interval`). No run is asked about before it ran for 40 s.
 
-    One beat tells no interval, and Prefect's default (180 s) would leave a run lost in its first
-    minutes unsupervised for nine. So a run whose worker is gone (:func:`_gone_takers`) counts
-    the least interval instead: its flow process lived under that worker, and either went with
-    its machine or ends ``Crashed`` by itself once its worker's end breaks its output. Re-entering
-    never submits, so a run that was only slow costs a second process, never a second backend run.
+    One heartbeat tells no interval, and Prefect's default (180 s) would leave such a run lost in
+    its first minutes unsupervised for nine. So a run whose worker is gone (:func:`_gone_takers`)
+    counts the least interval instead: its flow process lived under that worker, and either went
+    with its machine or ends ``Crashed`` by itself once its worker's end breaks its output.
+    Re-entering never submits, so a run that was only slow costs a second process, never a second
+    backend run.
     """
     now = datetime.now(UTC)
-    young = now - timedelta(seconds=_BEATS_MISSED * _LEAST_HEARTBEAT_SECONDS)
+    young = now - _BEATS_MISSED * timedelta(seconds=ALIVE_SECONDS) - _CLOCK_SLACK
     began = {run.id: _running_since(run) for run in runs}
     old_enough = [run for run in runs if (since := began[run.id]) is not None and since < young]
     if not old_enough:
@@ -326,7 +337,7 @@ async def _missed_beats(runs: list[FlowRun]) -> _Judged:
             if since is None:
                 continue
             # The slack: the state's time and the beats' come from clocks that need not agree.
-            beats = await _latest_beats(client, run.id, since - _CLOCK_SLACK)
+            beats = await _read_beats(client, run.id, since - _CLOCK_SLACK)
             if _lost_at(beats, since, run.id in orphaned) < now:
                 judged.lost.append(run)
             else:  # not lost before this, even should its worker be found gone meanwhile
@@ -353,14 +364,37 @@ async def _gone_takers(runs: list[FlowRun]) -> set[UUID]:
     return gone
 
 
-def _lost_at(beats: list[datetime], began: datetime, orphaned: bool) -> datetime:
-    """Return when a run running since ``began``, with these latest beats (newest first), misses
-    its third heartbeat: its own interval, or the least when its worker is gone and its beats
-    tell none."""
+class _Beats(NamedTuple):
+    """What a running flow run's process said of itself since the run's state began."""
+
+    heartbeats: list[datetime]
+    """Prefect's flow-run heartbeats, newest first."""
+    alive: Alive | None
+    """The latest alive beat (:mod:`prefect_ito.waiting.alive`): None from a flow process that
+    sends none."""
+
+
+def _lost_at(beats: _Beats, began: datetime, orphaned: bool) -> datetime:
+    """Return when a run running since ``began`` misses its third beat.
+
+    With an alive beat: three of the interval it named after the latest beat of either kind,
+    plus the clock slack, so that a beat that reaches a busy server late is no loss. Without:
+    three heartbeats of its own interval, or of the least when its worker is gone and its
+    heartbeats tell none. A run that said nothing at all since it began, and whose worker is
+    gone, is lost as one whose alive beats stopped as it began: every flow process beats as its
+    flow function starts (Prefect's heartbeat at once, whatever its interval; prefect-ito's
+    alive beat), so such silence is a start the loss cut short.
+    """
+    heartbeats, alive = beats
+    latest = max([*heartbeats[:1], *([alive.at] if alive else [])], default=began)
     # A beat dated ahead (anyone may send one) vouches for no longer than one dated now.
-    last = min(beats[0], datetime.now(UTC)) if beats else began
-    interval = heartbeat_interval(beats)
-    if orphaned and len(beats) < 2:
+    last = min(latest, datetime.now(UTC))
+    if alive is not None:
+        return last + timedelta(seconds=_BEATS_MISSED * alive.interval) + _CLOCK_SLACK
+    if orphaned and not heartbeats:
+        return began + timedelta(seconds=_BEATS_MISSED * ALIVE_SECONDS) + _CLOCK_SLACK
+    interval = heartbeat_interval(heartbeats)
+    if orphaned and len(heartbeats) < 2:
         interval = _LEAST_HEARTBEAT_SECONDS
     return last + timedelta(seconds=_BEATS_MISSED * interval)
 
@@ -368,10 +402,10 @@ def _lost_at(beats: list[datetime], began: datetime, orphaned: bool) -> datetime
 async def may_hold_a_process(flow_run: FlowRun) -> bool:
     """Tell whether a flow process may still act on ``flow_run`` (and so end a cancel itself).
 
-    None does for a run that ended or is suspended (it holds no process by design); nor for one
-    that missed three of its own heartbeats — its process was killed, or its terminal closed
-    without a word — or, never having beaten since the day before, entered its state longer ago
-    than three of Prefect's default intervals. A beat anyone may send only makes a run look held
+    None does for a run that ended or is suspended (it holds no process by design); nor for one that
+    missed three of its own beats (:func:`_lost_at`) — its process was killed, or its terminal
+    closed without a word — or, never having beaten since the day before, entered its state longer
+    ago than three of Prefect's default intervals. A beat anyone may send only makes a run look held
     (the newest counts, and never one dated ahead), never one that is held look free.
     """
     state = flow_run.state
@@ -381,7 +415,7 @@ async def may_hold_a_process(flow_run: FlowRun) -> bool:
         return False
     since = datetime.now(UTC) - timedelta(days=1)
     async with get_client() as client:
-        beats = await _latest_beats(client, flow_run.id, since)
+        beats = await _read_beats(client, flow_run.id, since)
     return _lost_at(beats, state.timestamp, orphaned=False) >= datetime.now(UTC)
 
 
@@ -396,6 +430,26 @@ def heartbeat_interval(beats: list[datetime]) -> float:
     if not gaps:
         return DEFAULT_HEARTBEAT_SECONDS
     return max(_LEAST_HEARTBEAT_SECONDS, *gaps)
+
+
+async def _read_beats(client: PrefectClient, run_id: UUID, since: datetime) -> _Beats:
+    """Return the run's latest heartbeats and alive beat since ``since``."""
+    return _Beats(
+        await _latest_beats(client, run_id, since), await _latest_alive(client, run_id, since)
+    )
+
+
+async def _latest_alive(client: PrefectClient, run_id: UUID, since: datetime) -> Alive | None:
+    """Return the run's latest alive beat since ``since``, if it sent one."""
+    page = await client.read_events(
+        filter=EventFilter(
+            event=EventNameFilter(name=[ALIVE_EVENT]),
+            resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
+            occurred=EventOccurredFilter(since=since),
+        ),
+        limit=1,  # newest first
+    )
+    return alive_of(page.events[0]) if page.events else None
 
 
 async def _latest_beats(client: PrefectClient, run_id: UUID, since: datetime) -> list[datetime]:
@@ -521,7 +575,7 @@ async def worker_started_since(kind: str, name: str, since: datetime) -> bool:
     # The resource id a worker gives itself (``BaseWorker._event_resource``).
     resource = f"prefect.worker.{kind}.{slugify(name)}"
     async with get_client() as client:
-        return await _latest_since(client, _WORKER_STARTED, resource, since) is not None
+        return await _latest_since(client, [_WORKER_STARTED], resource, since) is not None
 
 
 async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
@@ -535,29 +589,30 @@ async def _workers(client: PrefectClient, pool: str) -> list[Worker]:
 
 
 async def heartbeating(flow_run_ids: set[UUID], since: datetime) -> dict[UUID, datetime]:
-    """Return those of ``flow_run_ids`` that sent a heartbeat after ``since``, with when their
-    latest one occurred.
+    """Return those of ``flow_run_ids`` that sent a beat (a Prefect heartbeat, or an alive beat)
+    after ``since``, with when their latest one occurred.
 
     One question per run (Prefect answers at most 50 events a page, and each run beats several
     times a window); only running flow runs older than the window are asked about.
     """
-    beats = {}
+    beats: dict[UUID, datetime] = {}
     async with get_client() as client:
         for run_id in flow_run_ids:
-            beat = await _latest_since(client, _HEARTBEAT, f"prefect.flow-run.{run_id}", since)
+            resource = f"prefect.flow-run.{run_id}"
+            beat = await _latest_since(client, _BEAT_EVENTS, resource, since)
             if beat is not None:
                 beats[run_id] = beat
     return beats
 
 
 async def _latest_since(
-    client: PrefectClient, event: str, resource: str, since: datetime
+    client: PrefectClient, events: list[str], resource: str, since: datetime
 ) -> datetime | None:
-    """Return when the latest ``event`` of ``resource`` Prefect holds after ``since`` occurred,
-    or None if it holds none."""
+    """Return when the latest of ``events`` of ``resource`` Prefect holds after ``since``
+    occurred, or None if it holds none."""
     page = await client.read_events(
         filter=EventFilter(
-            event=EventNameFilter(name=[event]),
+            event=EventNameFilter(name=events),
             resource=EventResourceFilter(id=[resource]),
             occurred=EventOccurredFilter(since=since),
         ),

@@ -7,7 +7,8 @@ still read ``Submitting``, as the watcher's default waited three of Prefect's 18
 intervals for a run that never beats while it starts. The machine is lost here while the worker
 starts the run (it froze first, so that what Prefect holds is what the loss left), and a worker
 comes back under the same name, as a systemd unit does: the run is re-entered and ends with one
-backend run.
+backend run. A run the loss catches running is found by its flow process's alive beats, which
+stopped with it, whatever Prefect's heartbeat setting (its default 180 s here).
 
 Its own Prefect server (the shared one's worker would take the run) and simulator; every process
 is stopped by its own PID.
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 from e2e_stack import (
     AFTER_BOOKING,
+    LOST_MACHINE_BOOKING,
     PLAIN_BOOKING,
     SHIPPED_YAML,
     completed,
@@ -136,21 +138,52 @@ async def test_a_machine_lost_while_starting_a_run_is_recovered_on_the_shipped_d
         STARTED_WITHIN,
     )  # fmt: skip
 
+    # Still starting (Pending, or the worker's Submitting after it): no flow process beats.
+    lost_at = await _lose_machine(stack, flow_run.id, StateType.PENDING)
+
+    await _recovered_with_one_backend_run(stack, flow_run.id, PLAIN_BOOKING, lost_at)
+
+
+async def test_a_machine_lost_while_a_run_runs_is_recovered_on_the_shipped_defaults(
+    defaults_stack: TrialStack,
+):
+    stack = defaults_stack
+    flow_run = await start_training(on_booking(LOST_MACHINE_BOOKING), deployment=AFTER_BOOKING)
+    stack.start_worker()
+    await wait_for_flow_run(
+        flow_run.id, lambda r: r.state is not None and r.state.type == StateType.RUNNING,
+        STARTED_WITHIN,
+    )  # fmt: skip
+    async with asyncio.timeout(STARTED_WITHIN):  # supervising its backend run: it submitted
+        while not [r for r in stack.simulator.runs() if r.run.booking_id == LOST_MACHINE_BOOKING]:
+            await asyncio.sleep(0.5)
+
+    lost_at = await _lose_machine(stack, flow_run.id, StateType.RUNNING)
+
+    await _recovered_with_one_backend_run(stack, flow_run.id, LOST_MACHINE_BOOKING, lost_at)
+
+
+async def _lose_machine(stack: TrialStack, flow_run_id: Any, state: StateType) -> float:
+    """Freeze the machine, check the run is still in ``state``, lose the machine; return when."""
     _freeze_machine(stack)
     # A request already on its way lands; then Prefect holds what the loss left.
     await asyncio.sleep(1)
     async with get_client() as client:
-        left = await client.read_flow_run(flow_run.id)
-    # Still starting (Pending, or the worker's Submitting after it): no flow process beats.
-    assert left.state is not None and left.state.type == StateType.PENDING, left.state
+        left = await client.read_flow_run(flow_run_id)
+    assert left.state is not None and left.state.type == state, left.state
     lost_at = time.time()
     stack.lose_machine()  # SIGKILL the worker and every process under it; a worker comes back
+    return lost_at
 
-    done = await wait_for_flow_run(flow_run.id, completed, RECOVERED_WITHIN, crashes_recover=True)
 
-    states = await _states(flow_run.id)
+async def _recovered_with_one_backend_run(
+    stack: TrialStack, flow_run_id: Any, booking: str, lost_at: float
+) -> None:
+    done = await wait_for_flow_run(flow_run_id, completed, RECOVERED_WITHIN, crashes_recover=True)
+
+    states = await _states(flow_run_id)
     assert [s for s in states if s.name == "Recovering"], [s.name for s in states]
-    runs = [r.run for r in stack.simulator.runs() if r.run.booking_id == PLAIN_BOOKING]
+    runs = [r.run for r in stack.simulator.runs() if r.run.booking_id == booking]
     assert len(runs) == 1, runs
     assert done.state is not None and done.state.is_completed()
     _print_figures(lost_at, states)

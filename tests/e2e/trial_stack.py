@@ -31,7 +31,6 @@ from e2e_stack import (
     deploy,
     deployment_file,
     environment,
-    start_watcher,
     start_worker,
 )
 from prefect import get_client
@@ -54,7 +53,10 @@ PERSON = "user:ada"
 WORKLOAD = "service:trials-worker"
 """The principal of the worker's token: a workload's."""
 HEARTBEAT_SECONDS = "30"
-"""Flow runs beat every 30 s (Prefect's least); a watcher counts 65 s of silence as lost."""
+"""Prefect's heartbeats every 30 s (its least), as the shipped files set them."""
+WATCH = ["watch", "--wait", "2"]
+"""The watchers' options: no ``--lost-after``, so a run is found lost as shipped (three of its
+process's 10 s alive beats missed, plus slack); short long-polls keep the trials' pace."""
 
 
 class Simulator(Protocol):
@@ -143,7 +145,13 @@ class TrialStack:
         self.start_worker()
 
     def start_watcher(self, index: int) -> None:
-        self.watchers[index] = start_watcher(self.env, self.scratch / f"watcher-{index}.log")
+        with (self.scratch / f"watcher-{index}.log").open("ab") as out:
+            self.watchers[index] = subprocess.Popen(
+                [sys.executable, "-m", "prefect_ito.cli", *WATCH],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def kill_watcher(self, index: int) -> bool:
         """SIGKILL one watcher; tell whether it was running."""

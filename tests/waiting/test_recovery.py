@@ -1,23 +1,32 @@
-"""How often recovery asks Prefect about a running flow run: once a beat is read, not again
-until that beat could lapse (a watcher sweeps as often as each second; a run beats every
-30-180 s, and each question is an events query on the team's Prefect server)."""
+"""When recovery finds a running flow run lost, and how often it asks Prefect about one: once a
+beat is read, not again until that beat could lapse (a watcher sweeps as often as each second; a
+run beats every 10-180 s, and each question is an events query on the team's Prefect server)."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
 from prefect import get_client
 from prefect.client.schemas.objects import FlowRun
-from prefect.events import emit_event
+from prefect.events import Event, emit_event
+from prefect.events.filters import EventFilter
 from prefect.events.worker import EventsWorker
 from prefect.states import Running
 
 from prefect_ito.waiting import recovery
-from prefect_ito.waiting.recovery import AUTO, DEFAULT_HEARTBEAT_SECONDS, Recovery, _lost_at
+from prefect_ito.waiting.alive import ALIVE_EVENT
+from prefect_ito.waiting.recovery import (
+    AUTO,
+    DEFAULT_HEARTBEAT_SECONDS,
+    Recovery,
+    _Beats,
+    _lost_at,
+)
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 BEGAN = NOW - timedelta(seconds=600)
@@ -39,19 +48,131 @@ def _ago(*seconds: float) -> list[datetime]:
 def test_a_run_is_lost_three_of_its_intervals_after_its_last_beat(
     beats: list[datetime], orphaned: bool, silent_for: float
 ):
-    assert _lost_at(beats, BEGAN, orphaned) == beats[0] + timedelta(seconds=silent_for)
+    lost_at = _lost_at(_Beats(beats, None), BEGAN, orphaned)
+
+    assert lost_at == beats[0] + timedelta(seconds=silent_for)
 
 
 def test_a_beat_dated_ahead_keeps_a_run_alive_no_longer_than_one_dated_now():
-    ahead = [datetime.now(UTC) + timedelta(days=365)]
+    ahead = _Beats([datetime.now(UTC) + timedelta(days=365)], None)
 
     assert _lost_at(ahead, BEGAN, True) < datetime.now(UTC) + timedelta(seconds=3 * 30.0 + 5)
 
 
-def _running_since(seconds: float) -> FlowRun:
+class _Prefect:
+    """Prefect's events API as recovery asks it, over events held in memory."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events
+
+    async def __aenter__(self) -> _Prefect:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def read_workers_for_work_pool(self, pool: str, **page: int) -> list[Any]:
+        return []  # no worker: whichever took a run is gone
+
+    async def read_events(self, filter: EventFilter, limit: int = 100) -> SimpleNamespace:
+        held = sorted(
+            (event for event in self.events if filter.includes(event)),
+            key=lambda event: event.occurred,
+            reverse=True,  # newest first, as Prefect answers
+        )
+        return SimpleNamespace(events=held[:limit])  # a page: what recovery reads of one
+
+
+def _beat(run: FlowRun, seconds_ago: float, name: str, **payload: Any) -> Event:
+    return Event(
+        event=name,
+        resource={"prefect.resource.id": f"prefect.flow-run.{run.id}"},
+        occurred=datetime.now(UTC) - timedelta(seconds=seconds_ago),
+        payload=payload,
+        id=uuid4(),
+    )
+
+
+def _heartbeats(run: FlowRun, *seconds_ago: float) -> list[Event]:
+    return [_beat(run, ago, "prefect.flow-run.heartbeat") for ago in seconds_ago]
+
+
+def _alive(run: FlowRun, *seconds_ago: float, interval: float = 10.0) -> list[Event]:
+    return [_beat(run, ago, ALIVE_EVENT, interval_seconds=interval) for ago in seconds_ago]
+
+
+async def _lost(monkeypatch: pytest.MonkeyPatch, runs: list[FlowRun], events: list[Event]):
+    """Return the runs a watcher under ``AUTO`` finds lost, Prefect holding ``events``."""
+    monkeypatch.setattr(recovery, "get_client", lambda: _Prefect(events))
+    return await Recovery(AUTO)._gone_silent(runs, AUTO)
+
+
+async def test_a_run_whose_alive_beats_stopped_is_lost_three_of_them_later(monkeypatch):
+    # Before: judged by Prefect's heartbeats alone, each of these was alive for a minute more.
+    lost, beating = _running_since(300), _running_since(300)
+    events = [
+        *_heartbeats(lost, 50, 80),  # every 30 s: alive for 40 s more by those alone
+        *_alive(lost, 45, 55, 65),
+        *_heartbeats(beating, 50, 80),
+        *_alive(beating, 5, 15, 25),
+    ]
+
+    assert await _lost(monkeypatch, [lost, beating], events) == [lost]
+
+
+async def test_a_run_lost_in_its_first_seconds_is_lost_by_its_one_alive_beat(monkeypatch):
+    # Before: one heartbeat tells no interval: Prefect's default, 540 s after it.
+    run = _running_since(50)
+    events = [*_heartbeats(run, 48), *_alive(run, 48)]
+
+    assert await _lost(monkeypatch, [run], events) == [run]
+
+
+async def test_a_run_silent_since_it_began_whose_worker_is_gone_is_lost_as_soon(monkeypatch):
+    # Before: three of Prefect's least heartbeat interval after it began (90 s): a machine lost
+    # before the flow function's first beat left the run unsupervised half as long again.
+    run, beating = _running_since(45, worker="lost"), _running_since(45, worker="lost")
+    events = _alive(beating, 5)
+
+    assert await _lost(monkeypatch, [run, beating], events) == [run]
+
+
+async def test_an_alive_beat_late_on_a_busy_server_is_no_loss(monkeypatch):
+    run = _running_since(300)
+    # Three beats missed, but the fourth may be on its way: the clock slack.
+    events = [*_heartbeats(run, 50, 80), *_alive(run, 35)]
+
+    assert await _lost(monkeypatch, [run], events) == []
+
+
+async def test_a_forged_short_interval_makes_no_live_run_look_lost_sooner(monkeypatch):
+    run = _running_since(300)
+    events = [*_heartbeats(run, 50, 80), *_alive(run, 25, interval=1)]
+
+    assert await _lost(monkeypatch, [run], events) == []
+
+
+@pytest.mark.parametrize(("beats", "lost"), [((50, 80), False), ((100, 130), True)])
+async def test_a_run_that_sends_no_alive_beat_is_judged_by_its_heartbeats(
+    monkeypatch, beats: tuple[float, ...], lost: bool
+):
+    run = _running_since(300)  # from a flow process of an older prefect-ito
+
+    assert await _lost(monkeypatch, [run], _heartbeats(run, *beats)) == ([run] if lost else [])
+
+
+def _running_since(seconds: float, worker: str | None = None) -> FlowRun:
+    """A flow run running for ``seconds``, started by ``worker`` (named as Prefect labels it)."""
     state = Running()
     state.timestamp = datetime.now(UTC) - timedelta(seconds=seconds)
-    return FlowRun(id=uuid4(), name="beating", flow_id=uuid4(), state=state)
+    labels = {}
+    if worker is not None:
+        labels = {
+            "prefect.work-pool.name": "ito-process",
+            "prefect.worker.name": worker,
+            "prefect.worker.type": "process",
+        }
+    return FlowRun(id=uuid4(), name="beating", flow_id=uuid4(), state=state, labels=labels)
 
 
 async def _beats(run_id: UUID, *seconds_ago: float) -> None:
