@@ -143,6 +143,8 @@ T = TypeVar("T")
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "10,100,500").split(","))
 IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
 LATENCY_TRIALS = 10
+LIST_EVERY = os.environ.get("BENCH_LIST_EVERY", "")
+"""The watchers' ``--list-every`` (empty: its default, ``--wait``)."""
 THROUGH_API = int(os.environ.get("BENCH_THROUGH_API", "20"))
 """Deferred flow runs made through Prefect's API at each N; the rest are copies of their rows."""
 BURST = int(os.environ.get("BENCH_BURST", "200"))
@@ -472,8 +474,9 @@ async def same_as_made(url: str, runs: list[TrainingRun], flow_runs: list[str]) 
 
 def start_watcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start ``prefect-ito watch`` as in production, its log appended to WATCHER_LOG."""
+    every = ["--list-every", LIST_EVERY] if LIST_EVERY else []
     return subprocess.Popen(
-        [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
+        [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30", *every],
         env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
     )  # fmt: skip
 
@@ -608,6 +611,7 @@ def deferred_name(n: int, watchers: int) -> str:
     """Return the key of a measurement of N deferred runs: N, with what is not the default."""
     variants = [f"{watchers} watchers"] if watchers > 1 else []
     variants += ["PostgreSQL"] if DATABASE == "postgres" else []
+    variants += [f"--list-every {LIST_EVERY}"] if LIST_EVERY else []
     return f"{n} ({', '.join(variants)})" if variants else str(n)
 
 
