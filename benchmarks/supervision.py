@@ -10,7 +10,10 @@ process), with ``--watchers`` watchers (1, or 2 sharing the runs):
 2. N ``ito-training`` flow runs of a deployment are put in exactly the state a deferring flow run
    leaves behind: ``Suspended`` under a ``defer-`` pause key, with its deferral record. No worker
    runs and no flow process exists: a deferred run holds none, which the end-to-end tests check
-   on a real worker (``tests/e2e/test_deferred.py``).
+   on a real worker (``tests/e2e/test_deferred.py``). The first ``BENCH_THROUGH_API`` (20) are
+   made through Prefect's API; the rest are copies of their rows in the server's database, each
+   for its own backend run (``_rows.py``: at thousands, the API took the server hours), and one
+   copy is read back through the API to check it reads as one made there.
 3. ``prefect-ito watch`` starts (a child process, like in production). After its first sweep,
    one idle minute is measured: every request the backend received, and the watcher's RSS.
 4. Resume latency: 10 backend runs are cancelled at the backend, one by one (a change the flow
@@ -104,11 +107,15 @@ from _bench import (  # noqa: E402
     training_job,
     use_token,
 )
+from _rows import copy_deferred, listing_profile, server_profile  # noqa: E402
 from longpoll_latency import short_poll  # noqa: E402
 from prefect import get_client  # noqa: E402
 from prefect.client.schemas.actions import WorkPoolCreate  # noqa: E402
 from prefect.client.schemas.filters import (  # noqa: E402
+    FlowFilter,
+    FlowFilterName,
     FlowRunFilter,
+    FlowRunFilterDeploymentId,
     FlowRunFilterId,
     FlowRunFilterState,
     FlowRunFilterStateType,
@@ -136,6 +143,10 @@ T = TypeVar("T")
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "10,100,500").split(","))
 IDLE_SECONDS = float(os.environ.get("BENCH_IDLE_SECONDS", "60"))
 LATENCY_TRIALS = 10
+LIST_EVERY = os.environ.get("BENCH_LIST_EVERY", "")
+"""The watchers' ``--list-every`` (empty: its default, ``--wait``)."""
+THROUGH_API = int(os.environ.get("BENCH_THROUGH_API", "20"))
+"""Deferred flow runs made through Prefect's API at each N; the rest are copies of their rows."""
 BURST = int(os.environ.get("BENCH_BURST", "200"))
 CONCURRENCY = 8
 """Requests at once while setting up thousands of runs: Prefect's server on SQLite writes one at a
@@ -190,12 +201,13 @@ def start_server(home: Path, database_url: str | None = None) -> subprocess.Pope
 
 
 @contextlib.contextmanager
-def prefect_server(database_url: str | None = None) -> Iterator[None]:
-    """Run ``prefect server start`` on PORT, with a throwaway home, while the block runs."""
+def prefect_server(database_url: str | None = None) -> Iterator[str]:
+    """Run ``prefect server start`` on PORT, with a throwaway home, while the block runs; yield
+    the URL of its database."""
     home = Path(tempfile.mkdtemp(prefix="prefect-ito-bench-server-"))
     server = start_server(home, database_url)
     try:
-        yield
+        yield database_url or f"sqlite+aiosqlite:///{home}/prefect.db"
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -300,8 +312,12 @@ async def settled(url: str, runs: list[TrainingRun]) -> list[TrainingRun]:
             await asyncio.sleep(0.5)
 
 
-async def defer_flow_runs(deployment: str, url: str, runs: list[TrainingRun]) -> list[str]:
-    """Create one suspended flow run per backend run, as a deferring flow run leaves it."""
+async def defer_flow_runs(
+    deployment: str, url: str, runs: list[TrainingRun], database_url: str
+) -> list[str]:
+    """Create one suspended flow run per backend run, as a deferring flow run leaves it: the
+    first ``THROUGH_API`` through Prefect's API, the rest copied from them row by row in the
+    server's database (``_rows.copy_deferred``)."""
     async with get_client() as client:
 
         async def defer(run: TrainingRun) -> str:
@@ -311,17 +327,30 @@ async def defer_flow_runs(deployment: str, url: str, runs: list[TrainingRun]) ->
                 parameters={"training": training},
             )
             key = deferral_key(run)
-            record = Deferral(
-                api_url=url, run_id=run.run_id, version=run.version, stage=run.current_stage,
-                events_seen=0, heartbeat_at=run.heartbeat_at, heartbeat_seen_at=time.time(),
-                stall_timeout=None, deadline_at=None,
-            )  # fmt: skip
+            record = deferral_record(url, run)
             await client.create_flow_run_input(flow_run.id, key, record.model_dump_json())
             await client.set_flow_run_state(flow_run.id, Suspended(pause_key=key), force=True)
             return str(flow_run.id)
 
         ready = await settled(url, runs)
-        return await at_most(PREFECT_CONCURRENCY, [patiently(defer, run) for run in ready])
+        made = await at_most(
+            PREFECT_CONCURRENCY, [patiently(defer, run) for run in ready[:THROUGH_API]]
+        )
+    copies = [
+        (deferral_key(run), {"training": training_for(run.booking_id).model_dump(mode="json")},
+         deferral_record(url, run).model_dump_json())
+        for run in ready[THROUGH_API:]
+    ]  # fmt: skip
+    return made + await copy_deferred(database_url, made, copies)
+
+
+def deferral_record(url: str, run: TrainingRun) -> Deferral:
+    """Return the record a flow run deferring on ``run`` writes (no stall limit, no deadline)."""
+    return Deferral(
+        api_url=url, run_id=run.run_id, version=run.version, stage=run.current_stage,
+        events_seen=0, heartbeat_at=run.heartbeat_at, heartbeat_seen_at=time.time(),
+        stall_timeout=None, deadline_at=None,
+    )  # fmt: skip
 
 
 async def patiently(call: Callable[[TrainingRun], Awaitable[T]], run: TrainingRun) -> T:
@@ -401,24 +430,77 @@ async def listing_seconds() -> float:
     return time.monotonic() - start
 
 
+def watched_filters(offset: int) -> dict[str, Any]:
+    """Return the body of the watcher's request for one page of its listing
+    (:func:`prefect_ito.waiting.watched.watched_flow_runs`)."""
+    from prefect_ito.waiting.recovery import JUDGED
+    from prefect_ito.waiting.watched import FLOW_NAMES
+
+    flows = FlowFilter(name=FlowFilterName(any_=list(FLOW_NAMES)))
+    flow_runs = FlowRunFilter(
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=list(JUDGED))),
+        deployment_id=FlowRunFilterDeploymentId(is_null_=False),
+    )
+    return {
+        "flows": flows.model_dump(mode="json"), "flow_runs": flow_runs.model_dump(mode="json"),
+        "sort": "ID_DESC", "offset": offset, "limit": 200,
+    }  # fmt: skip
+
+
+async def same_as_made(url: str, runs: list[TrainingRun], flow_runs: list[str]) -> None:
+    """Check that the last flow run (copied, past ``THROUGH_API``) reads through Prefect's API
+    as the first (made through it) does: suspended under its own run's pause key, rescheduled on
+    resume, from the deployment, with its own deferral record."""
+    from prefect_ito.waiting.deferral import read_deferral
+
+    async with get_client() as client:
+        made, copied = [await client.read_flow_run(UUID(f)) for f in (flow_runs[0], flow_runs[-1])]
+    like = made.state
+    assert like is not None
+    for flow_run, run in ((made, runs[0]), (copied, runs[-1])):
+        state = flow_run.state
+        assert state is not None
+        assert state.is_paused()
+        assert state.name == like.name
+        assert state.state_details.pause_reschedule == like.state_details.pause_reschedule
+        assert flow_run.deployment_id == made.deployment_id
+        key = state.state_details.pause_key
+        assert key is not None
+        record = await read_deferral(flow_run.id, key)
+        assert record is not None
+        assert record.run_id == run.run_id
+        assert key == deferral_key(run.model_copy(update={"version": record.version}))
+
+
 def start_watcher(env: dict[str, str]) -> subprocess.Popen[bytes]:
     """Start ``prefect-ito watch`` as in production, its log appended to WATCHER_LOG."""
+    every = ["--list-every", LIST_EVERY] if LIST_EVERY else []
     return subprocess.Popen(
-        [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30"],
+        [sys.executable, "-m", "prefect_ito.cli", "watch", "--wait", "30", *every],
         env=env, stdout=WATCHER_LOG.open("ab"), stderr=subprocess.STDOUT,
     )  # fmt: skip
 
 
-def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[str, Figures]:
+def measure(
+    n: int, deployment: str, token: str, sim: RemoteSimulator, database_url: str
+) -> dict[str, Figures]:
     """Defer N flow runs; measure them under each number of watchers of ``WATCHERS`` in turn,
     each on runs of its own for its changes; return the figures by :func:`deferred_name`."""
     setup = time.monotonic()
     runs = asyncio.run(submit_runs(sim.url, n, sim.person_token()))
-    flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs))
-    print(f"N={n}: {n} runs deferred in {time.monotonic() - setup:.0f} s", flush=True)
+    print(f"N={n}: {n} backend runs in {time.monotonic() - setup:.0f} s", flush=True)
+    setup = time.monotonic()
+    flow_runs = asyncio.run(defer_flow_runs(deployment, sim.url, runs, database_url))
+    print(f"N={n}: {n} flow runs deferred in {time.monotonic() - setup:.0f} s", flush=True)
     # Nothing resumes before the measurement: every run waits, as it would for hours.
     assert all(asyncio.run(still_suspended(flow_run)) for flow_run in flow_runs[:3])
+    asyncio.run(same_as_made(sim.url, runs, flow_runs))
     listing = asyncio.run(listing_seconds())
+    profile = {
+        **asyncio.run(listing_profile(API_URL, watched_filters)),
+        **asyncio.run(server_profile(database_url, watched_filters(0))),
+    }
+    print(f"N={n}: listing {listing:.2f} s; profile {profile}", flush=True)
     figures = {}
     for turn, watchers in enumerate(WATCHERS):
         used = slice(turn * (LATENCY_TRIALS + BURST), (turn + 1) * (LATENCY_TRIALS + BURST))
@@ -426,6 +508,8 @@ def measure(n: int, deployment: str, token: str, sim: RemoteSimulator) -> dict[s
         figures[deferred_name(n, watchers)] = {
             **watch(waiting, watchers, token, sim, runs[used], flow_runs[used]),
             "listing_s": round(listing, 2),
+            **{f"listing_{k}": v for k, v in profile.items()},
+            "load_average_1m": round(os.getloadavg()[0], 1),
         }
         print(f"{deferred_name(n, watchers)}: {figures[deferred_name(n, watchers)]}", flush=True)
     if n != SIZES[-1]:  # the server goes with the last size
@@ -511,14 +595,14 @@ def deferred() -> dict[str, dict[str, Figures]]:
     figures: dict[str, Figures] = {}
     with contextlib.ExitStack() as stack:
         database = stack.enter_context(postgres_cluster()) if DATABASE == "postgres" else None
-        stack.enter_context(prefect_server(database))
+        database_url = stack.enter_context(prefect_server(database))
         deployment = asyncio.run(deployment_id())
         for n in SIZES:
             with RemoteSimulator(scenario(time_scale=1.0, bookings=n)) as sim:
                 token = sim.mint_token()
                 os.environ["ITO_COMPUTE_API_URL"] = sim.url
                 os.environ["ITO_COMPUTE_TOKEN"] = token
-                figures.update(measure(n, deployment, token, sim))
+                figures.update(measure(n, deployment, token, sim, database_url))
     print_rows(figures)
     return {"deferred": figures}
 
@@ -527,6 +611,7 @@ def deferred_name(n: int, watchers: int) -> str:
     """Return the key of a measurement of N deferred runs: N, with what is not the default."""
     variants = [f"{watchers} watchers"] if watchers > 1 else []
     variants += ["PostgreSQL"] if DATABASE == "postgres" else []
+    variants += [f"--list-every {LIST_EVERY}"] if LIST_EVERY else []
     return f"{n} ({', '.join(variants)})" if variants else str(n)
 
 

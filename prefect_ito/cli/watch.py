@@ -32,7 +32,8 @@ def watch(
         float | None,
         Parameter(
             help="Seconds between two listings of the flow runs Prefect holds (above 0; default: "
-            "--wait). Between listings a change is acted on from the last listing, however many "
+            "--wait). A listing runs beside the waiting; between listings and during one, a "
+            "change is acted on from the last listing, however many "
             "flow runs wait; a change that names a backend run no listing showed lists at once. "
             "Longer: fewer requests to a Prefect server holding thousands of waiting runs, and "
             "a lost flow run found that much later."

@@ -4,10 +4,11 @@ person answered there; re-enter flow runs whose process was lost
 (:mod:`prefect_ito.waiting.recovery`).
 
 The watcher keeps no state of its own. It lists the watched flow runs (every page of them) once
-every ``list_every`` seconds, re-entering the lost ones; between listings it works from an index
-of the last one (which flow run waits on which backend run, :mod:`prefect_ito.waiting.waiters`),
-so that a change costs the work of its own run, and lists sooner when a change names a backend run
-no listing showed. Each sweep looks at
+every ``list_every`` seconds, re-entering the lost ones, in a task of its own beside the sweeps
+(:mod:`prefect_ito.waiting.listing`); meanwhile, and between listings, it works from an index of
+the last one (which flow run waits on which backend run, :mod:`prefect_ito.waiting.waiters`), so
+that a change costs the work of its own run and never waits for a listing, and lists sooner when a
+change names a backend run no listing showed. Each sweep looks at
 the ``ito-training`` flow runs that are suspended: deferred (under a
 ``defer-`` pause key, with a :class:`Deferral` record beside it), or asking a person (under a
 ``spend-`` or ``restart-`` pause key, with a :class:`~prefect_ito.waiting.waits.WaitRecord`). It
@@ -66,6 +67,7 @@ from prefect_ito.waiting import claims, deferral
 from prefect_ito.waiting.claims import claim_turn, read_claims
 from prefect_ito.waiting.deferral import Deferral
 from prefect_ito.waiting.keys import ACTION_PREFIXES, DEFER_PREFIX, RESUME_PREFIX, SPEND_PREFIX
+from prefect_ito.waiting.listing import Asking, BackendKey, Listed, Listing, Relisting, by_backend
 from prefect_ito.waiting.recovery import AUTO, JUDGED, Recovery
 from prefect_ito.waiting.waiters import Waiters, Waiting
 from prefect_ito.waiting.waits import (
@@ -113,25 +115,6 @@ class _Seen:
     version: int
     heartbeat_at: datetime
     heartbeat_seen_at: float
-
-
-Asking = tuple[FlowRun, WaitRecord]
-BackendKey = tuple[str, str | None]
-"""A backend as a record names it: its API URL, and the keyring entry of its token."""
-
-
-@dataclass
-class _Listing:
-    """What the last listing of suspended flow runs showed, kept until the next one.
-
-    ``deferred`` holds, per backend, the deferred runs still to be resumed by the backend run
-    each waits on; ``known`` every backend run a listed deferral names, resumed or not.
-    """
-
-    at: float
-    deferred: dict[BackendKey, Waiters] = field(default_factory=dict)
-    asking: dict[BackendKey, list[Asking]] = field(default_factory=dict)
-    known: set[str] = field(default_factory=set)
 
 
 TellAgain = Callable[[FlowRun, WaitRecord, ItoClient], Awaitable[bool]]
@@ -185,17 +168,20 @@ class Watcher:
     list_every: float | None = None
     """Seconds between two listings of the flow runs Prefect holds (None: every ``wait``), unless
     a change names a backend run no listing showed, or a flow run was suspending as it was
-    listed. Between listings the watcher waits on the backends with what it last listed, so a
-    change is acted on in the time of one backend read, however many flow runs there are."""
+    listed. Between listings, and while one is under way, the watcher waits on the backends with
+    what it last listed, so a change is acted on in the time of one backend read, however many
+    flow runs there are."""
     _told_at: dict[tuple[UUID, str], float] = field(default_factory=dict)
     _resumed_from: dict[UUID, UUID] = field(default_factory=dict)
-    _listing: _Listing | None = None
-    _list_now: bool = False
+    _listing: Listing | None = None
+    _relisting: Relisting = field(init=False)
+    """When the next listing is due, and the one under way beside the sweeps."""
     _named_unknown: set[str] = field(default_factory=set)
     """Backend runs a change named that no listing showed: each asks for one listing, once."""
 
     def __post_init__(self) -> None:
         self.recovery = Recovery(self.lost_after)
+        self._relisting = Relisting(self.wait if self.list_every is None else self.list_every)
 
     @property
     def recovered(self) -> list[UUID]:
@@ -224,7 +210,8 @@ class Watcher:
             await asyncio.sleep(self.wait)
 
     async def close(self) -> None:
-        """Close the backend clients."""
+        """Stop the listing under way; close the backend clients."""
+        await self._relisting.stop()
         for backend in self._backends.values():
             await backend.client.__aexit__(None, None, None)
         self._backends.clear()
@@ -250,18 +237,42 @@ class Watcher:
                 await self._wait_for_change(backend, waiters, asked)
                 waited = True
         if not waited:  # nothing to wait on, or only on backends refused: no busy loop
-            self._list_now = True  # a listing of nothing to wait on costs next to nothing
+            self._relisting.ask()  # a listing of nothing to wait on costs next to nothing
             await asyncio.sleep(min(self.wait, 5.0))
 
-    async def _listed(self) -> _Listing:
-        """Return what the suspended flow runs wait on: listed anew (re-entering lost runs on
-        the way) when a listing is due, else as last listed, less the runs resumed since."""
-        listing = self._listing
-        every = self.wait if self.list_every is None else self.list_every
-        if listing is not None and not self._list_now and time.monotonic() - listing.at < every:
-            return listing
-        self._list_now = False
-        listed_at = time.monotonic()
+    async def _listed(self) -> Listing:
+        """Return what the suspended flow runs wait on, as last listed, less the runs resumed
+        since: take in what a listing found once it ended, and start the next one when due.
+
+        A listing runs as a task of its own (:mod:`prefect_ito.waiting.listing`), so a change
+        that comes meanwhile is handled from the last one. Only the first is waited for: before
+        it, nothing is known to wait on.
+        """
+        listed = self._relisting.take()
+        if listed is not None:
+            self._install(listed)
+        self._relisting.start_if_due(self._list)
+        if self._listing is None:
+            self._install(await self._relisting.wait())
+        assert self._listing is not None
+        return self._listing
+
+    async def _list(self) -> Listed:
+        """List the watched flow runs, every page of them; re-enter the lost ones; read the
+        records of the suspended ones not read before.
+
+        It runs beside the sweeps, with a Prefect client of its own (the sweep that started it
+        closes its own as it ends). Recovery re-entering a run as a sweep resumes it is the race
+        two watchers run anyway: each claims its action on the state it saw, and recovery reads
+        the state again before it acts.
+        """
+        if AsyncClientContext.get() is None:  # sweeps outside run(): a client per request
+            return await self._list_here()
+        AsyncClientContext.__var__.set(None)  # type: ignore[arg-type]  # this task's copy only
+        async with _one_prefect_client():
+            return await self._list_here()
+
+    async def _list_here(self) -> Listed:
         # One listing for recovery and for the waits: it is the cost that grows with the number
         # of flow runs, every page of them from Prefect.
         seen = await watched_flow_runs(*JUDGED)
@@ -271,20 +282,26 @@ class Watcher:
         # re-entered earlier that suspended again since is waited on as any other.
         re_entered = set(self.recovery.recovered[before:])
         paused = [run for run in in_state(seen, StateType.PAUSED) if run.id not in re_entered]
-        self._forget_resumed(paused)
-        deferred = await self._deferred(paused)
-        listing = _Listing(listed_at, asking=_by_backend(await self._asking(paused)))
-        for item in deferred:
-            listing.known.add(item[1].run_id)
-            if item[0].id not in self.resumed:
-                key = (item[1].api_url, item[1].keyring_entry)
-                listing.deferred.setdefault(key, Waiters()).add(item)
-        self._forget_unlisted(paused, listing.known)
+        return Listed(paused, await self._deferred(paused), await self._asking(paused))
+
+    def _install(self, listed: Listed) -> None:
+        """Replace the last listing with ``listed``, between two steps of a sweep (no await).
+
+        A run resumed while it was listed may show suspended still, under the state it was
+        resumed from: it stays resumed, and is not waited on again (nor resumed twice).
+        """
+        self._forget_resumed(listed.paused)
+        listing = Listing(asking=by_backend(listed.asking))
+        for item in listed.deferred:
+            if item[0].id in self.resumed:
+                listing.known.add(item[1].run_id)
+            else:
+                listing.add_deferred(item)
+        self._forget_unlisted(listed.paused, listing.known)
         for waiters in listing.deferred.values():
             for run_id in waiters.by_run:
                 self._reschedule(waiters, run_id)
         self._listing = listing
-        return listing
 
     def _forget_unlisted(self, paused: list[FlowRun], known: set[str]) -> None:
         """Forget what was kept of flow runs and backend runs the listing no longer shows
@@ -306,7 +323,7 @@ class Watcher:
         unknown = {run_id for run_id in run_ids if run_id not in known} - self._named_unknown
         if unknown:
             self._named_unknown |= unknown
-            self._list_now = True
+            self._relisting.ask()
 
     def _forget_resumed(self, paused: list[FlowRun]) -> None:
         """Forget resumes of runs no longer suspended as they were: a run that suspended again
@@ -355,7 +372,7 @@ class Watcher:
             )
             return None
         if record is None:
-            self._list_now = True  # suspending right now: the record comes first, look again
+            self._relisting.ask()  # suspending right now: the record comes first, look again
             return None
         self._records[(flow_run.id, key)] = record
         # A new deferral is read once: its run may have moved before the feed's cursor.
@@ -400,9 +417,7 @@ class Watcher:
 
     def _waiters(self, record: Deferral) -> Waiters | None:
         """Return the flow runs still waited on at ``record``'s backend, as last listed."""
-        listing = self._listing
-        key = (record.api_url, record.keyring_entry)
-        return listing.deferred.get(key) if listing is not None else None
+        return self._listing.waiters(record) if self._listing is not None else None
 
     async def _read_and_judge(
         self, backend: _Backend, items: list[Waiting], *, wait: float | None = None
@@ -462,7 +477,12 @@ class Watcher:
     async def _wait_on_feed(
         self, backend: _Backend, waiters: Waiters, asked: list[Asking], wait: float
     ) -> None:
-        page = await backend.client.list_changes(after=backend.cursor, wait=wait)
+        # A listing asked for (a change named a run no listing showed) is taken as it ends, not
+        # after the long-poll: the cursor stays where it was, and the next one asks again.
+        polling = backend.client.list_changes(after=backend.cursor, wait=wait)
+        page = await self._relisting.unless_asked_ends(polling)
+        if page is None:
+            return
         backend.cursor = page.cursor
         moved = {change.run_id for change in page.changes}
         self._list_for(moved)
@@ -717,13 +737,6 @@ def _past_deadline(flow_run: FlowRun) -> bool:
         return False
     deadline = question_deadline(state)
     return deadline is not None and datetime.now(UTC) >= deadline
-
-
-def _by_backend(asking: list[Asking]) -> dict[BackendKey, list[Asking]]:
-    groups: dict[BackendKey, list[Asking]] = {}
-    for flow_run, record in asking:
-        groups.setdefault((record.api_url, record.keyring_entry), []).append((flow_run, record))
-    return groups
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ follows what the last listing showed."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from uuid import UUID, uuid4
@@ -38,6 +39,9 @@ class FakeBackend:
     ) -> TrainingRun:
         self.reads.append(run_id)
         return sample_run(run_id)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        pass  # the watcher closes its backends as it stops
 
 
 class FakePrefect:
@@ -151,8 +155,111 @@ async def test_a_watcher_forgets_the_runs_a_listing_no_longer_shows(monkeypatch)
     watcher = watching(FakeBackend(iter(lambda: "run-kept", None)))
     await watcher.sweep()
     prefect.listed = [kept]  # the other one resumed, finished, or was deleted
-    watcher._list_now = True
-    await watcher.sweep()
+    watcher._relisting.ask()
+    await watcher.sweep()  # lists again, beside this sweep
+    await watcher._relisting.ended()
+    await watcher.sweep()  # takes in what it found
 
     assert [flow_run_id for flow_run_id, _ in watcher._records] == [kept.id]
     assert set(watcher._seen) == {"run-kept"}
+
+
+class ChangingBackend(FakeBackend):
+    """A backend whose runs have all ended (cancelled) once ``ended`` is set: a change the flow
+    must handle."""
+
+    ended = False
+
+    async def get_training_run(
+        self, run_id: str, *, after_version: int | None = None, wait: float | None = None
+    ) -> TrainingRun:
+        run = await super().get_training_run(run_id)
+        if not self.ended:
+            return run
+        return run.model_copy(update={"version": 2, "state": RunState.CANCELLED})
+
+
+async def test_a_change_is_handled_while_a_slow_listing_is_under_way(monkeypatch):
+    # At 5,000 deferred runs a listing takes Prefect's server 8-11 s, and a change that came
+    # during one waited for it: the listing now runs beside the sweeps.
+    prefect = FakePrefect(monkeypatch)
+    known = prefect.defer("run-known")
+    listed = prefect.watched_flow_runs
+    released = asyncio.Event()
+
+    async def slow(*states: object) -> list[FlowRun]:
+        if prefect.listings:  # the first listing is quick; the next waits to be released
+            await released.wait()
+        return await listed(*states)
+
+    monkeypatch.setattr(watcher_module, "watched_flow_runs", slow)
+    resumed = record_resumes(monkeypatch)
+    backend = ChangingBackend(iter(["run-unknown", "run-known"]))
+    watcher = watching(backend)
+    try:
+        async with asyncio.timeout(30):  # a hang guard: before, the second sweep never ended
+            await watcher.sweep()  # lists; the feed names a run no listing showed: list again
+            await watcher.sweep()  # that listing is under way; run-known's change is handled
+            backend.ended = True
+            backend.changes = iter(["run-known"])
+            await watcher.sweep()
+        assert resumed == [known.id] and not released.is_set()
+    finally:
+        released.set()
+        await watcher.close()
+
+
+async def test_a_run_resumed_while_it_was_listed_is_not_waited_on_again(monkeypatch):
+    # The listing read the run as suspended before the sweep resumed it: taking the listing in
+    # must not undo the resume (nor wait on the run again, to resume it twice).
+    prefect = FakePrefect(monkeypatch)
+    known = prefect.defer("run-known")
+    listed = prefect.watched_flow_runs
+    released = asyncio.Event()
+    read_pages: list[FlowRun] = []
+
+    async def slow(*states: object) -> list[FlowRun]:
+        page = await listed(*states)  # read before the resume: shows the run suspended
+        if prefect.listings > 1:
+            read_pages.extend(page)
+            await released.wait()
+        return page
+
+    monkeypatch.setattr(watcher_module, "watched_flow_runs", slow)
+    resumed = record_resumes(monkeypatch)
+    backend = ChangingBackend(iter(["run-unknown"]))
+    watcher = watching(backend)
+    try:
+        await watcher.sweep()
+        backend.ended, backend.changes = True, iter(["run-known"])
+        async with asyncio.timeout(30):  # a hang guard: before, this sweep waited on the listing
+            await watcher.sweep()  # a listing starts, reads run-known suspended; the change
+            # resumes it
+        assert read_pages == [known] and resumed == [known.id]
+        released.set()
+        await watcher._relisting.ended()
+        backend.changes = iter(lambda: "run-known", None)
+        await watcher.sweep()  # takes the listing in; the run is named again
+        await watcher.sweep()
+    finally:
+        released.set()
+        await watcher.close()
+
+    assert resumed == [known.id]
+    assert watcher._listing is not None and "run-known" in watcher._listing.known
+    assert not any(w.by_run for w in watcher._listing.deferred.values())
+
+
+def record_resumes(monkeypatch: pytest.MonkeyPatch) -> list[UUID]:
+    """Stand in for Prefect's resume: record each flow run resumed, as the watcher marks it."""
+    resumed: list[UUID] = []
+
+    async def resume_once(self: Watcher, flow_run: FlowRun, why: str) -> None:
+        if flow_run.id in self.resumed:
+            return  # as the real one: once for its suspension
+        resumed.append(flow_run.id)
+        self.resumed.append(flow_run.id)
+        self._resumed_from[flow_run.id] = flow_run.state.id
+
+    monkeypatch.setattr(Watcher, "_resume_once", resume_once)
+    return resumed
