@@ -35,8 +35,8 @@ def watch(
             "--wait). A listing runs beside the waiting; between listings and during one, a "
             "change is acted on from the last listing, however many "
             "flow runs wait; a change that names a backend run no listing showed lists at once. "
-            "Longer: fewer requests to a Prefect server holding thousands of waiting runs, and "
-            "a lost flow run found that much later."
+            "Longer: fewer requests to a Prefect server holding thousands of waiting runs. "
+            "Lost runs are looked for every 10 s apart from it."
         ),
     ] = None,
     lost_after: Annotated[

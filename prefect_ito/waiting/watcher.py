@@ -92,6 +92,10 @@ TELL_AGAIN_AFTER_SECONDS = 360.0
 """How long after a question was asked a watcher makes sure Prefect holds its ``person.needed``:
 past the five minutes in which Prefect refuses an event id it has seen, so that a copy under the
 question's own id is taken."""
+LOOK_FOR_LOST_SECONDS = 10.0
+"""Seconds between two looks for lost flow runs: a quarter of the 40 s after which a training
+flow process that stopped beating counts as lost."""
+_HOLD_A_PROCESS = tuple(state for state in JUDGED if state is not StateType.PAUSED)
 
 
 RECORD_READS_AT_ONCE = 8
@@ -178,6 +182,9 @@ class Watcher:
     """When the next listing is due, and the one under way beside the sweeps."""
     _named_unknown: set[str] = field(default_factory=set)
     """Backend runs a change named that no listing showed: each asks for one listing, once."""
+    look_for_lost_every: float = LOOK_FOR_LOST_SECONDS
+    """Seconds between two looks at the flow runs that hold a process (running, starting,
+    crashed) for lost ones, beside the sweeps and the listings."""
 
     def __post_init__(self) -> None:
         self.recovery = Recovery(self.lost_after)
@@ -190,11 +197,34 @@ class Watcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep until ``stop`` is set; a failed sweep is logged and the next one comes."""
+        looking = asyncio.ensure_future(self._look_for_lost(stop))
         try:
             while not stop.is_set():
                 await self._sweep_once()
         finally:
+            looking.cancel()
+            await asyncio.wait([looking])
             await self.close()
+
+    async def _look_for_lost(self, stop: asyncio.Event) -> None:
+        """Re-enter lost flow runs every ``look_for_lost_every`` seconds, whatever the sweeps do.
+
+        A listing of every watched flow run comes every ``list_every`` (30 s by default, longer
+        for thousands of deferred runs), and a sweep may wait that long on a backend: a run
+        whose alive beats stopped would be found up to that much later than its 40 s. The runs
+        that hold a process are few, whatever the number of deferred ones: listing only them is
+        cheap enough to do every 10 s. Suspended runs (a form lost half-way) are still judged
+        by the full listing.
+        """
+        while not stop.is_set():
+            await asyncio.sleep(self.look_for_lost_every)
+            try:
+                async with _one_prefect_client():
+                    await self.recovery.recover(await watched_flow_runs(*_HOLD_A_PROCESS))
+            except (httpx.TransportError, PrefectHTTPStatusError, _PrefectRefused) as error:
+                logger.warning("A look for lost flow runs failed (%s); the next one comes", error)
+            except Exception:  # a long-running service outlives any one look's failure
+                logger.exception("A look for lost flow runs failed; the next one comes")
 
     async def _sweep_once(self) -> None:
         """Sweep; log a failed sweep and wait before the next."""
