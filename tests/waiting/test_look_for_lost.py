@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 from prefect.client.schemas.objects import FlowRun, StateType
 
@@ -25,6 +26,38 @@ def no_prefect_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watcher_module, "_one_prefect_client", none)
 
 
+async def run_watcher_until(
+    done: Callable[[], bool], sweeping: asyncio.Event | None = None
+) -> None:
+    """Run a watcher that looks for lost runs every 50 ms until ``done()``; then stop it."""
+    watcher = Watcher(wait=30.0, look_for_lost_every=0.05)
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(watcher.run(stop))
+    try:
+        if sweeping is not None:
+            await asyncio.wait_for(sweeping.wait(), 5)
+        async with asyncio.timeout(5):
+            while not done():
+                await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        running.cancel()
+        await asyncio.wait([running])
+
+
+def sweeping_forever(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Make every sweep wait as a long-poll on a backend with nothing to say; return an event
+    set once one began."""
+    sweeping = asyncio.Event()
+
+    async def long_sweep(self: Watcher) -> None:
+        sweeping.set()
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(Watcher, "sweep", long_sweep)
+    return sweeping
+
+
 async def test_lost_runs_are_looked_for_while_a_sweep_waits_on_a_backend(
     monkeypatch: pytest.MonkeyPatch,
 ):
@@ -33,7 +66,6 @@ async def test_lost_runs_are_looked_for_while_a_sweep_waits_on_a_backend(
     # 40 s. The runs that hold a process are looked at on their own clock meanwhile.
     listed: list[tuple[StateType, ...]] = []
     judged: list[list[FlowRun]] = []
-    sweeping = asyncio.Event()
 
     async def watched(*states: StateType) -> list[FlowRun]:
         listed.append(states)
@@ -42,25 +74,9 @@ async def test_lost_runs_are_looked_for_while_a_sweep_waits_on_a_backend(
     async def recover(self: Recovery, seen: list[FlowRun] | None = None) -> None:
         judged.append(seen or [])
 
-    async def long_sweep(self: Watcher) -> None:
-        sweeping.set()
-        await asyncio.sleep(3600)  # a long-poll on a backend that has nothing to say
-
     monkeypatch.setattr(watcher_module, "watched_flow_runs", watched)
     monkeypatch.setattr(Recovery, "recover", recover)
-    monkeypatch.setattr(Watcher, "sweep", long_sweep)
-    watcher = Watcher(wait=30.0, look_for_lost_every=0.05)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(watcher.run(stop))
-    try:
-        await asyncio.wait_for(sweeping.wait(), 5)
-        async with asyncio.timeout(5):
-            while len(judged) < 3:
-                await asyncio.sleep(0.02)
-    finally:
-        stop.set()
-        running.cancel()
-        await asyncio.wait([running])
+    await run_watcher_until(lambda: len(judged) >= 3, sweeping_forever(monkeypatch))
     assert len(judged) >= 3
     # Only the states that hold a process: never every suspended run, however many wait.
     assert set(listed[0]) == {StateType.RUNNING, StateType.PENDING, StateType.CRASHED}
@@ -69,8 +85,6 @@ async def test_lost_runs_are_looked_for_while_a_sweep_waits_on_a_backend(
 async def test_a_failed_look_for_lost_runs_is_followed_by_the_next(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    import httpx
-
     looks = 0
 
     async def unreachable(*states: StateType) -> list[FlowRun]:
@@ -78,20 +92,7 @@ async def test_a_failed_look_for_lost_runs_is_followed_by_the_next(
         looks += 1
         raise httpx.ConnectError("Prefect is restarting")
 
-    async def long_sweep(self: Watcher) -> None:
-        await asyncio.sleep(3600)
-
     monkeypatch.setattr(watcher_module, "watched_flow_runs", unreachable)
-    monkeypatch.setattr(Watcher, "sweep", long_sweep)
-    watcher = Watcher(wait=30.0, look_for_lost_every=0.05)
-    stop = asyncio.Event()
-    running = asyncio.ensure_future(watcher.run(stop))
-    try:
-        async with asyncio.timeout(5):
-            while looks < 2:
-                await asyncio.sleep(0.02)
-    finally:
-        stop.set()
-        running.cancel()
-        await asyncio.wait([running])
+    sweeping_forever(monkeypatch)
+    await run_watcher_until(lambda: looks >= 2)
     assert "A look for lost flow runs failed" in caplog.text
