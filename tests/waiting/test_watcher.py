@@ -216,10 +216,16 @@ def _prefect_server_answering_version(version: str) -> Iterator[str]:
         thread.join()
 
 
-async def test_a_watcher_makes_one_prefect_client_a_sweep(start_simulator, monkeypatch):
+async def test_a_watcher_makes_one_prefect_client_a_sweep_and_one_a_listing(
+    start_simulator, monkeypatch
+):
     await deferred_flow_run(start_simulator(builtin_scenario("default")))
-    made, sweeps = [], []
-    original_init, original_sweep = PrefectClient.__init__, Watcher.sweep
+    made, sweeps, listings = [], [], []
+    original_init, original_sweep, original_list = (
+        PrefectClient.__init__,
+        Watcher.sweep,
+        Watcher._list,
+    )
 
     def counted_init(self, *args, **kwargs):
         made.append(self)
@@ -229,10 +235,17 @@ async def test_a_watcher_makes_one_prefect_client_a_sweep(start_simulator, monke
         sweeps.append(time.monotonic())
         await original_sweep(self)
 
+    async def counted_list(self):
+        listings.append(time.monotonic())
+        return await original_list(self)
+
     monkeypatch.setattr(PrefectClient, "__init__", counted_init)
     monkeypatch.setattr(Watcher, "sweep", counted_sweep)
+    monkeypatch.setattr(Watcher, "_list", counted_list)
     stop = asyncio.Event()
-    task = asyncio.ensure_future(Watcher(wait=0.5, lost_after=None).run(stop))
+    # Looks for lost runs (one client each, every 10 s) left out: this counts sweeps' clients.
+    watcher = Watcher(wait=0.5, lost_after=None, look_for_lost_every=3600)
+    task = asyncio.ensure_future(watcher.run(stop))
     async with asyncio.timeout(60):
         while len(sweeps) < 3:
             await asyncio.sleep(0.1)
@@ -240,8 +253,11 @@ async def test_a_watcher_makes_one_prefect_client_a_sweep(start_simulator, monke
     await task
 
     # A sweep that follows a deferred run asked for a client in each step (listing, recovery,
-    # the deferral's record), and each new one loads the CA bundle into a TLS context.
-    assert len(made) <= len(sweeps), f"{len(made)} Prefect clients for {len(sweeps)} sweeps"
+    # the deferral's record), and each new one loads the CA bundle into a TLS context. A listing
+    # runs beside the sweeps (it may outlive the one that started it), with a client of its own.
+    assert len(made) <= len(sweeps) + len(listings), (
+        f"{len(made)} Prefect clients for {len(sweeps)} sweeps and {len(listings)} listings"
+    )
 
 
 async def flow_run_through(start_simulator, *states) -> FlowRun:
