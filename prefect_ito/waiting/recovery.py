@@ -28,6 +28,7 @@ from uuid import UUID
 from prefect import get_client
 from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.objects import FlowRun, StateType, Worker
+from prefect.events import ReceivedEvent
 from prefect.events.filters import (
     EventFilter,
     EventNameFilter,
@@ -441,29 +442,18 @@ async def _read_beats(client: PrefectClient, run_id: UUID, since: datetime) -> _
 
 async def _latest_alive(client: PrefectClient, run_id: UUID, since: datetime) -> Alive | None:
     """Return the run's latest alive beat since ``since``, if it sent one."""
-    page = await client.read_events(
-        filter=EventFilter(
-            event=EventNameFilter(name=[ALIVE_EVENT]),
-            resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
-            occurred=EventOccurredFilter(since=since),
-        ),
-        limit=1,  # newest first
-    )
-    return alive_of(page.events[0]) if page.events else None
+    events = await _events(client, [ALIVE_EVENT], f"prefect.flow-run.{run_id}", since, limit=1)
+    return alive_of(events[0]) if events else None
 
 
 async def _latest_beats(client: PrefectClient, run_id: UUID, since: datetime) -> list[datetime]:
-    """Return when the run's latest heartbeats since ``since`` occurred, newest first."""
-    page = await client.read_events(
-        filter=EventFilter(
-            event=EventNameFilter(name=[_HEARTBEAT]),
-            resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
-            # A beat of the process before a re-entry is no beat of this one.
-            occurred=EventOccurredFilter(since=since),
-        ),
-        limit=_BEATS_READ,
-    )
-    return sorted((event.occurred for event in page.events), reverse=True)
+    """Return when the run's latest heartbeats since ``since`` occurred, newest first.
+
+    ``since``: a beat of the process before a re-entry is no beat of this one.
+    """
+    resource = f"prefect.flow-run.{run_id}"
+    events = await _events(client, [_HEARTBEAT], resource, since, limit=_BEATS_READ)
+    return sorted((event.occurred for event in events), reverse=True)
 
 
 async def _abandoned(starting: list[FlowRun], lost_after: float | Literal["auto"]) -> list[FlowRun]:
@@ -610,12 +600,21 @@ async def _latest_since(
 ) -> datetime | None:
     """Return when the latest of ``events`` of ``resource`` Prefect holds after ``since``
     occurred, or None if it holds none."""
+    latest = await _events(client, events, resource, since, limit=1)
+    return latest[0].occurred if latest else None
+
+
+async def _events(
+    client: PrefectClient, names: list[str], resource: str, since: datetime, limit: int
+) -> list[ReceivedEvent]:
+    """Return the latest ``limit`` of the events named ``names`` of ``resource`` that occurred
+    after ``since``, newest first: Prefect's order unless asked otherwise."""
     page = await client.read_events(
         filter=EventFilter(
-            event=EventNameFilter(name=events),
+            event=EventNameFilter(name=names),
             resource=EventResourceFilter(id=[resource]),
             occurred=EventOccurredFilter(since=since),
         ),
-        limit=1,  # newest first: Prefect's order unless asked otherwise
+        limit=limit,
     )
-    return page.events[0].occurred if page.events else None
+    return page.events
