@@ -89,7 +89,12 @@ def test_a_train_ended_at_the_spend_prompt_leaves_no_paused_flow_run(
     state = flow_run_state(flow_run_id)
     assert not state.is_paused(), state
     assert state.name == TerminalClosed.state_name, state
-    assert f"the terminal went away ({signum.name})" in state.message, state.message
+    # A closed terminal both fails the prompt's next read (EIO) and sends SIGHUP; which the
+    # process meets first is a race in a real window as here, and either names why it stopped.
+    causes = [signum.name] + (["its output was lost"] if signum is signal.SIGHUP else [])
+    assert any(f"the terminal went away ({cause})" in state.message for cause in causes), (
+        state.message
+    )
     assert "nothing was declined or spent" in state.message
     assert code == ExitCode.DETACHED, shown
     if signum is signal.SIGTERM:  # one calm line where someone may still read it
