@@ -131,21 +131,30 @@ async def training_deployment(name: str) -> Any:
     """Deploy ``ito-training`` to a process pool of the same name that no worker serves.
 
     For flow runs a test puts into a state by hand (suspended, running, lost), as a deployment's
-    runs would be.
+    runs would be. Deployed once per name and Prefect server: a deployment costs the server
+    seconds under load, and no test changes or deletes one.
     """
     from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.settings import PREFECT_API_URL
     from prefect.types.entrypoint import EntrypointType
 
     from prefect_ito.flows import ito_training
 
-    async with get_client() as client:
-        await client.create_work_pool(WorkPoolCreate(name=name, type="process"), overwrite=True)
-    return await ito_training.adeploy(
-        name=name,
-        work_pool_name=name,
-        entrypoint_type=EntrypointType.MODULE_PATH,
-        print_next_steps=False,
-    )
+    key = (PREFECT_API_URL.value(), name)
+    if key not in _DEPLOYED:
+        async with get_client() as client:
+            await client.create_work_pool(WorkPoolCreate(name=name, type="process"), overwrite=True)
+        _DEPLOYED[key] = await ito_training.adeploy(
+            name=name,
+            work_pool_name=name,
+            entrypoint_type=EntrypointType.MODULE_PATH,
+            print_next_steps=False,
+        )
+    return _DEPLOYED[key]
+
+
+_DEPLOYED: dict[tuple[str | None, str], Any] = {}
+"""The deployment id of each name, per Prefect server (pytest-xdist workers have one each)."""
 
 
 async def sweep_watcher(caplog: Any, times: int = 3) -> Any:
