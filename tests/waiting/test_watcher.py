@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from flow_helpers import BOOKING, REQUEST, training_deployment
@@ -126,7 +126,6 @@ async def test_a_run_waiting_for_a_person_is_never_resumed(start_simulator, key)
 async def test_a_heartbeat_in_the_window_means_alive_and_none_means_lost(prefect_server):
     # Prefect answers at most 50 events a page: asking for more failed every sweep, and with
     # it the watcher's whole loop, so no lost machine was ever noticed.
-    from datetime import timedelta
     from uuid import uuid4
 
     from prefect.events import emit_event
@@ -552,7 +551,7 @@ async def test_a_change_seen_by_several_watchers_resumes_the_run_once(start_simu
 async def test_two_watchers_over_many_deferred_runs_resume_each_once(start_simulator):
     # Two watchers follow the same feed and see every change at once; between listings each
     # acts from what it last listed. Each suspension is resumed by one of them, never by both.
-    many = 16  # enough that both watchers hold many at once; setting each up is the cost
+    many = 8  # enough that both watchers hold many at once; setting each up is the cost
     bookings = [SimBooking(booking_id=f"bk-many-{i:02d}", status=BookingStatus.COMPLETED)
                 for i in range(many)]  # fmt: skip
     scenario = builtin_scenario("default").with_options(time_scale=1.0)  # stages last hours
@@ -568,8 +567,10 @@ async def test_two_watchers_over_many_deferred_runs_resume_each_once(start_simul
     stop, watchers = asyncio.Event(), [Watcher(wait=1.0, lost_after=None) for _ in range(2)]
     running = [asyncio.ensure_future(watcher.run(stop)) for watcher in watchers]
     try:
-        await asyncio.sleep(3.0)  # both have listed and read every run: nothing to resume yet
-        assert all([await is_paused(flow_run.id) for flow_run, _ in deferred])
+        async with asyncio.timeout(60):  # both have listed and read every run
+            while not all(run.run_id in w._seen for w in watchers for _, run in deferred):
+                await asyncio.sleep(0.1)
+        assert all([await is_paused(flow_run.id) for flow_run, _ in deferred])  # nothing to resume
         async with ItoCredentials(api_url=simulator.url).get_client() as client:
             await asyncio.gather(*(
                 client.cancel_training_run(run.run_id, reason="test", idempotency_key=run.run_id)
@@ -617,12 +618,26 @@ async def test_a_resume_claimed_by_a_watcher_that_died_is_taken_over_once_stale(
     try:
         await watcher.sweep()  # the claim is fresh: another watcher may be resuming it
         assert watcher.resumed == [] and await is_paused(flow_run.id)
-        await asyncio.sleep(max(0.0, claimed_at + STALE + 0.5 - time.monotonic()))
+        # Until the claim is stale: by the watcher's clocks, not waited out.
+        _clocks_ahead(monkeypatch, claimed_at + STALE + 0.5 - time.monotonic())
         await watcher.sweep()  # the claim is stale now: its holder never resumed
     finally:
         await watcher.close()
 
     assert watcher.resumed == [flow_run.id] and not await is_paused(flow_run.id)
+
+
+def _clocks_ahead(monkeypatch, seconds: float) -> None:
+    """Move the wall clocks a watcher judges claims and due times by ``seconds`` ahead."""
+    from prefect_ito.waiting import claims
+
+    class Ahead(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(seconds=seconds)
+
+    monkeypatch.setattr(claims, "datetime", Ahead)
+    monkeypatch.setattr(deferral, "wall_clock", lambda: Ahead.now(UTC).timestamp())
 
 
 async def test_a_run_cancelled_between_the_read_and_the_resume_costs_only_itself(
