@@ -60,7 +60,7 @@ from prefect_ito.people import answers, spend
 from prefect_ito.waiting.waits import QuoteWait, latest_wait
 
 SEED = 20_260_504
-HTTP_ATTEMPTS = count(full=240, everyday=112)
+HTTP_ATTEMPTS = count(full=240, everyday=56)
 HTTP_CONTROLS = count(full=24, everyday=12)
 FLOW_ATTEMPTS = count(full=24, everyday=12)
 FLOW_CONTROLS = 3

@@ -186,10 +186,10 @@ async def test_every_429_is_waited_out_for_its_retry_after(backend, submit, ledg
     assert resent == []
 
 
-CONFIRMED_COMMANDS = count(full=24, everyday=12)
+CONFIRMED_COMMANDS = count(full=24, everyday=8)
 """``train --confirm`` commands run one after another in a storm: their pre-flight checks, the
 confirmation and the submission, as one process makes them. Each takes seconds of Retry-After
-and backoff; an everyday run plays the first half of the same seeded storm."""
+and backoff; an everyday run plays the first third of the same seeded storm."""
 
 
 async def confirm_and_submit(credentials: ItoCredentials, request: Any, index: int) -> None:
