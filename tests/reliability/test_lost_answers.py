@@ -1,14 +1,15 @@
 """Lost answers: a write the backend committed, whose answer the client never saw.
 
-Fifty logical writes of each kind lose their answer after the backend committed them, and fifty
-time out after sending: the backend holds each keyed write in flight longer than the client
-waits, so the client's retry meets ``409 IDEMPOTENCY_KEY_IN_FLIGHT`` first. Submissions time out
-on the client's own short timeout (and are then found by their key); a decision or cancel is
-given up on by a tap after its first send, since the simulator holds every keyed write, replays
-too, for the whole delay. Each logical submission must make exactly one backend run, using the
-spend confirmation it carries once, and each decision and cancel must be recorded exactly once —
-counted from the simulator's runs and request log. Each logical write is its own supervisor, with
-a retry budget of its own, as separate flow runs would be.
+Fifty logical writes of each kind (twenty in an everyday run, see ``trial_counts.py``) lose their
+answer after the backend committed them, and as many time out after sending: the backend holds
+each keyed write in flight longer than the client waits, so the client's retry meets
+``409 IDEMPOTENCY_KEY_IN_FLIGHT`` first. Submissions time out on the client's own short timeout
+(and are then found by their key); a decision or cancel is given up on by a tap after its first
+send, since the simulator holds every keyed write, replays too, for the whole delay. Each logical
+submission must make exactly one backend run, using the spend confirmation it carries once, and
+each decision and cancel must be recorded exactly once — counted from the simulator's runs and
+request log. Each logical write is its own supervisor, with a retry budget of its own, as separate
+flow runs would be.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import httpx
 import pytest
 from reliability_kit import Backend, completed_bookings, request_for
 from transports import Tap
+from trial_counts import count
 
 from prefect_ito.backend import desk
 from prefect_ito.backend._retry import RetryBudget
@@ -29,7 +31,7 @@ from prefect_ito.blocks import ItoCredentials
 from prefect_ito.contract import DecisionChoice, DecisionRequest, RunState, TrainingRun
 from prefect_ito.simulator import Faults, RequestLogEntry
 
-TRIALS = 50
+TRIALS = count(full=50, everyday=20)
 COMMIT_DELAY = 0.6
 """Seconds the simulator holds a keyed write in flight before it commits."""
 SHORT = httpx.Timeout(0.25, connect=5.0)
