@@ -340,7 +340,7 @@ def test_train_without_a_terminal_prompts_nothing_in_json(prefect_server):
 
 def test_demo_answers_in_json(prefect_server):
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    result = prefect_ito("demo", "--scenario", "default", "--json", env=env)
+    result = in_process("demo", "--scenario", "default", "--json", env=env)
 
     document = one_document(result)
     assert document["data"]["state_name"] == "Completed"
