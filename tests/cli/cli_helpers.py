@@ -117,12 +117,16 @@ def _prefect_api_of(env: dict[str, str]) -> Iterator[None]:
 def _fresh_process_state() -> Iterator[None]:
     """Give the call what a new process starts with, and give this process its own back: what
     each backend last said of itself (``live_api_contacted`` is null until one answers), the
-    retry budgets, and the unknown values already logged once."""
+    retry budgets, the unknown values already logged once, and the keyring (``demo`` puts one in
+    memory in place of the session's file keyring)."""
+    import keyring
+
     from prefect_ito.backend import _retry, provenance
     from prefect_ito.contract import open_enum
 
     fresh = {(provenance, "_last"): {}, (_retry, "_budgets"): {}, (open_enum, "_logged"): set()}
     saved = {(module, name): getattr(module, name) for module, name in fresh}
+    saved_keyring = keyring.get_keyring()
     for (module, name), value in fresh.items():
         setattr(module, name, value)
     try:
@@ -130,6 +134,7 @@ def _fresh_process_state() -> Iterator[None]:
     finally:
         for (module, name), value in saved.items():
             setattr(module, name, value)
+        keyring.set_keyring(saved_keyring)
 
 
 def _in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess:

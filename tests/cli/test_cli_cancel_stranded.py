@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cli_helpers import REQUEST, prefect_ito, worker_env
+from cli_helpers import REQUEST, in_process, worker_env
 from prefect import get_client
 from prefect.events import emit_event
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
@@ -117,7 +117,7 @@ async def test_cancel_ends_a_flow_run_no_process_holds_after_cancelling_its_back
         flow_run_id, run_id = await left_by_train(simulator, left)
         await beat(flow_run_id, *beats)
 
-        cancelled = await asyncio.to_thread(prefect_ito, "cancel", flow_run_id, "--json", env=env)
+        cancelled = in_process("cancel", flow_run_id, "--json", env=env)
 
         assert cancelled.returncode == ExitCode.SUCCESS, cancelled.stdout + cancelled.stderr
         said = json.loads(cancelled.stdout)["data"]
@@ -136,7 +136,7 @@ async def test_cancel_leaves_a_flow_run_whose_process_beats_to_that_process(pref
         flow_run_id, run_id = await left_by_train(simulator, Paused(pause_key="restart-action_1"))
         await beat(flow_run_id, 20.0)  # a train at its prompt, alive
 
-        cancelled = await asyncio.to_thread(prefect_ito, "cancel", flow_run_id, env=env)
+        cancelled = in_process("cancel", flow_run_id, env=env)
 
         assert cancelled.returncode == ExitCode.SUCCESS, cancelled.stdout + cancelled.stderr
         said = " ".join(cancelled.stdout.split())
@@ -152,7 +152,7 @@ async def test_cancel_says_in_words_that_it_ended_a_flow_run_no_process_held(pre
         flow_run_id, run_id = await left_by_train(simulator, Paused(pause_key="restart-action_1"))
         await beat(flow_run_id, *KILLED)
 
-        cancelled = await asyncio.to_thread(prefect_ito, "cancel", flow_run_id, env=env)
+        cancelled = in_process("cancel", flow_run_id, env=env)
 
         assert cancelled.returncode == ExitCode.SUCCESS, cancelled.stdout + cancelled.stderr
         assert (

@@ -14,6 +14,7 @@ from cli_helpers import confirming_env, in_process, read_flow_run_id, start_trai
 from prefect import get_client
 from prefect.states import Paused
 from prefect.utilities.asyncutils import run_coro_as_sync
+from simulator_fixture import FAST
 
 from prefect_ito.contract import WORKLOAD_SCOPES
 from prefect_ito.exceptions import ExitCode
@@ -74,7 +75,7 @@ def _pending(simulator: SimulatorServer) -> Any:
 
 
 def test_only_a_person_s_own_token_decides_and_the_backend_records_who(prefect_server):
-    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+    with SimulatorServer(builtin_scenario("loss-spike"), time_scale=FAST) as simulator:
         workload = _workload_env(simulator, prefect_server)
         person = confirming_env(simulator, prefect_server)
         train = start_train(workload)

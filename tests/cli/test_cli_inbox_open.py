@@ -16,6 +16,7 @@ from capture_server import CaptureServer
 from cli_helpers import in_process, one_document
 from prefect import flow, get_client
 from prefect.states import Paused, Running
+from simulator_fixture import FAST
 from test_terminal_prompt import _spiked_run, person_token
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
@@ -109,7 +110,7 @@ def grace(simulator: SimulatorServer) -> str:
 async def test_a_decision_the_backend_no_longer_waits_for_is_not_listed(prefect_server):
     # Before: a second flow run's question on the same action stayed listed after the real
     # answer, and answering it printed "Sent" for a decision already made.
-    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+    with SimulatorServer(builtin_scenario("loss-spike"), time_scale=FAST) as simulator:
         token = person_token(simulator, "cli", "user:grace")
         run = _spiked_run(simulator)
         action_id = run["pending_action"]["action_id"]

@@ -327,9 +327,9 @@ def read_flow_run_id(stream) -> str:
 
 
 def test_train_without_a_terminal_prompts_nothing_in_json(prefect_server):
-    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+    with SimulatorServer(builtin_scenario("loss-spike"), time_scale=FAST) as simulator:
         env = worker_env(simulator, prefect_server)
-        result = in_process(*TRAIN, "--approval-timeout", "12", "--json", env=env)
+        result = in_process(*TRAIN, "--approval-timeout", "7", "--json", env=env)
 
     document = one_document(result, env["ITO_COMPUTE_TOKEN"])
     assert result.returncode == ExitCode.AWAITING_DECISION
@@ -340,7 +340,7 @@ def test_train_without_a_terminal_prompts_nothing_in_json(prefect_server):
 
 def test_demo_answers_in_json(prefect_server):
     env = {**os.environ, "PREFECT_API_URL": prefect_server}
-    result = prefect_ito("demo", "--scenario", "default", "--json", env=env)
+    result = in_process("demo", "--scenario", "default", "--json", env=env)
 
     document = one_document(result)
     assert document["data"]["state_name"] == "Completed"

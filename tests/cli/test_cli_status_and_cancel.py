@@ -32,7 +32,7 @@ def test_detach_status_and_cancel_say_what_they_did_and_where_facts_come_from(pr
         try:
             flow_run_id = read_flow_run_id(train)
             while not simulator.runs():
-                time.sleep(1)
+                time.sleep(0.3)
             os.kill(train.pid, signal.SIGINT)
             output, _ = train.communicate(timeout=120)
         finally:

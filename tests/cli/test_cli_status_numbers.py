@@ -122,7 +122,7 @@ def test_a_run_held_for_a_decision_shows_the_hold_and_the_forecast_from_the_back
             flow_run_id = read_flow_run_id(train)
             while not simulator.runs() or simulator.runs()[0].run.pending_action is None:
                 assert train.poll() is None, "train ended before its decision"
-                time.sleep(1)
+                time.sleep(0.3)
             read = in_process("status", flow_run_id, "--json", env=env)
             text = in_process("status", flow_run_id, env=env).stdout
         finally:

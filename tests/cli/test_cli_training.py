@@ -22,6 +22,7 @@ from cli_helpers import (
     worker_env,
 )
 from prefect_homes import migrated_home
+from simulator_fixture import FAST
 
 from prefect_ito.exceptions import ExitCode
 from prefect_ito.simulator import SimulatorServer, builtin_scenario
@@ -148,7 +149,7 @@ async def test_cancel_stops_a_paused_train_and_its_backend_workload(prefect_serv
 
     from prefect_ito.contract import RunState
 
-    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+    with SimulatorServer(builtin_scenario("loss-spike"), time_scale=FAST) as simulator:
         env = worker_env(simulator, prefect_server)
         train = start_train(env)
         try:

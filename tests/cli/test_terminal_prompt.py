@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from cli_helpers import converse, person_quote
+from simulator_fixture import FAST
 from spend_helpers import covering_authorization
 
 from prefect_ito.backend.origins import ENV_API_URL, ENV_TOKEN
@@ -40,7 +41,7 @@ def typed(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
 def spiked(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SimulatorServer, RestartPause]]:
     """A simulator whose run waits for a restart decision, and the pause that names it; this
     terminal holds a person's own token (``user:grace``) for it."""
-    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+    with SimulatorServer(builtin_scenario("loss-spike"), time_scale=FAST) as simulator:
         monkeypatch.setenv(ENV_API_URL, simulator.url)
         monkeypatch.setenv(ENV_TOKEN, person_token(simulator, "cli", "user:grace"))
         run = _spiked_run(simulator)
@@ -410,7 +411,7 @@ asyncio.run(terminal.ask_at_terminal(terminal.RestartPause(None, "### Loss spike
 
 @pytest.mark.slow
 def test_at_a_terminal_the_person_decides_as_themselves_by_typing_it_out():
-    with SimulatorServer(builtin_scenario("loss-spike")) as simulator:
+    with SimulatorServer(builtin_scenario("loss-spike"), time_scale=FAST) as simulator:
         run = _spiked_run(simulator)
         token = person_token(simulator, "cli", "user:grace")
         env = {
