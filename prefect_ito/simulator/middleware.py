@@ -39,6 +39,7 @@ class RequestLogMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = mint("req", 20)
+        received = datetime.now(UTC)
         status = 0
 
         async def send_with_id(message: Message) -> None:
@@ -63,12 +64,13 @@ class RequestLogMiddleware:
             await response(scope, receive, send_with_id)
         finally:
             if not scope["path"].startswith(ADMIN_PREFIX):
-                self._log(scope, request_id, status)
+                self._log(scope, request_id, status, received)
 
-    def _log(self, scope: Scope, request_id: str, status: int) -> None:
+    def _log(self, scope: Scope, request_id: str, status: int, received: datetime) -> None:
         state_of(scope).requests.append(
             RequestLogEntry(
                 time=datetime.now(UTC),
+                received=received,
                 method=scope["method"],
                 path=scope["path"],
                 status=status,

@@ -25,6 +25,9 @@ class RequestLogEntry(BaseModel):
     """One request the simulator answered. Headers are not kept, so no token can leak here."""
 
     time: datetime
+    """When the answer was done; the log is in this order."""
+    received: datetime
+    """When the request arrived: a long-poll answered after a later request arrived before it."""
     method: str
     path: str
     status: int

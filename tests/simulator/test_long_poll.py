@@ -66,3 +66,24 @@ def test_version_only_grows_and_heartbeat_is_not_a_change(desk):
         versions.append(run["version"])
 
     assert versions == sorted(set(versions))
+
+
+async def test_the_request_log_says_when_a_held_poll_arrived_as_well_as_when_it_was_answered(
+    desk_for,
+):
+    # The log is in the order answers were done: a poll held for ``wait`` comes after a read that
+    # arrived later. Read as arrival order, it made a concurrent poll look like a resend sent
+    # within a second of a 429 (the storm test's measure of Retry-After failed on it).
+    desk = desk_for("loss-spike")
+    run = desk.wait_for(desk.start(), lambda r: r["state"] == "awaiting_decision")
+    path = f"/v0/training-runs/{run['run_id']}"
+
+    poll = asyncio.create_task(_poll(desk, run, 1, [], "poll answered"))
+    await asyncio.sleep(0.2)
+    await asyncio.to_thread(desk.run, run["run_id"])
+    await poll
+
+    held, plain = [entry for entry in desk.sim.requests() if entry.path == path][-2:][::-1]
+    assert held.time > plain.time  # answered last, so logged last
+    assert held.received < plain.received < plain.time
+    assert (held.time - held.received).total_seconds() >= 0.9
