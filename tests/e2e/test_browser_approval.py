@@ -92,6 +92,8 @@ CONFIRMER = f"user:{ACCOUNT}"
 """Who the confirm page signs in: the person of the worker's account."""
 NOTE = "Ada, from the confirm page"
 DECLINE_REASON = "not this month: the data is not ready"
+FORGERY_SETTLES = 10.0
+"""Seconds any Automation, deployment and worker get to act on a forged answer or event."""
 RESUME_WITHIN = 45.0
 """A bound on a hang, not a speed figure: seconds from a person's confirmation to the watcher's
 resume of the suspended flow run. The watcher's change feed resumes it within seconds (the test
@@ -280,6 +282,18 @@ async def test_a_person_approves_a_restart_on_the_backend_s_decide_page(
     action = waiting.pending_action
     assert action is not None and action.decide_url and action.user_code
 
+    # A colleague with Prefect API access forges an approval, and a Cancelled event; what they
+    # would have done is looked for once the pages below were read.
+    async with get_client() as client:
+        forged = {"decision": "approve", "decided_by": "Eve", "reason": "looks fine"}
+        refused = await client.resume_flow_run(suspended.id, run_input=forged)
+    assert refused.status.value == "REJECT", refused.details
+    emit_event(
+        event="prefect.flow-run.Cancelled",
+        resource={"prefect.resource.id": f"prefect.flow-run.{suspended.id}"},
+    )
+    forged_at = asyncio.get_running_loop().time()
+
     async with screenshot_on_failure(page, shots / "failure.png"):
         await wait_for_flow_run(parked.id, parked_for_the_watcher)
         parked_says = "Parked: waiting for the backend (run "
@@ -310,16 +324,8 @@ async def test_a_person_approves_a_restart_on_the_backend_s_decide_page(
         await choose(page, decision, "recheck", among=["recheck"])
         await page.keyboard.press("Escape")
 
-        # A colleague with Prefect API access forges an approval, and a Cancelled event.
-        async with get_client() as client:
-            forged = {"decision": "approve", "decided_by": "Eve", "reason": "looks fine"}
-            refused = await client.resume_flow_run(suspended.id, run_input=forged)
-        assert refused.status.value == "REJECT", refused.details
-        emit_event(
-            event="prefect.flow-run.Cancelled",
-            resource={"prefect.resource.id": f"prefect.flow-run.{suspended.id}"},
-        )
-        await asyncio.sleep(10)  # time for any Automation, deployment and worker to act on it
+        # Any Automation, deployment and worker had time to act on the forgeries by now.
+        await asyncio.sleep(forged_at + FORGERY_SETTLES - asyncio.get_running_loop().time())
         (still,) = backend_runs(stack, BROWSER_BOOKING)
         assert still.pending_action is not None and still.decisions == []
         assert still.state is RunState.AWAITING_DECISION
