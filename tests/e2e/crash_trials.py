@@ -54,9 +54,10 @@ from prefect_ito.simulator import AdminRun, Scenario, builtin_scenario
 
 PHASES = ("before-submit", "after-submit", "mid-gate", "deferred", "awaiting-person", "relaying")
 SPIKY = ("awaiting-person", "relaying")
-RELAYING_WINDOW = 30.0
-"""Seconds after a person's decision at the backend in which a flow process reads it."""
 """Phases whose backend run hits a loss spike, so that a person must decide."""
+RELAYING_WINDOW = 30.0
+"""Seconds from the first flow process seen after a person's decision at the backend (the
+suspension over) in which that process reads it."""
 DELAYS = {"mid-gate": (3.5, 8.0), "deferred": (1.0, 5.0)}
 """Seeded seconds into a phase before the strike (for ``deferred``: how long a watcher is down)."""
 STAGE_HOURS = 1_500
@@ -94,6 +95,8 @@ class Trial:
     flow_run_id: UUID | None = None
     run_seen_at: float | None = None
     answered_at: float | None = None
+    relaying_from: float | None = None
+    """When a flow process of it was first seen after the person's answer, its suspension over."""
     decided_at: float | None = None
     strikes: list[Strike] = field(default_factory=list)
     key: str = field(default_factory=lambda: uuid4().hex)
@@ -194,9 +197,12 @@ class Snapshot:
             return "no-process"
         if self.run(trial) is None:
             return "before-submit"
-        # A person decided at the backend a moment ago: the first flow process since reads it
-        # (resumed by a watcher, then started by the worker: seconds, not one look).
-        if trial.answered_at is not None and time.time() - trial.answered_at <= RELAYING_WINDOW:
+        # A person decided at the backend: the first flow process since the run left its
+        # suspension (resumed by a watcher, then started by the worker) reads the decision. Timed
+        # from that process, not from the answer: on a busy machine the resume and the worker's
+        # pick-up alone took over 30 s, and the process then read as mid-gate.
+        relaying_from = trial.relaying_from
+        if relaying_from is not None and self.at - relaying_from <= RELAYING_WINDOW:
             return "relaying"
         # First seen in this very look, or a moment ago: the submission's answer just came.
         seen = trial.run_seen_at
@@ -307,6 +313,9 @@ class Conductor:
             trial.run_seen_at = snap.at
         if run is not None and run.run.decisions and trial.decided_at is None:
             trial.decided_at = snap.at
+        resumed = pids and not pause_key(snap.flow_run(trial))
+        if trial.answered_at is not None and trial.relaying_from is None and resumed:
+            trial.relaying_from = snap.at
         if trial.struck or finished(snap.flow_run(trial)):
             return
         if trial.phase == "deferred":
@@ -326,7 +335,9 @@ class Conductor:
             return True
         if trial.phase in ("after-submit", "mid-gate"):
             return seen is not None and snap.at >= seen + trial.delay
-        if trial.phase == "relaying" and trial.answered_at is not None:
+        if trial.phase == "relaying" and trial.relaying_from is not None:
+            # Not the suspended process, still on its way out as the person answers: the one
+            # started after the resume, which reads the decision.
             run = snap.run(trial)
             return not trial.after_relay or bool(run and run.run.decisions)
         return False
