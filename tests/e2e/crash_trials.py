@@ -217,6 +217,34 @@ def pause_key(flow_run: FlowRun | None) -> str:
     return state.state_details.pause_key or ""
 
 
+def note_sightings(trial: Trial, snap: Snapshot) -> None:
+    """Note when the trial's backend run, its decision, and its first flow process after a
+    person's answer (the suspension over) were first seen."""
+    run, pids = snap.run(trial), snap.pids(trial)
+    if run is not None and trial.run_seen_at is None:
+        trial.run_seen_at = snap.at
+    if run is not None and run.run.decisions and trial.decided_at is None:
+        trial.decided_at = snap.at
+    resumed = pids and not pause_key(snap.flow_run(trial))
+    if trial.answered_at is not None and trial.relaying_from is None and resumed:
+        trial.relaying_from = snap.at
+
+
+def due(trial: Trial, snap: Snapshot) -> bool:
+    """Tell whether the trial's flow process is to be struck now, in the trial's own phase."""
+    seen = trial.run_seen_at
+    if trial.phase == "before-submit":
+        return True
+    if trial.phase in ("after-submit", "mid-gate"):
+        return seen is not None and snap.at >= seen + trial.delay
+    if trial.phase == "relaying" and trial.relaying_from is not None:
+        # Not the suspended process, still on its way out as the person answers: the one
+        # started after the resume, which reads the decision.
+        run = snap.run(trial)
+        return not trial.after_relay or bool(run and run.run.decisions)
+    return False
+
+
 def finished(flow_run: FlowRun | None) -> bool:
     """Tell whether a flow run ended for good (a crashed one is re-entered by a watcher)."""
     state = flow_run.state if flow_run else None
@@ -308,39 +336,20 @@ class Conductor:
         self._log(str(dict(sorted(phases.items()))))
 
     def _strike(self, trial: Trial, snap: Snapshot) -> None:
-        run, pids = snap.run(trial), snap.pids(trial)
-        if run is not None and trial.run_seen_at is None:
-            trial.run_seen_at = snap.at
-        if run is not None and run.run.decisions and trial.decided_at is None:
-            trial.decided_at = snap.at
-        resumed = pids and not pause_key(snap.flow_run(trial))
-        if trial.answered_at is not None and trial.relaying_from is None and resumed:
-            trial.relaying_from = snap.at
+        note_sightings(trial, snap)
+        pids = snap.pids(trial)
         if trial.struck or finished(snap.flow_run(trial)):
             return
         if trial.phase == "deferred":
             if snap.phase(trial) == "deferred":
                 self._kill_a_watcher(trial, snap)
             return
-        if pids and self._due(trial, snap):
+        if pids and due(trial, snap):
             phase = snap.phase(trial)
             for pid in pids:
                 kill(pid)
             trial.strikes.append(Strike(time.time(), "flow-process", phase, len(pids)))
             self._log(f"killed {trial.booking}'s flow process ({phase}): {pids}")
-
-    def _due(self, trial: Trial, snap: Snapshot) -> bool:
-        seen = trial.run_seen_at
-        if trial.phase == "before-submit":
-            return True
-        if trial.phase in ("after-submit", "mid-gate"):
-            return seen is not None and snap.at >= seen + trial.delay
-        if trial.phase == "relaying" and trial.relaying_from is not None:
-            # Not the suspended process, still on its way out as the person answers: the one
-            # started after the resume, which reads the decision.
-            run = snap.run(trial)
-            return not trial.after_relay or bool(run and run.run.decisions)
-        return False
 
     def _kill_a_watcher(self, trial: Trial, snap: Snapshot) -> None:
         for index in (self.watcher_kills % 2, (self.watcher_kills + 1) % 2):
