@@ -14,10 +14,10 @@ in, and a delay within that phase:
 - ``awaiting-person``: the person answers only after the machine was lost and the Prefect server
   restarted, so both happen while it waits.
 
-Once every ``awaiting-person`` trial waits (and half the others were struck), the machine is lost:
-the worker and every flow process under it are SIGKILLed at once (the worker starts each in a
-process group of its own, so each is killed by PID), and another worker starts; a run that was
-running is noticed by its silence. Later the Prefect server is restarted. The trials end when
+Once every ``awaiting-person`` trial waits (half the others struck, a watcher killed), the machine
+is lost: the worker and every flow process under it are SIGKILLed at once (the worker starts each
+in a process group of its own, so each is killed by PID), and another worker starts; a run that
+was running is noticed by its silence. Later the Prefect server is restarted. The trials end when
 every flow run is final.
 
 Nothing is counted from a client's view (``crash_tally.py``): backend runs and decisions from the
@@ -399,7 +399,10 @@ class Conductor:
         )
         others = [t for t in self.trials if t.phase != "awaiting-person"]
         half_struck = 2 * sum(t.struck for t in others) >= len(others)
-        return (waiting and half_struck) or snap.at - self.started_at > 240
+        # A deferred trial caught running by the loss may never defer after it (its backend run
+        # ended meanwhile): once, no watcher was ever killed. So one watcher is killed first.
+        deferred = self.watcher_kills > 0 or all(t.phase != "deferred" for t in self.trials)
+        return (waiting and half_struck and deferred) or snap.at - self.started_at > 240
 
     def _lose_machine(self, snap: Snapshot) -> None:
         at = time.time()

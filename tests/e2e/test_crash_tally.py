@@ -1,13 +1,14 @@
 """How the crash trials count suspensions and resumes from a flow run's state history, and when
-they strike a trial as relaying."""
+they strike a trial as relaying and lose the machine."""
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace
 from uuid import uuid4
 
 from crash_tally import _resumes
-from crash_trials import Snapshot, Trial, due, note_sightings
+from crash_trials import Conductor, Snapshot, Strike, Trial, due, note_sightings
 
 
 def history(*names: str) -> list[SimpleNamespace]:
@@ -82,3 +83,23 @@ def test_the_process_after_a_slow_resume_is_struck_as_relaying():
     assert snap.phase(trial) == "relaying" and due(trial, snap)
     later = Snapshot(75.0, snap.flow_runs, snap.backend, snap.processes)
     assert later.phase(trial) == "mid-gate"
+
+
+def test_the_machine_is_lost_only_once_a_watcher_was_killed_while_a_trial_deferred():
+    # Seen in a crash trial: the loss caught both deferred trials running, their backend runs
+    # ended during the recovery, they never deferred, and no watcher was ever killed.
+    trials = [
+        Trial(0, "awaiting-person", 0.0, False, flow_run_id=uuid4()),
+        Trial(1, "deferred", 0.0, False, flow_run_id=uuid4()),
+        Trial(2, "before-submit", 0.0, False, flow_run_id=uuid4()),
+    ]
+    trials[2].strikes.append(Strike(1.0, "flow-process", "before-submit", 1))
+    suspended = SimpleNamespace(
+        is_paused=lambda: True, state_details=SimpleNamespace(pause_key="restart-act-1")
+    )
+    flow_runs = {trials[0].flow_run_id: SimpleNamespace(state=suspended)}
+    snap = Snapshot(10.0, flow_runs, {}, {})  # type: ignore[arg-type]
+    conductor = Conductor(None, trials, random.Random(1), started_at=0.0)  # type: ignore[arg-type]
+    assert not conductor._machine_loss_due(snap)
+    conductor.watcher_kills = 1
+    assert conductor._machine_loss_due(snap)
