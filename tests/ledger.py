@@ -286,7 +286,7 @@ def render(figures: dict[str, Figures], json_name: str) -> str:
         "These figures come from `tests/reliability`, a fault-injection and bad-input suite, and "
         "from the crash trials of `tests/e2e/test_crashes.py`; both run with every "
         "`uv run pytest`, which plays a share of the same seeded trials (every route and phase "
-        "still several times: `tests/trial_counts.py`), while a run with `--reliability-report` "
+        "still at least once: `tests/trial_counts.py`), while a run with `--reliability-report` "
         "plays them all. Each trial drives prefect-ito against the reference simulator (on a "
         "loopback port) and, where flows run, a real Prefect server (the crash trials: their own "
         "server, process worker and watchers). "

@@ -2,7 +2,8 @@
 
 The figures in docs/reliability.md come from runs with ``--reliability-report``, which play every
 trial. An everyday ``uv run pytest`` plays a smaller share of the same seeded plans — every route
-and phase still several times — so that the whole suite stays within its time on two cores.
+and phase still at least once (the crash trials: once each) — so that the whole suite stays within
+its time on two cores.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ in, and a delay within that phase:
 - ``awaiting-person``: the person answers only after the machine was lost and the Prefect server
   restarted, so both happen while it waits.
 
-Once every ``awaiting-person`` trial waits (and half the others were struck), the machine is lost:
-the worker and every flow process under it are SIGKILLed at once (the worker starts each in a
-process group of its own, so each is killed by PID), and another worker starts; a run that was
-running is noticed by its silence. Later the Prefect server is restarted. The trials end when
+Once every ``awaiting-person`` trial waits (half the others struck, a watcher killed), the machine
+is lost: the worker and every flow process under it are SIGKILLed at once (the worker starts each
+in a process group of its own, so each is killed by PID), and another worker starts; a run that
+was running is noticed by its silence. Later the Prefect server is restarted. The trials end when
 every flow run is final.
 
 Nothing is counted from a client's view (``crash_tally.py``): backend runs and decisions from the
@@ -54,9 +54,10 @@ from prefect_ito.simulator import AdminRun, Scenario, builtin_scenario
 
 PHASES = ("before-submit", "after-submit", "mid-gate", "deferred", "awaiting-person", "relaying")
 SPIKY = ("awaiting-person", "relaying")
-RELAYING_WINDOW = 30.0
-"""Seconds after a person's decision at the backend in which a flow process reads it."""
 """Phases whose backend run hits a loss spike, so that a person must decide."""
+RELAYING_WINDOW = 30.0
+"""Seconds from the first flow process seen after a person's decision at the backend (the
+suspension over) in which that process reads it."""
 DELAYS = {"mid-gate": (3.5, 8.0), "deferred": (1.0, 5.0)}
 """Seeded seconds into a phase before the strike (for ``deferred``: how long a watcher is down)."""
 STAGE_HOURS = 1_500
@@ -94,6 +95,8 @@ class Trial:
     flow_run_id: UUID | None = None
     run_seen_at: float | None = None
     answered_at: float | None = None
+    relaying_from: float | None = None
+    """When a flow process of it was first seen after the person's answer, its suspension over."""
     decided_at: float | None = None
     strikes: list[Strike] = field(default_factory=list)
     key: str = field(default_factory=lambda: uuid4().hex)
@@ -194,9 +197,12 @@ class Snapshot:
             return "no-process"
         if self.run(trial) is None:
             return "before-submit"
-        # A person decided at the backend a moment ago: the first flow process since reads it
-        # (resumed by a watcher, then started by the worker: seconds, not one look).
-        if trial.answered_at is not None and time.time() - trial.answered_at <= RELAYING_WINDOW:
+        # A person decided at the backend: the first flow process since the run left its
+        # suspension (resumed by a watcher, then started by the worker) reads the decision. Timed
+        # from that process, not from the answer: on a busy machine the resume and the worker's
+        # pick-up alone took over 30 s, and the process then read as mid-gate.
+        relaying_from = trial.relaying_from
+        if relaying_from is not None and self.at - relaying_from <= RELAYING_WINDOW:
             return "relaying"
         # First seen in this very look, or a moment ago: the submission's answer just came.
         seen = trial.run_seen_at
@@ -209,6 +215,34 @@ def pause_key(flow_run: FlowRun | None) -> str:
     if state is None or not state.is_paused():
         return ""
     return state.state_details.pause_key or ""
+
+
+def note_sightings(trial: Trial, snap: Snapshot) -> None:
+    """Note when the trial's backend run, its decision, and its first flow process after a
+    person's answer (the suspension over) were first seen."""
+    run, pids = snap.run(trial), snap.pids(trial)
+    if run is not None and trial.run_seen_at is None:
+        trial.run_seen_at = snap.at
+    if run is not None and run.run.decisions and trial.decided_at is None:
+        trial.decided_at = snap.at
+    resumed = pids and not pause_key(snap.flow_run(trial))
+    if trial.answered_at is not None and trial.relaying_from is None and resumed:
+        trial.relaying_from = snap.at
+
+
+def due(trial: Trial, snap: Snapshot) -> bool:
+    """Tell whether the trial's flow process is to be struck now, in the trial's own phase."""
+    seen = trial.run_seen_at
+    if trial.phase == "before-submit":
+        return True
+    if trial.phase in ("after-submit", "mid-gate"):
+        return seen is not None and snap.at >= seen + trial.delay
+    if trial.phase == "relaying" and trial.relaying_from is not None:
+        # Not the suspended process, still on its way out as the person answers: the one
+        # started after the resume, which reads the decision.
+        run = snap.run(trial)
+        return not trial.after_relay or bool(run and run.run.decisions)
+    return False
 
 
 def finished(flow_run: FlowRun | None) -> bool:
@@ -302,34 +336,20 @@ class Conductor:
         self._log(str(dict(sorted(phases.items()))))
 
     def _strike(self, trial: Trial, snap: Snapshot) -> None:
-        run, pids = snap.run(trial), snap.pids(trial)
-        if run is not None and trial.run_seen_at is None:
-            trial.run_seen_at = snap.at
-        if run is not None and run.run.decisions and trial.decided_at is None:
-            trial.decided_at = snap.at
+        note_sightings(trial, snap)
+        pids = snap.pids(trial)
         if trial.struck or finished(snap.flow_run(trial)):
             return
         if trial.phase == "deferred":
             if snap.phase(trial) == "deferred":
                 self._kill_a_watcher(trial, snap)
             return
-        if pids and self._due(trial, snap):
+        if pids and due(trial, snap):
             phase = snap.phase(trial)
             for pid in pids:
                 kill(pid)
             trial.strikes.append(Strike(time.time(), "flow-process", phase, len(pids)))
             self._log(f"killed {trial.booking}'s flow process ({phase}): {pids}")
-
-    def _due(self, trial: Trial, snap: Snapshot) -> bool:
-        seen = trial.run_seen_at
-        if trial.phase == "before-submit":
-            return True
-        if trial.phase in ("after-submit", "mid-gate"):
-            return seen is not None and snap.at >= seen + trial.delay
-        if trial.phase == "relaying" and trial.answered_at is not None:
-            run = snap.run(trial)
-            return not trial.after_relay or bool(run and run.run.decisions)
-        return False
 
     def _kill_a_watcher(self, trial: Trial, snap: Snapshot) -> None:
         for index in (self.watcher_kills % 2, (self.watcher_kills + 1) % 2):
@@ -379,7 +399,10 @@ class Conductor:
         )
         others = [t for t in self.trials if t.phase != "awaiting-person"]
         half_struck = 2 * sum(t.struck for t in others) >= len(others)
-        return (waiting and half_struck) or snap.at - self.started_at > 240
+        # A deferred trial caught running by the loss may never defer after it (its backend run
+        # ended meanwhile): once, no watcher was ever killed. So one watcher is killed first.
+        deferred = self.watcher_kills > 0 or all(t.phase != "deferred" for t in self.trials)
+        return (waiting and half_struck and deferred) or snap.at - self.started_at > 240
 
     def _lose_machine(self, snap: Snapshot) -> None:
         at = time.time()

@@ -10,8 +10,9 @@ comes back under the same name, as a systemd unit does: the run is re-entered an
 backend run. A run the loss catches running is found by its flow process's alive beats, which
 stopped with it, whatever Prefect's heartbeat setting (its default 180 s here).
 
-Its own Prefect server (the shared one's worker would take the run) and simulator; every process
-is stopped by its own PID.
+Its own Prefect server (the shared one's worker would take the run) and simulator, shared by both
+tests: each trains on a booking of its own, and the worker that came back after one test's loss
+serves the next. Every process is stopped by its own PID.
 """
 
 from __future__ import annotations
@@ -61,11 +62,12 @@ RECOVERED_WITHIN = 300.0
 STARTED_WITHIN = 120.0
 
 
-@pytest.fixture
-def defaults_stack(tmp_path: Path) -> Iterator[TrialStack]:
+@pytest.fixture(scope="module")
+def defaults_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrialStack]:
     """A stack on the shipped files as they are, but for the checkout's path; see the docstring."""
+    scratch = Path(tmp_path_factory.mktemp("lost-machine"))
     with SimulatorServer(e2e_scenario()) as simulator:
-        stack = TrialStack(tmp_path, simulator, free_port())
+        stack = TrialStack(scratch, simulator, free_port())
         try:
             stack.start_server()
             with temporary_settings({PREFECT_API_URL: stack.api_url}):
@@ -111,6 +113,13 @@ def _start_watcher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def _a_worker(stack: TrialStack) -> None:
+    """Start the stack's worker once its flow run waits, unless one runs (after another test's
+    loss, the worker that came back)."""
+    if stack.worker is None or stack.worker.poll() is not None:
+        stack.start_worker()
+
+
 def _freeze_machine(stack: TrialStack) -> list[int]:
     """SIGSTOP the worker and every process under it: nothing more reaches Prefect from there."""
     assert stack.worker is not None
@@ -132,7 +141,7 @@ async def test_a_machine_lost_while_starting_a_run_is_recovered_on_the_shipped_d
     stack = defaults_stack
     assert not [e for e in (stack.env, os.environ) if HEARTBEAT in e]  # Prefect's 180 s
     flow_run = await start_training(on_booking(PLAIN_BOOKING), deployment=AFTER_BOOKING)
-    stack.start_worker()
+    _a_worker(stack)
     await wait_for_flow_run(
         flow_run.id, lambda r: r.state is not None and r.state.type == StateType.PENDING,
         STARTED_WITHIN,
@@ -149,7 +158,7 @@ async def test_a_machine_lost_while_a_run_runs_is_recovered_on_the_shipped_defau
 ):
     stack = defaults_stack
     flow_run = await start_training(on_booking(LOST_MACHINE_BOOKING), deployment=AFTER_BOOKING)
-    stack.start_worker()
+    _a_worker(stack)
     await wait_for_flow_run(
         flow_run.id, lambda r: r.state is not None and r.state.type == StateType.RUNNING,
         STARTED_WITHIN,
