@@ -403,7 +403,8 @@ async def test_a_suspension_a_prefect_user_wrote_without_a_form_key_fails_no_swe
 
     async with get_client() as client:
         left = await client.read_flow_run(written.id)
-    assert watcher.recovered == [lost.id]
+    # Runs other tests left lost on the session's server are re-entered too: only these two count.
+    assert [r for r in watcher.recovered if r in {written.id, lost.id}] == [lost.id]
     assert left.state_name == "Suspended"  # no question Prefect could resume: not ours to judge
 
 
