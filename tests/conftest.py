@@ -79,6 +79,7 @@ for _name in (
     os.environ.pop(_name, None)
 
 import inspect  # noqa: E402
+import random  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -237,6 +238,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "quick loop after each change); a test of it that starts a process fails.",
     )
     parser.addoption(
+        "--order-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Shuffle the fast tier's order with this seed (by default a new one each run, shown "
+        "in the header): the same seed gives the same order.",
+    )
+    parser.addoption(
         "--reliability-report",
         metavar="PATH",
         default=None,
@@ -277,10 +286,25 @@ a block, the waiting ones left both cores about half idle for the last six minut
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("fast"):
         _keep_the_fast_tier(config, items)
+        _shuffle(items, order_seed(config))
+        return
     order = {path: rank for rank, path in enumerate(_module_order(list(dict.fromkeys(
         item.path for item in items
     ))))}  # fmt: skip
     items.sort(key=lambda item: order[item.path])  # stable: each module's tests keep their order
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not config.getoption("fast"):
+        return None
+    return f"fast tier in a shuffled order: --order-seed {order_seed(config)} repeats it"
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.getoption("fast"):  # at the end too: ``-q`` leaves the header out
+        terminalreporter.write_line(
+            f"fast tier in a shuffled order: --order-seed {order_seed(config)} repeats it"
+        )
 
 
 # --- the fast tier -------------------------------------------------------------------------------
@@ -299,6 +323,33 @@ def _keep_the_fast_tier(config: pytest.Config, items: list[pytest.Item]) -> None
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if _is_fast(item)]
+
+
+# The fast tier runs its modules, and each module's tests, in an order shuffled by a seed: a test
+# that passes only after another (for state that one left behind) fails in some order, where the
+# whole suite's fixed order would hide it for good. One seed for the run: pytest-xdist's workers
+# must each collect the same order, so the process that starts them picks it.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["PREFECT_ITO_TEST_ORDER_SEED"] = str(random.randrange(100_000))
+
+
+def order_seed(config: pytest.Config) -> int:
+    """Return the seed the fast tier's order is shuffled with: ``--order-seed``, else the run's."""
+    chosen = config.getoption("order_seed", default=None)
+    return int(chosen if chosen is not None else os.environ["PREFECT_ITO_TEST_ORDER_SEED"])
+
+
+def _shuffle(items: list[pytest.Item], seed: int) -> None:
+    """Put ``items`` in an order drawn from ``seed``: the modules, and each module's tests."""
+    rng = random.Random(seed)
+    modules = sorted(dict.fromkeys(str(item.path) for item in items))
+    rng.shuffle(modules)
+    by_module: dict[str, list[pytest.Item]] = {module: [] for module in modules}
+    for item in items:
+        by_module[str(item.path)].append(item)
+    for tests in by_module.values():
+        rng.shuffle(tests)
+    items[:] = [item for module in modules for item in by_module[module]]
 
 
 def _is_fast(item: pytest.Item) -> bool:

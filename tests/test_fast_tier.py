@@ -46,3 +46,28 @@ def test_the_fast_tier_leaves_out_the_server_s_tests_the_marked_ones_and_the_end
     assert "test_login_whoami_logout_answer_in_json" not in names
     # End to end:
     assert not any("deferred" in name for name in names), names
+
+
+@pytest.mark.slow
+def test_the_fast_tier_s_order_is_shuffled_by_a_seed_that_repeats_it():
+    # A test that passed only after another one (for the block type it had registered) passed in
+    # the suite's fixed order for good; the fast tier's order changes from run to run instead.
+    def collected(seed: int) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "--fast", "--collect-only", "-q", "-n", "0",
+             "-p", "no:cacheprovider", f"--order-seed={seed}", MODULE, "tests/test_fast_tier.py",
+             "tests/simulator/test_long_poll.py"],
+            cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        return [line for line in result.stdout.splitlines() if "::" in line]
+
+    first, again, other = collected(7), collected(7), collected(8)
+
+    assert first == again and len(first) > 20
+    assert other != first and sorted(other) == sorted(first)
+    modules = [line.split("::")[0] for line in first]
+    assert len(set(modules)) == 3
+    assert [m for i, m in enumerate(modules) if i == 0 or modules[i - 1] != m] == list(
+        dict.fromkeys(modules)
+    )  # each module's tests together
