@@ -6,6 +6,7 @@ imports it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -20,6 +21,10 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
 RUN = os.environ["PREFECT_ITO_TEST_RUN"]
 RUN_DIRECTORY = Path(tempfile.gettempdir()) / f"prefect-ito-run-{RUN}"
 RUN_DIRECTORY.mkdir(exist_ok=True)
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    # Gone with the process that made it, however the run ends: pytest stops at a usage error
+    # before any hook that would remove it (``pytest_unconfigure`` does, sooner, in a whole run).
+    atexit.register(shutil.rmtree, RUN_DIRECTORY, True)
 os.environ["PREFECT_ITO_TEST_RUN_DIRECTORY"] = str(RUN_DIRECTORY)
 # Where the run's migrated Prefect database is kept (see ``prefect_homes.py``); a run of the suite
 # that a test starts (test_sweep_across_workers.py) copies the same one.
