@@ -260,21 +260,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 SLOW_FIRST = (
+    "test_deployments.py",
     "test_notifications.py",
     "test_crashes.py",
-    "test_lost_machine_defaults.py",
-    "test_deployments.py",
-    "test_browser_approval.py",
-    "test_watcher.py",
-    "test_deferred.py",
-    "test_watcher_spend.py",
-    "test_deployment_files.py",
-    "test_spend_attempts.py",
     "test_storms.py",
-    "test_readme_quick_start.py",
-    "test_lost_answers.py",
-    "test_installed_package.py",
+    "test_browser_approval.py",
+    "test_lost_machine_defaults.py",
+    "test_watcher.py",
     "test_worker_routes.py",
+    "test_installed_package.py",
+    "test_watcher_spend.py",
+    "test_readme_quick_start.py",
+    "test_deferred.py",
+    "test_spend_attempts.py",
+    "test_lost_answers.py",
+    "test_deployment_files.py",
 )
 """The longest modules, longest first: the workers take whole modules in the order of the
 collection (``addopts``), and long ones started late would leave one worker running alone."""
