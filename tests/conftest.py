@@ -300,16 +300,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if not config.getoption("fast"):
-        return None
-    return f"fast tier in a shuffled order: --order-seed {order_seed(config)} repeats it"
+    return _order_said(config)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.getoption("fast"):  # at the end too: ``-q`` leaves the header out
-        terminalreporter.write_line(
-            f"fast tier in a shuffled order: --order-seed {order_seed(config)} repeats it"
-        )
+    said = _order_said(config)  # at the end too: ``-q`` leaves the header out
+    if said:
+        terminalreporter.write_line(said)
+
+
+def _order_said(config: pytest.Config) -> str | None:
+    """Say how to run the fast tier in this order again; None for the whole suite's fixed one."""
+    if not config.getoption("fast"):
+        return None
+    return f"fast tier in a shuffled order: --order-seed {order_seed(config)} repeats it"
 
 
 # --- the fast tier -------------------------------------------------------------------------------
